@@ -1,0 +1,95 @@
+"""The core's own behaviour, registered as ordinary plugins (all ``trylast``),
+so a third-party plugin can replace any of it."""
+
+from __future__ import annotations
+
+import platform
+import statistics
+import sys
+import time
+from typing import Any, Callable, Optional
+
+from ._markers import hookimpl
+from .target import Target
+
+
+class CpuBackend:
+    """Owns ``torch.device("cpu")``: Triton's interpreter and plain Python launches."""
+
+    __name__ = "flyautotune.builtin.CpuBackend"
+
+    @staticmethod
+    @hookimpl(trylast=True)
+    def flyautotune_target(device: Any) -> Optional[Target]:
+        if getattr(device, "type", device) == "cpu":
+            return Target("cpu", platform.machine() or "unknown", 1)
+        return None
+
+    @staticmethod
+    @hookimpl(trylast=True)
+    def flyautotune_validate_hints(hints, target) -> None:
+        # The CPU backend ignores compile hints: every candidate runs the same code.
+        return None
+
+
+class PerfCounterBenchmark:
+    """Host wall-clock timing: right for synchronous (CPU / interpreter) launches."""
+
+    __name__ = "flyautotune.builtin.PerfCounterBenchmark"
+
+    @staticmethod
+    @hookimpl(trylast=True)
+    def flyautotune_benchmark(
+        fn: Callable[[], Any],
+        setup: Optional[Callable[[], Any]],
+        target: Target,
+        stream: Any,
+        warmup: int,
+        rep: int,
+    ) -> Optional[float]:
+        if target.backend != "cpu":
+            return None
+        return perf_counter_bench(fn, setup, warmup=warmup, rep=rep)
+
+
+def perf_counter_bench(fn, setup=None, *, warmup: int = 1, rep: int = 5) -> float:
+    """Median milliseconds of ``fn()`` timed with ``time.perf_counter``."""
+    for _ in range(max(warmup, 0)):
+        if setup is not None:
+            setup()
+        fn()
+    times = []
+    for _ in range(max(rep, 1)):
+        if setup is not None:
+            setup()
+        t0 = time.perf_counter()
+        fn()
+        times.append((time.perf_counter() - t0) * 1e3)
+    return statistics.median(times)
+
+
+class DefaultKeyAxes:
+    """Python, torch and flyautotune versions: any of them can change codegen."""
+
+    __name__ = "flyautotune.builtin.DefaultKeyAxes"
+
+    @staticmethod
+    @hookimpl(trylast=True)
+    def flyautotune_cache_key(target: Target) -> dict:
+        from . import __version__
+
+        axes = {
+            "python": "%d.%d" % sys.version_info[:2],
+            "flyautotune": __version__,
+        }
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            axes["torch"] = torch.__version__
+        return axes
+
+
+BUILTIN_PLUGINS = (
+    ("flyautotune.cpu", CpuBackend),
+    ("flyautotune.benchmark", PerfCounterBenchmark),
+    ("flyautotune.keys", DefaultKeyAxes),
+)

@@ -1,0 +1,128 @@
+"""``Config``: one point of a kernel's config space."""
+
+from __future__ import annotations
+
+from typing import Any, Callable, Mapping, Optional
+
+import attrs
+
+from .hints import KNOWN_HINTS, normalize_hint, normalize_hints
+
+_JSON_SCALARS = (bool, int, float, str, type(None))
+
+
+def _freeze(value: Any) -> Any:
+    if isinstance(value, list):
+        return tuple(_freeze(v) for v in value)
+    return value
+
+
+def _thaw(value: Any) -> Any:
+    if isinstance(value, tuple):
+        return [_thaw(v) for v in value]
+    return value
+
+
+@attrs.frozen(init=False, repr=False)
+class Config:
+    """Structural kwargs for the kernel plus a compile-hint envelope.
+
+    ``Config(BLOCK_THREADS=256, waves_per_eu=2)`` — the hint names in
+    ``flyautotune.hints.KNOWN_HINTS`` are typed aliases that land in
+    ``hints``; every other keyword is a kernel kwarg.
+    ``Config(BLOCK=128, compile_hints={"maxnreg": 128})`` — any hint by name.
+
+    Frozen and hashable by value. ``pre_hook`` (called with the launch's
+    kwargs before each run) is never persisted.
+    """
+
+    _kwargs: tuple = attrs.field()
+    _hints: tuple = attrs.field()
+    pre_hook: Optional[Callable[[dict], Any]] = attrs.field(default=None, eq=False)
+
+    def __init__(
+        self,
+        compile_hints: Optional[Mapping[str, Any]] = None,
+        pre_hook: Optional[Callable[[dict], Any]] = None,
+        **kwargs: Any,
+    ) -> None:
+        hints = normalize_hints(compile_hints)
+        for name in KNOWN_HINTS:
+            if name in kwargs:
+                value = normalize_hint(name, kwargs.pop(name))
+                if name in hints and hints[name] != value:
+                    raise ValueError(
+                        f"Config: hint {name!r} given twice with different values "
+                        f"({value!r} and compile_hints[{name!r}]={hints[name]!r})"
+                    )
+                hints[name] = value
+        if pre_hook is not None and not callable(pre_hook):
+            raise TypeError(f"Config: pre_hook must be callable, got {pre_hook!r}")
+        for name, value in kwargs.items():
+            try:
+                hash(value)
+            except TypeError:
+                raise TypeError(
+                    f"Config: kwarg {name}={value!r} is not hashable; use ints, floats, "
+                    f"strings, bools or tuples"
+                ) from None
+        self.__attrs_init__(
+            tuple(sorted((k, _freeze(v)) for k, v in kwargs.items())),
+            tuple(sorted((k, v) for k, v in hints.items() if v is not None)),
+            pre_hook,
+        )
+
+    @property
+    def kwargs(self) -> dict:
+        """The structural kwargs injected into the launch (a fresh dict)."""
+        return dict(self._kwargs)
+
+    @property
+    def hints(self) -> dict:
+        """The compile hints of this config, None entries dropped (a fresh dict)."""
+        return dict(self._hints)
+
+    def to_dict(self) -> dict:
+        """A JSON-serializable form; ``Config.from_dict`` reverses it."""
+        if self.pre_hook is not None:
+            raise TypeError(
+                f"Config.to_dict: {self!r} has a pre_hook ({self.pre_hook!r}); "
+                f"functions are never persisted — drop pre_hook before exporting"
+            )
+        for name, value in self._kwargs:
+            if not isinstance(_thaw(value), (*_JSON_SCALARS, list)):
+                raise TypeError(
+                    f"Config.to_dict: kwarg {name}={value!r} is not JSON-serializable"
+                )
+        return {
+            "kwargs": {k: _thaw(v) for k, v in self._kwargs},
+            "compile_hints": {k: _thaw(v) for k, v in self._hints},
+        }
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> "Config":
+        """Build a Config from ``to_dict()`` output; rejects unknown fields."""
+        if not isinstance(data, Mapping):
+            raise TypeError(f"Config.from_dict: expected a mapping, got {data!r}")
+        unknown = set(data) - {"kwargs", "compile_hints"}
+        if unknown:
+            raise ValueError(
+                f"Config.from_dict: unknown field(s) {sorted(unknown)}; "
+                f"accepted: 'kwargs', 'compile_hints'"
+            )
+        kwargs = data.get("kwargs", {})
+        hints = data.get("compile_hints", {})
+        if not isinstance(kwargs, Mapping) or not isinstance(hints, Mapping):
+            raise TypeError(f"Config.from_dict: 'kwargs' and 'compile_hints' must be mappings in {data!r}")
+        clash = set(kwargs) & {"compile_hints", "pre_hook"}
+        if clash:
+            raise ValueError(f"Config.from_dict: reserved kwarg name(s) {sorted(clash)}")
+        return cls(compile_hints=dict(hints), **dict(kwargs))
+
+    def __repr__(self) -> str:
+        parts = [f"{k}={v!r}" for k, v in self._kwargs]
+        parts += [f"{k}={v!r}" for k, v in self._hints]
+        return f"Config({', '.join(parts)})"
+
+    def __str__(self) -> str:
+        return ", ".join([f"{k}={v}" for k, v in self._kwargs] + [f"{k}={v}" for k, v in self._hints])

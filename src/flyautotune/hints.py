@@ -1,0 +1,132 @@
+"""Compile hints: typed validation, thread-local nesting, detached snapshots.
+
+A hint is a request to the compiler (``waves_per_eu``, ``maxnreg``,
+``num_warps``, ``num_stages``, or a backend-specific name). ``None`` inherits,
+``0`` leaves the kernel's own attribute unchanged, a positive int is an exact
+override. Hints never travel as kernel arguments: the backend that owns the
+compiler lowers them (``flyautotune_lower_compile_hints``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Any, Iterator, Mapping
+
+#: Hints the core knows and type-checks; other names pass to the backends.
+KNOWN_HINTS = ("waves_per_eu", "maxnreg", "num_warps", "num_stages")
+#: Hints that also accept a ``(min, max)`` pair or a ``"min,max"`` string.
+RANGE_HINTS = frozenset({"waves_per_eu"})
+
+_local = threading.local()
+
+
+def _check_int(name: str, value: Any, what: str = "value") -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(
+            f"compile hint {name!r}: {what} {value!r} is a {type(value).__name__}; "
+            f"expected a non-negative int (0 keeps the kernel's own setting)"
+        )
+    if value < 0:
+        raise ValueError(
+            f"compile hint {name!r}: {what} {value!r} is negative; "
+            f"expected a non-negative int (0 keeps the kernel's own setting)"
+        )
+    return value
+
+
+def normalize_hint(name: str, value: Any) -> Any:
+    """Validate one hint value; return its canonical (hashable) form.
+
+    Raises ``TypeError``/``ValueError`` naming the hint and the value.
+    """
+    if not isinstance(name, str) or not name.isidentifier():
+        raise TypeError(f"compile hint names must be identifiers, got {name!r}")
+    if value is None:
+        return None
+    if name in RANGE_HINTS and isinstance(value, (tuple, list, str)):
+        if isinstance(value, str):
+            parts = [p.strip() for p in value.split(",")]
+            try:
+                pair = [int(p) for p in parts]
+            except ValueError:
+                raise ValueError(
+                    f"compile hint {name!r}: {value!r} is not 'min,max' with integer parts"
+                ) from None
+        else:
+            pair = list(value)
+        if len(pair) != 2:
+            raise ValueError(
+                f"compile hint {name!r}: {value!r} must be a (min, max) pair of non-negative ints"
+            )
+        lo = _check_int(name, pair[0], "minimum")
+        hi = _check_int(name, pair[1], "maximum")
+        if lo > hi:
+            raise ValueError(f"compile hint {name!r}: minimum {lo} > maximum {hi} in {value!r}")
+        return (lo, hi)
+    if name in KNOWN_HINTS:
+        return _check_int(name, value)
+    # Backend-specific hints: any scalar; the owning backend validates meaning.
+    if isinstance(value, (bool, int, float, str)):
+        return value
+    raise TypeError(
+        f"compile hint {name!r}: value {value!r} is a {type(value).__name__}; "
+        f"expected an int, float, bool or str"
+    )
+
+
+def normalize_hints(hints: Mapping[str, Any] | None) -> dict:
+    """Validate a mapping of hints; ``None`` values are kept (they inherit)."""
+    if hints is None:
+        return {}
+    if not isinstance(hints, Mapping):
+        raise TypeError(f"compile_hints must be a mapping of name -> value, got {hints!r}")
+    return {name: normalize_hint(name, value) for name, value in hints.items()}
+
+
+def merge_hints(*layers: Mapping[str, Any] | None) -> dict:
+    """Shallow-merge hint layers; a later non-None value wins, None inherits.
+
+    The result omits ``None`` entries and is a fresh dict (a detached snapshot).
+    """
+    merged: dict = {}
+    for layer in layers:
+        if not layer:
+            continue
+        for name, value in layer.items():
+            if value is not None:
+                merged[name] = value
+    return merged
+
+
+def _stack() -> list:
+    stack = getattr(_local, "stack", None)
+    if stack is None:
+        stack = _local.stack = []
+    return stack
+
+
+@contextlib.contextmanager
+def compile_hints(**hints: Any) -> Iterator[dict]:
+    """Thread-local compile hints for everything compiled inside the block.
+
+    Nests: an inner block shallow-merges over the outer ones (later non-None
+    wins). Yields the merged snapshot in force inside the block.
+    """
+    layer = normalize_hints(hints)
+    stack = _stack()
+    stack.append(layer)
+    try:
+        yield current_hints()
+    finally:
+        stack.pop()
+
+
+def current_hints() -> dict:
+    """The merged hint snapshot of this thread's open ``compile_hints`` blocks."""
+    return merge_hints(*_stack())
+
+
+def hint_key(hints: Mapping[str, Any]) -> tuple:
+    """A canonical, hashable form of a merged snapshot for cache keys."""
+    return tuple(sorted((k, v) for k, v in hints.items() if v is not None))

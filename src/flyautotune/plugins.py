@@ -1,0 +1,212 @@
+"""Building the plugin manager: specs, entry points, built-ins, validation."""
+
+from __future__ import annotations
+
+import difflib
+import importlib.metadata
+import logging
+import os
+import threading
+from typing import Any, Iterable, Optional
+
+import attrs
+import pluggy
+
+from . import hookspecs
+from ._markers import PROJECT
+from .adopter import Adopter, AdopterRegistry
+
+log = logging.getLogger("flyautotune")
+
+ENTRY_POINT_GROUP = "flyautotune"
+DISABLE_ENV = "FLYAUTOTUNE_DISABLE_PLUGINS"
+
+
+class PluginLoadError(RuntimeError):
+    """A plugin is malformed (e.g. a hookimpl that matches no hookspec)."""
+
+
+@attrs.frozen
+class PluginInfo:
+    """What ``flyautotune plugins`` shows for one plugin."""
+
+    name: str
+    distribution: Optional[str]
+    version: Optional[str]
+    module: Optional[str]
+    builtin: bool = False
+    error: Optional[str] = None
+
+
+class FlyPluginManager(pluggy.PluginManager):
+    """pluggy's manager plus the adopter registry and load report."""
+
+    def __init__(self) -> None:
+        super().__init__(PROJECT)
+        self.adopter_registry = AdopterRegistry()
+        self.plugin_infos: dict[str, PluginInfo] = {}
+        self.load_failures: dict[str, PluginInfo] = {}
+        self.disabled: tuple = ()
+
+    # -- adopters -----------------------------------------------------------
+    def adopters(self) -> dict:
+        return self.adopter_registry.all()
+
+    def get_adopter(self, name: str) -> Adopter:
+        return self.adopter_registry.get(name)
+
+    def register_adopter(self, adopter: Adopter) -> Adopter:
+        """In-process registration (no entry point needed)."""
+        return self.adopter_registry.register(adopter)
+
+
+def disabled_plugins(env: Optional[str] = None) -> tuple:
+    raw = os.environ.get(DISABLE_ENV, "") if env is None else env
+    return tuple(sorted({p.strip() for p in raw.split(",") if p.strip()}))
+
+
+def _iter_entry_points() -> Iterable[tuple]:
+    seen = set()
+    for dist in importlib.metadata.distributions():
+        for ep in dist.entry_points:
+            if ep.group != ENTRY_POINT_GROUP:
+                continue
+            ident = (ep.name, ep.value)
+            if ident in seen:  # the same dist seen twice on sys.path
+                continue
+            seen.add(ident)
+            yield ep, dist
+
+
+def _load_entry_points(pm: FlyPluginManager) -> None:
+    for ep, dist in _iter_entry_points():
+        dist_name = dist.metadata["name"]
+        info = PluginInfo(ep.name, dist_name, dist.version, ep.value)
+        if pm.is_blocked(ep.name):
+            log.info("plugin %r (%s) disabled by %s", ep.name, dist_name, DISABLE_ENV)
+            continue
+        if pm.get_plugin(ep.name) is not None:
+            continue
+        try:
+            plugin = ep.load()
+        except Exception as exc:  # one broken plugin must not take the others down
+            msg = f"{type(exc).__name__}: {exc}"
+            pm.load_failures[ep.name] = attrs.evolve(info, error=msg)
+            log.warning("flyautotune plugin %r from %s %s failed to load: %s",
+                        ep.name, dist_name, dist.version, msg)
+            continue
+        pm.register(plugin, name=ep.name)
+        pm.plugin_infos[ep.name] = info
+
+
+def _check_pending(pm: FlyPluginManager) -> None:
+    try:
+        pm.check_pending()
+    except pluggy.PluginValidationError as exc:
+        spec_names = [n for n in dir(hookspecs) if n.startswith("flyautotune_")]
+        problems = []
+        for name in dir(pm.hook):
+            if not name.startswith("_"):
+                caller = getattr(pm.hook, name)
+                if isinstance(caller, pluggy.HookCaller) and not caller.has_spec():
+                    for impl in caller.get_hookimpls():
+                        close = difflib.get_close_matches(name, spec_names, n=1)
+                        hint = f" (did you mean {close[0]!r}?)" if close else ""
+                        problems.append(f"plugin {impl.plugin_name!r} implements unknown hook {name!r}{hint}")
+        detail = "; ".join(problems) or str(exc)
+        raise PluginLoadError(f"{detail}. Known hooks: {', '.join(spec_names)}") from exc
+
+
+def _register_adopters(pm: FlyPluginManager) -> None:
+    hook = pm.hook.flyautotune_register_adopters
+    # Call each plugin on its own, so the registry knows which distribution
+    # registered which adopter (needed for the duplicate-name error).
+    for impl in reversed(hook.get_hookimpls()):
+        info = pm.plugin_infos.get(impl.plugin_name)
+        dist = f"{info.distribution} (plugin {impl.plugin_name!r})" if info and info.distribution else (
+            f"plugin {impl.plugin_name!r}")
+
+        def register(adopter: Adopter, _dist: str = dist) -> Adopter:
+            return pm.adopter_registry.register(adopter, distribution=_dist)
+
+        impl.function(register=register)
+
+
+def build_plugin_manager(
+    *,
+    entry_points: bool = True,
+    builtins: bool = True,
+    disabled: Optional[Iterable[str]] = None,
+    plugins: Iterable[Any] = (),
+) -> FlyPluginManager:
+    """A fresh manager: add specs, load entry points, register built-ins, check.
+
+    :param entry_points: load installed plugins (group ``flyautotune``).
+    :param builtins: register the core's CPU backend, benchmarker and key axes.
+    :param disabled: plugin names to block; default: ``FLYAUTOTUNE_DISABLE_PLUGINS``.
+    :param plugins: extra plugin objects to register (tests, embedding apps).
+    """
+    pm = FlyPluginManager()
+    pm.add_hookspecs(hookspecs)
+    pm.disabled = tuple(disabled) if disabled is not None else disabled_plugins()
+    for name in pm.disabled:
+        pm.set_blocked(name)
+    if entry_points:
+        _load_entry_points(pm)
+    if builtins:
+        from . import builtin
+
+        for name, plugin in builtin.BUILTIN_PLUGINS:
+            if not pm.is_blocked(name):
+                pm.register(plugin, name=name)
+                pm.plugin_infos[name] = PluginInfo(name, "flyautotune", _version(), plugin.__name__, builtin=True)
+    for plugin in plugins:
+        pm.register(plugin)
+    _check_pending(pm)
+    _register_adopters(pm)
+    return pm
+
+
+def _version() -> str:
+    from . import __version__
+
+    return __version__
+
+
+_pm: Optional[FlyPluginManager] = None
+_pm_lock = threading.Lock()
+
+
+def plugin_manager() -> FlyPluginManager:
+    """The process-wide plugin manager, built on first use."""
+    global _pm
+    pm = _pm
+    if pm is None:
+        with _pm_lock:
+            if _pm is None:
+                _pm = build_plugin_manager()
+            pm = _pm
+    return pm
+
+
+def set_plugin_manager(pm: Optional[FlyPluginManager]) -> Optional[FlyPluginManager]:
+    """Replace the process-wide manager (``None`` rebuilds on next use); returns the old one."""
+    global _pm
+    with _pm_lock:
+        old, _pm = _pm, pm
+    return old
+
+
+def adopters() -> dict:
+    """Registered adopters by name."""
+    return plugin_manager().adopters()
+
+
+def get_adopter(name: str) -> Adopter:
+    """The adopter named ``name``; ``KeyError`` lists the known names."""
+    return plugin_manager().get_adopter(name)
+
+
+def register(adopter: Adopter) -> Adopter:
+    """Register an adopter in-process, without an entry point."""
+    return plugin_manager().register_adopter(adopter)
