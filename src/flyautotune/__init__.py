@@ -4,7 +4,17 @@ __version__ = "0.1.0"
 
 from ._markers import hookimpl, hookspec  # noqa: E402
 from .adopter import Adopter, DuplicateAdopterError  # noqa: E402
+from .autotuner import (  # noqa: E402
+    AutotuneError,
+    Autotuner,
+    IncompatibleConfigError,
+    autotune,
+    current_target,
+    lower_compile_hints,
+    target_for,
+)
 from .config import Config  # noqa: E402
+from .events import add_listener, remove_listener  # noqa: E402
 from .hints import compile_hints, current_hints  # noqa: E402
 from .plugins import (  # noqa: E402
     PluginLoadError,
@@ -18,6 +28,15 @@ from .target import Target  # noqa: E402
 
 __all__ = [
     "Adopter",
+    "AutotuneError",
+    "Autotuner",
+    "IncompatibleConfigError",
+    "add_listener",
+    "autotune",
+    "current_target",
+    "lower_compile_hints",
+    "remove_listener",
+    "target_for",
     "Config",
     "DuplicateAdopterError",
     "PluginLoadError",

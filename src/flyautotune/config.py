@@ -60,7 +60,7 @@ class Config:
             raise TypeError(f"Config: pre_hook must be callable, got {pre_hook!r}")
         for name, value in kwargs.items():
             try:
-                hash(value)
+                hash(_freeze(value))
             except TypeError:
                 raise TypeError(
                     f"Config: kwarg {name}={value!r} is not hashable; use ints, floats, "

@@ -1,0 +1,632 @@
+"""``@autotune``: pick a config (memory -> store -> shipped packs -> default ->
+search), key it robustly, persist it, and run the launch with its hints."""
+
+from __future__ import annotations
+
+import functools
+import inspect
+import logging
+import os
+import platform
+import sys
+import threading
+import time
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+
+from . import events, hints as _hints, keys, streams
+from .config import Config
+from .target import Target
+
+log = logging.getLogger("flyautotune")
+
+FORCE_ENV = "FLYAUTOTUNE"
+CACHE_DIR_ENV = "FLYAUTOTUNE_CACHE_DIR"
+_TRUE = frozenset({"1", "true", "yes", "on"})
+
+
+class AutotuneError(RuntimeError):
+    """Every candidate of a search failed; the message lists each failure."""
+
+
+class IncompatibleConfigError(ValueError):
+    """A config cannot be routed to this kernel (unknown kwarg, rejected hint).
+
+    Launchers may raise it for a config they cannot take; a stored winner that
+    raises it is dropped and the default is used instead.
+    """
+
+
+def force_search() -> bool:
+    """True when ``FLYAUTOTUNE`` asks for a fresh search (cache and default bypassed)."""
+    return os.environ.get(FORCE_ENV, "").strip().lower() in _TRUE
+
+
+# -- per-thread launch state ------------------------------------------------
+
+_launch = threading.local()
+
+
+def current_target() -> Optional[Target]:
+    """The target of the launch running on this thread (inside a tuned call), else None."""
+    return getattr(_launch, "target", None)
+
+
+def lower_compile_hints(ir: Any = None, target: Optional[Target] = None, hints: Optional[Mapping] = None) -> Any:
+    """Ask the backend to materialize the current hint snapshot onto ``ir``.
+
+    :param ir: an MLIR module (returned changed in place), a Triton kernel or
+        ``None`` (a dict of compile options comes back).
+    :param target: defaults to the target of the tuned launch running now.
+    :param hints: defaults to ``current_hints()`` (the effective snapshot).
+    :returns: the backend's result; ``ir`` unchanged, or ``{}`` when ``ir`` is
+        None, if no backend lowers anything.
+    """
+    from .plugins import plugin_manager
+
+    if target is None:
+        target = current_target()
+        if target is None:
+            raise ValueError(
+                "lower_compile_hints: target=None outside a tuned launch; pass target= "
+                "(e.g. flyautotune.target_for(device))"
+            )
+    snapshot = dict(_hints.current_hints() if hints is None else _hints.merge_hints(_hints.normalize_hints(hints)))
+    pm = getattr(_launch, "pm", None) or plugin_manager()
+    result = pm.hook.flyautotune_lower_compile_hints(ir=ir, hints=snapshot, target=target)
+    if result is None:
+        return {} if ir is None else ir
+    return result
+
+
+# -- targets and backend key axes ---------------------------------------------
+
+_target_cache: dict = {}
+_axes_cache: dict = {}
+
+
+def target_for(device: Any = None, pm: Any = None) -> Target:
+    """The ``Target`` a backend plugin reports for ``device`` (cached per device).
+
+    :raises LookupError: when no installed backend owns the device.
+    """
+    from .plugins import plugin_manager
+
+    pm = pm or plugin_manager()
+    if device is None:
+        device = "cpu"
+    torch = sys.modules.get("torch")
+    if isinstance(device, str) and torch is not None:
+        device = torch.device(device)
+    cache_key = (id(pm), str(device))
+    target = _target_cache.get(cache_key)
+    if target is None:
+        target = pm.hook.flyautotune_target(device=device)
+        if target is None:
+            raise LookupError(
+                f"no flyautotune backend owns device {device}: install a backend plugin "
+                f"(pip install flyautotune-cuda or flyautotune-rocm) or check FLYAUTOTUNE_DISABLE_PLUGINS"
+            )
+        if not isinstance(target, Target):
+            raise TypeError(f"flyautotune_target returned {target!r} for {device}; expected a flyautotune.Target")
+        _target_cache[cache_key] = target
+    return target
+
+
+def backend_axes(target: Target, pm: Any = None) -> dict:
+    """Merged ``flyautotune_cache_key`` axes for ``target`` (cached per process)."""
+    from .plugins import plugin_manager
+
+    pm = pm or plugin_manager()
+    cache_key = (id(pm), target)
+    axes = _axes_cache.get(cache_key)
+    if axes is None:
+        axes = {}
+        # pluggy returns results last-registered first; merge oldest first so
+        # a later plugin's axis is visible next to, not silently over, another's
+        for part in reversed(pm.hook.flyautotune_cache_key(target=target)):
+            if part:
+                axes.update({str(k): v for k, v in part.items()})
+        _axes_cache[cache_key] = axes
+    return dict(axes)
+
+
+def clear_caches() -> None:
+    """Forget cached targets and key axes (after plugins change)."""
+    _target_cache.clear()
+    _axes_cache.clear()
+
+
+# -- the tuner -------------------------------------------------------------------
+
+
+class _Call:
+    """One call's arguments, bound once."""
+
+    __slots__ = ("args", "kwargs", "named", "device", "tensors")
+
+    def __init__(self, args, kwargs, named, device, tensors):
+        self.args = args
+        self.kwargs = kwargs
+        self.named = named
+        self.device = device
+        self.tensors = tensors
+
+
+class Autotuner:
+    """A launch callable wrapped with config selection; see ``autotune``."""
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        configs: Sequence[Config] | Callable[..., Sequence[Config]],
+        key: Iterable[str] = (),
+        name: Optional[str] = None,
+        default: Optional[Callable[..., Config]] = None,
+        prune_configs_by: Optional[Callable[..., Sequence[Config]]] = None,
+        restore_value: Iterable[str] = (),
+        reset_to_zero: Iterable[str] = (),
+        do_bench: Optional[Callable[..., float]] = None,
+        hints: Optional[Mapping[str, Any]] = None,
+        warmup: int = 5,
+        rep: int = 20,
+        packs: Iterable[str] | Callable[[], Iterable[str]] = (),
+        source_files: Iterable[str] = (),
+        plugin_manager: Any = None,
+    ) -> None:
+        if not callable(fn):
+            raise TypeError(f"autotune: the decorated object must be callable, got {fn!r}")
+        self.fn = fn
+        functools.update_wrapper(self, fn)
+        self.name = name or f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+        self._sig = inspect.signature(fn)
+        params = self._sig.parameters
+        self._params = tuple(params)
+        self._var_kw = any(p.kind is p.VAR_KEYWORD for p in params.values())
+        self._var_pos = any(p.kind is p.VAR_POSITIONAL for p in params.values())
+        self._positional = tuple(
+            n for n, p in params.items() if p.kind in (p.POSITIONAL_ONLY, p.POSITIONAL_OR_KEYWORD)
+        )
+        self._defaults = {n: p.default for n, p in params.items() if p.default is not p.empty}
+        self._has_stream = "stream" in params
+        if not (callable(configs) or isinstance(configs, (list, tuple))):
+            raise TypeError(f"autotune: configs must be a list of Config or a callable, got {configs!r}")
+        if not callable(configs):
+            for c in configs:
+                if not isinstance(c, Config):
+                    raise TypeError(f"autotune: configs must hold flyautotune.Config objects, got {c!r}")
+        self.configs = configs
+        self.key = tuple([key] if isinstance(key, str) else key)
+        for k in self.key:
+            if k not in params and not self._var_kw:
+                raise ValueError(
+                    f"autotune({self.name!r}): key argument {k!r} is not a parameter of "
+                    f"{getattr(fn, '__name__', fn)}{self._sig}"
+                )
+        self.restore_value = self._check_names("restore_value", restore_value)
+        self.reset_to_zero = self._check_names("reset_to_zero", reset_to_zero)
+        for arg, value in (("default", default), ("prune_configs_by", prune_configs_by), ("do_bench", do_bench)):
+            if value is not None and not callable(value):
+                raise TypeError(f"autotune: {arg} must be callable or None, got {value!r}")
+        self.default = default
+        self.prune_configs_by = prune_configs_by
+        self.do_bench = do_bench
+        self.hints = _hints.normalize_hints(hints)
+        self._hint_base = _hints.merge_hints(self.hints)
+        for arg, value in (("warmup", warmup), ("rep", rep)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < (0 if arg == "warmup" else 1):
+                raise ValueError(f"autotune: {arg} must be an int >= {0 if arg == 'warmup' else 1}, got {value!r}")
+        self.warmup = warmup
+        self.rep = rep
+        self._packs = packs
+        self._source_files = tuple(keys.source_files(fn)) + tuple(source_files)
+        self.source_fingerprint = keys.file_fingerprint(self._source_files)
+        self._pm = plugin_manager
+        self._memo: dict = {}
+        self._memo_dir: Optional[str] = os.environ.get(CACHE_DIR_ENV)
+        self._locks: dict = {}
+        self._locks_guard = threading.Lock()
+        self._space_fp: Optional[str] = None
+        if not callable(configs):
+            self._space_fp = keys.canonical_json([c.to_dict() if c.pre_hook is None else repr(c) for c in configs])
+        self.last_source: Optional[str] = None
+        self.last_config: Optional[Config] = None
+        self.search_count = 0
+
+    def _check_names(self, what: str, names: Iterable[str]) -> tuple:
+        names = tuple([names] if isinstance(names, str) else names)
+        for n in names:
+            if n not in self._sig.parameters:
+                raise ValueError(
+                    f"autotune({self.name!r}): {what} names {n!r}, which is not a parameter of "
+                    f"{getattr(self.fn, '__name__', self.fn)}{self._sig}"
+                )
+        return names
+
+    @property
+    def pm(self):
+        if self._pm is None:
+            from .plugins import plugin_manager
+
+            return plugin_manager()
+        return self._pm
+
+    # -- binding and keys ------------------------------------------------------
+    def _bind(self, args: tuple, kwargs: dict) -> _Call:
+        if self._var_pos:
+            bound = self._sig.bind(*args, **kwargs)
+            named = dict(bound.arguments)
+        else:
+            if len(args) > len(self._positional):
+                raise TypeError(
+                    f"{self.name}: takes {len(self._positional)} positional arguments but {len(args)} were given"
+                )
+            named = dict(self._defaults)
+            named.update(zip(self._positional, args))
+            named.update(kwargs)
+        if self._var_kw:
+            for n, p in self._sig.parameters.items():
+                if p.kind is p.VAR_KEYWORD and isinstance(named.get(n), dict):
+                    named.update(named.pop(n))
+        tensor_cls = keys.tensor_type()
+        tensors = []
+        device = None
+        if tensor_cls is not None:
+            for n, v in named.items():
+                if isinstance(v, tensor_cls):
+                    tensors.append((n, v))
+                    if device is None:
+                        device = v.device
+        tensors.sort(key=lambda nv: nv[0])
+        return _Call(args, kwargs, named, device, tensors)
+
+    def _memo_key(self, call: _Call, snapshot: tuple) -> tuple:
+        named = call.named
+        try:
+            key_vals = tuple(keys.key_value(named[k]) for k in self.key)
+        except KeyError as exc:
+            raise TypeError(f"{self.name}: key argument {exc.args[0]!r} was not given") from None
+        tens = tuple((n, t.dtype, keys.stride_pattern(t)) for n, t in call.tensors)
+        return (str(call.device), key_vals, tens, snapshot)
+
+    def key_dict(self, call: _Call, target: Target, snapshot: tuple) -> dict:
+        """The full, persistent key of a call (what ``flyautotune show`` prints)."""
+        return {
+            "args": {k: keys.key_value(call.named[k]) for k in sorted(self.key)},
+            "dtypes": {n: str(t.dtype) for n, t in call.tensors},
+            "strides": {n: list(keys.stride_pattern(t)) for n, t in call.tensors},
+            "hints": [list(kv) for kv in snapshot],
+            "target": target.to_dict(),
+            "backend": backend_axes(target, self.pm),
+            "source": self.source_fingerprint,
+        }
+
+    def _snapshot(self) -> tuple:
+        stack = _hints._stack()
+        if not stack and not self._hint_base:
+            return ()
+        return _hints.hint_key(_hints.merge_hints(self._hint_base, *stack))
+
+    # -- call paths ------------------------------------------------------------------
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        call = self._bind(args, kwargs)
+        config, target, snapshot = self._select(call)
+        if self.reset_to_zero:
+            self._zero(call)
+        stream = call.named.get("stream") if self._has_stream else None
+        if stream is not None:
+            stream = streams.resolve_stream(stream, call.device)
+        return self._run(config, call, target, snapshot, stream)
+
+    def resolve_config(self, *args: Any, **kwargs: Any) -> Config:
+        """The config a call with these arguments would run (tuning if needed), without launching it."""
+        return self._select(self._bind(args, kwargs))[0]
+
+    def _select(self, call: _Call) -> tuple:
+        cache_dir = os.environ.get(CACHE_DIR_ENV)
+        if cache_dir != self._memo_dir:
+            self._memo = {}
+            self._memo_dir = cache_dir
+        snapshot = self._snapshot()
+        mkey = self._memo_key(call, snapshot)
+        hit = self._memo.get(mkey)
+        forced = force_search()
+        if hit is not None and (not forced or hit[2] == "search"):
+            self.last_source = "memory"
+            self.last_config = hit[0]
+            return hit[0], hit[1], snapshot
+        with self._lock_for(mkey):
+            hit = self._memo.get(mkey)
+            if hit is not None and (not forced or hit[2] == "search"):
+                self.last_source = "memory"
+                self.last_config = hit[0]
+                return hit[0], hit[1], snapshot
+            target = target_for(call.device, self.pm)
+            config, source = self._select_cold(call, target, snapshot, forced)
+            self._memo[mkey] = (config, target, source)
+            self.last_source = source
+            self.last_config = config
+            return config, target, snapshot
+
+    def _lock_for(self, mkey: tuple) -> threading.Lock:
+        with self._locks_guard:
+            lock = self._locks.get(mkey)
+            if lock is None:
+                lock = self._locks[mkey] = threading.Lock()
+            return lock
+
+    def _select_cold(self, call: _Call, target: Target, snapshot: tuple, forced: bool) -> tuple:
+        from . import store as _store
+
+        kd = self.key_dict(call, target, snapshot)
+        key = keys.canonical_json(kd)
+        if not forced:
+            store = _store.get_store()
+            entry = store.get(self.name, key)
+            if entry is not None and self._space_fp is not None and entry.provenance.get("space") not in (
+                None, self._space_fp
+            ):
+                log.info("%s: the config space changed since the stored winner; searching again", self.name)
+                entry = None
+            if entry is not None:
+                config = self._usable(entry, call, target, snapshot, "store")
+                if config is not None:
+                    self._emit_select(call, key, config, "store")
+                    return config, "store"
+                store.delete(self.name, key)
+            pack_entry = _store.find_in_packs(self._pack_paths(), self.name, key)
+            if pack_entry is not None:
+                config = self._usable(pack_entry, call, target, snapshot, "pack")
+                if config is not None:
+                    self._emit_select(call, key, config, "pack")
+                    return config, "pack"
+            if self.default is not None:
+                config = self.default(**call.named)
+                if not isinstance(config, Config):
+                    raise TypeError(f"{self.name}: default() returned {config!r}; expected a flyautotune.Config")
+                self._check_routable([config], call, target, snapshot)
+                self._emit_select(call, key, config, "default")
+                return config, "default"
+        config = self._search(call, target, snapshot, kd, key, forced)
+        return config, "search"
+
+    def _pack_paths(self) -> list:
+        packs = self._packs() if callable(self._packs) else self._packs
+        return [str(p) for p in packs]
+
+    def _usable(self, entry: Any, call: _Call, target: Target, snapshot: tuple, where: str) -> Optional[Config]:
+        """A stored/shipped winner, or None when it no longer fits this kernel."""
+        try:
+            config = Config.from_dict(entry.config)
+            self._check_routable([config], call, target, snapshot)
+        except (IncompatibleConfigError, TypeError, ValueError) as exc:
+            log.warning(
+                "%s: dropping the %s winner %s for this key: it no longer fits the kernel (%s); "
+                "using the default instead", self.name, where, entry.config, exc,
+            )
+            return None
+        return config
+
+    def _emit_select(self, call: _Call, key: str, config: Config, source: str) -> None:
+        if events.enabled():
+            events.emit("select", tuner=self.name, key=key, config=_config_repr(config), source=source)
+
+    # -- validation -------------------------------------------------------------------
+    def _check_routable(self, configs: Sequence[Config], call: _Call, target: Target, snapshot: tuple) -> None:
+        """Fail before any benchmark on a kwarg nothing consumes or a hint the backend rejects."""
+        base = dict(snapshot)
+        for config in configs:
+            for name in config.kwargs:
+                if name in call.kwargs:
+                    raise IncompatibleConfigError(
+                        f"{self.name}: config {config!r} sets {name!r}, which the caller also passed "
+                        f"({name}={call.kwargs[name]!r}); leave tuned arguments to the tuner"
+                    )
+                if name not in self._sig.parameters and not self._var_kw:
+                    raise IncompatibleConfigError(
+                        f"{self.name}: config {config!r} sets {name!r}, which nothing consumes: "
+                        f"{getattr(self.fn, '__name__', self.fn)} takes {', '.join(self._params)}"
+                    )
+            merged = _hints.merge_hints(base, config.hints)
+            try:
+                self.pm.hook.flyautotune_validate_hints(hints=merged, target=target)
+            except (TypeError, ValueError) as exc:
+                raise IncompatibleConfigError(
+                    f"{self.name}: config {config!r} cannot be compiled for {target.backend}/{target.arch}: {exc}"
+                ) from exc
+
+    # -- running -------------------------------------------------------------------------
+    def _run(self, config: Config, call: _Call, target: Target, snapshot: tuple, stream: Any) -> Any:
+        effective = _hints.merge_hints(dict(snapshot), config.hints) if config.hints or snapshot else {}
+        state = _launch
+        old_stack = getattr(_hints._local, "stack", None)
+        old_target = getattr(state, "target", None)
+        old_pm = getattr(state, "pm", None)
+        # The launch sees exactly the effective snapshot: install it as the
+        # thread's only hint layer, and restore the caller's stack afterwards.
+        _hints._local.stack = [effective] if effective else []
+        state.target = target
+        state.pm = self._pm
+        try:
+            kwargs = call.kwargs
+            if config.kwargs:
+                kwargs = {**kwargs, **config.kwargs}
+            if self._has_stream and stream is not None:
+                kwargs["stream"] = stream
+            if config.pre_hook is not None:
+                config.pre_hook({**call.named, **kwargs})
+            return self.fn(*call.args, **kwargs)
+        finally:
+            _hints._local.stack = old_stack if old_stack is not None else []
+            state.target = old_target
+            state.pm = old_pm
+
+    def _zero(self, call: _Call) -> None:
+        for n in self.reset_to_zero:
+            t = call.named.get(n)
+            if t is not None:
+                t.zero_()
+
+    def _search(self, call: _Call, target: Target, snapshot: tuple, kd: dict, key: str, forced: bool) -> Config:
+        from . import store as _store
+
+        configs = self.configs(**call.named) if callable(self.configs) else self.configs
+        configs = list(configs)
+        if self.prune_configs_by is not None and len(configs) > 1:
+            configs = list(self.prune_configs_by(configs, **call.named))
+        if not configs:
+            raise AutotuneError(f"{self.name}: the config space is empty for this call")
+        for c in configs:
+            if not isinstance(c, Config):
+                raise TypeError(f"{self.name}: configs must be flyautotune.Config objects, got {c!r}")
+        self._check_routable(configs, call, target, snapshot)
+        if len(configs) == 1:
+            return configs[0]
+        self.search_count += 1
+        device = call.device
+        stream = streams.resolve_stream(call.named.get("stream") if self._has_stream else None, device)
+        timing_kd = dict(kd)
+        timing_key = keys.canonical_json(timing_kd)
+        store = _store.get_store()
+        known = {} if forced else store.get_timings(self.name, timing_key)
+        restore = [(n, call.named[n]) for n in self.restore_value if call.named.get(n) is not None]
+        saved = [(t, t.clone()) for _, t in restore]
+
+        def setup() -> None:
+            for t, s in saved:
+                t.copy_(s)
+            self._zero(call)
+
+        t0 = time.perf_counter()
+        events.emit("search_start", tuner=self.name, key=key, candidates=len(configs)) if events.enabled() else None
+        log.info("%s: searching %d configs on %s/%s", self.name, len(configs), target.backend, target.arch)
+        timings: list = []
+        failures: list = []
+        last_exc: Optional[BaseException] = None
+        for i, config in enumerate(configs, 1):
+            cjson = _store.canonical_config_json(config.to_dict()) if config.pre_hook is None else None
+            reused = cjson is not None and cjson in known
+            try:
+                if reused:
+                    ms = known[cjson]
+                    if ms is None:
+                        raise RuntimeError("failed in an earlier search (stored)")
+                else:
+                    ms = self._bench(config, call, target, snapshot, stream, setup)
+                timings.append({"config": config.to_dict() if cjson else repr(config), "ms": ms, "error": None})
+                log.info("%s: candidate %d/%d %s: %.4f ms%s", self.name, i, len(configs), config, ms,
+                         " (stored timing)" if reused else "")
+                if events.enabled():
+                    events.emit("candidate", tuner=self.name, key=key, index=i, total=len(configs),
+                                config=_config_repr(config), ms=ms, error=None, reused=reused)
+            except Exception as exc:  # a failing candidate is reported and skipped
+                last_exc = exc
+                err = f"{type(exc).__name__}: {exc}"
+                failures.append((config, err))
+                timings.append({"config": config.to_dict() if cjson else repr(config), "ms": None, "error": err})
+                log.warning("%s: candidate %d/%d %s failed: %s", self.name, i, len(configs), config, err)
+                if events.enabled():
+                    events.emit("candidate", tuner=self.name, key=key, index=i, total=len(configs),
+                                config=_config_repr(config), ms=None, error=err, reused=reused)
+        setup()  # the caller sees one clean run: restore inputs touched by the reps
+        duration = time.perf_counter() - t0
+        ok = [(t["ms"], i) for i, t in enumerate(timings) if t["ms"] is not None]
+        if not ok:
+            listing = "; ".join(f"{c}: {e}" for c, e in failures)
+            raise AutotuneError(f"{self.name}: all {len(configs)} configs failed: {listing}") from last_exc
+        best_ms, best_i = min(ok)
+        winner = configs[best_i]
+        log.info("%s: winner %s (%.4f ms) after %.2f s", self.name, winner, best_ms, duration)
+        if events.enabled():
+            events.emit("search_end", tuner=self.name, key=key, winner=_config_repr(winner), ms=best_ms,
+                        duration_s=duration, candidates=timings)
+        if winner.pre_hook is None:
+            provenance = _provenance(target, kd, duration, self._space_fp)
+            store.put(self.name, key, timing_key, winner.to_dict(),
+                      [t for t in timings if isinstance(t["config"], dict)], provenance)
+        return winner
+
+    def _bench(self, config: Config, call: _Call, target: Target, snapshot: tuple, stream: Any, setup) -> float:
+        def fn() -> Any:
+            return self._run(config, call, target, snapshot, stream)
+
+        with streams.on_stream(stream):
+            if self.do_bench is not None:
+                ms = self.do_bench(fn, setup=setup)
+            else:
+                ms = self.pm.hook.flyautotune_benchmark(
+                    fn=fn, setup=setup, target=target, stream=stream, warmup=self.warmup, rep=self.rep
+                )
+        if ms is None:
+            raise LookupError(f"no flyautotune_benchmark plugin times {target.backend} targets")
+        ms = float(ms)
+        if not ms == ms or ms < 0:  # NaN or negative: a broken benchmarker
+            raise ValueError(f"benchmark returned {ms!r} ms")
+        return ms
+
+    def __repr__(self) -> str:
+        return f"<flyautotune.Autotuner {self.name!r}>"
+
+    def __get__(self, obj, objtype=None):
+        if obj is None:
+            return self
+        return functools.partial(self.__call__, obj)
+
+
+def _config_repr(config: Config) -> Any:
+    return config.to_dict() if config.pre_hook is None else repr(config)
+
+
+def _provenance(target: Target, kd: dict, duration: float, space_fp: Optional[str]) -> dict:
+    from . import __version__
+
+    device_name = platform.processor() or platform.machine()
+    torch = sys.modules.get("torch")
+    if target.backend != "cpu" and torch is not None:
+        try:
+            device_name = torch.cuda.get_device_name()
+        except Exception:
+            pass
+    return {
+        "device": device_name,
+        "target": target.to_dict(),
+        "toolchain": kd.get("backend", {}),
+        "flyautotune": __version__,
+        "when": time.time(),
+        "search_s": round(duration, 6),
+        "space": space_fp,
+    }
+
+
+def autotune(
+    configs: Sequence[Config] | Callable[..., Sequence[Config]],
+    key: Iterable[str] = (),
+    name: Optional[str] = None,
+    default: Optional[Callable[..., Config]] = None,
+    prune_configs_by: Optional[Callable[..., Sequence[Config]]] = None,
+    restore_value: Iterable[str] = (),
+    reset_to_zero: Iterable[str] = (),
+    do_bench: Optional[Callable[..., float]] = None,
+    **options: Any,
+) -> Callable[[Callable[..., Any]], Autotuner]:
+    """Decorate a launch callable with config selection.
+
+    :param configs: the search space, or a callable ``configs(**named_args)``
+        evaluated only when a search runs.
+    :param key: argument names whose values key a winner (a tensor gives its shape).
+    :param name: the tuner's name in the store (default: module.qualname).
+    :param default: ``default(**named_args) -> Config``, used on a miss without benchmarking.
+    :param prune_configs_by: ``prune(configs, **named_args) -> configs`` before a search.
+    :param restore_value: tensor args snapshotted once and restored before every rep.
+    :param reset_to_zero: tensor args zeroed before every rep and before the real call.
+    :param do_bench: ``do_bench(fn, setup=None) -> ms``; None = the backend's hook.
+    :param options: ``hints=`` persistent compile hints, ``warmup=``, ``rep=``,
+        ``packs=`` shipped JSON packs, ``source_files=`` extra files in the source fingerprint.
+    """
+
+    def decorator(fn: Callable[..., Any]) -> Autotuner:
+        return Autotuner(
+            fn, configs, key=key, name=name, default=default, prune_configs_by=prune_configs_by,
+            restore_value=restore_value, reset_to_zero=reset_to_zero, do_bench=do_bench, **options,
+        )
+
+    return decorator

@@ -1,0 +1,82 @@
+"""Cache keys: what a winner depends on, canonical and order-independent."""
+
+from __future__ import annotations
+
+import hashlib
+import inspect
+import json
+import os
+import sys
+from typing import Any, Iterable, Mapping, Optional
+
+_tensor_type: Optional[type] = None
+
+
+def tensor_type() -> Optional[type]:
+    """``torch.Tensor`` once torch is imported, else None (the core never imports torch itself)."""
+    global _tensor_type
+    if _tensor_type is None:
+        torch = sys.modules.get("torch")
+        if torch is not None:
+            _tensor_type = torch.Tensor
+    return _tensor_type
+
+
+def is_tensor(value: Any) -> bool:
+    t = tensor_type()
+    return t is not None and isinstance(value, t)
+
+
+def stride_pattern(tensor: Any) -> tuple:
+    """Strides bucketed to 0 (broadcast), 1 (contiguous dim) or 2 (other)."""
+    return tuple(0 if s == 0 else 1 if s == 1 else 2 for s in tensor.stride())
+
+
+def key_value(value: Any) -> Any:
+    """A key arg's contribution: a tensor gives its shape, anything else itself."""
+    if is_tensor(value):
+        return tuple(value.shape)
+    if hasattr(value, "dtype") and hasattr(value, "shape") and not isinstance(value, (int, float, str)):
+        return tuple(value.shape)
+    return value
+
+
+def _jsonable(value: Any) -> Any:
+    if isinstance(value, (str, int, float, bool)) or value is None:
+        return value
+    if isinstance(value, (tuple, list)):
+        return [_jsonable(v) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): _jsonable(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
+    return repr(value)
+
+
+def canonical_json(value: Any) -> str:
+    """Sorted, compact JSON; non-JSON values (dtypes, devices) by ``repr``."""
+    return json.dumps(_jsonable(value), sort_keys=True, separators=(",", ":"), allow_nan=False)
+
+
+def file_fingerprint(paths: Iterable[str]) -> str:
+    """sha256 over the contents of source files (missing files count by name)."""
+    h = hashlib.sha256()
+    for path in sorted(set(paths)):
+        h.update(path.encode() if not os.path.isabs(path) else os.path.basename(path).encode())
+        try:
+            with open(path, "rb") as f:
+                h.update(f.read())
+        except OSError:
+            h.update(b"<missing>")
+    return h.hexdigest()[:16]
+
+
+def source_files(fn: Any) -> list:
+    """The file defining ``fn`` (its module), where one exists."""
+    target = inspect.unwrap(fn)
+    try:
+        path = inspect.getsourcefile(target)
+    except TypeError:
+        path = None
+    if path is None:
+        module = sys.modules.get(getattr(target, "__module__", None) or "")
+        path = getattr(module, "__file__", None)
+    return [path] if path else []

@@ -1,0 +1,51 @@
+"""Shared fixtures: one plugin manager per test, an isolated tuning store."""
+
+from __future__ import annotations
+
+import pytest
+
+import flyautotune as fat
+from flyautotune import autotuner as _autotuner
+from flyautotune import plugins as _plugins
+
+
+@pytest.fixture(autouse=True)
+def isolated_store(tmp_path, monkeypatch):
+    """Every test gets its own store directory and no forced search."""
+    cache = tmp_path / "fat-cache"
+    monkeypatch.setenv("FLYAUTOTUNE_CACHE_DIR", str(cache))
+    monkeypatch.delenv("FLYAUTOTUNE", raising=False)
+    monkeypatch.delenv("FLYAUTOTUNE_DISABLE_PLUGINS", raising=False)
+    monkeypatch.delenv("FLYAUTOTUNE_EVENT_LOG", raising=False)
+    yield cache
+
+
+@pytest.fixture
+def pm():
+    """A fresh manager with the built-ins and no installed plugins."""
+    manager = fat.build_plugin_manager(entry_points=False)
+    old = _plugins.set_plugin_manager(manager)
+    _autotuner.clear_caches()
+    yield manager
+    _plugins.set_plugin_manager(old)
+    _autotuner.clear_caches()
+
+
+class CountingBench:
+    """A do_bench that times nothing: returns a per-config cost and counts calls."""
+
+    def __init__(self, cost=None):
+        self.calls = []
+        self.cost = cost or (lambda run_index: float(run_index))
+
+    def __call__(self, fn, setup=None, **kwargs):
+        if setup is not None:
+            setup()
+        result = fn()
+        self.calls.append(result)
+        return self.cost(len(self.calls))
+
+
+@pytest.fixture
+def counting_bench():
+    return CountingBench

@@ -1,0 +1,145 @@
+"""Plugin discovery through real entry points (dist-info on sys.path), and its failures."""
+
+import sys
+import textwrap
+
+import pytest
+
+import flyautotune as fat
+
+
+def make_dist(root, dist, module, source, ep_name=None, version="1.0"):
+    """A minimal installed distribution: module + dist-info with an entry point."""
+    (root / f"{module}.py").write_text(textwrap.dedent(source))
+    info = root / f"{dist.replace('-', '_')}-{version}.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
+    (info / "entry_points.txt").write_text(f"[flyautotune]\n{ep_name or module} = {module}\n")
+
+
+ADOPTER = """
+import flyautotune as fat
+
+@fat.hookimpl
+def flyautotune_register_adopters(register):
+    register(fat.Adopter(name="{name}", factory=lambda **kw: None, configs=[fat.Config(B=1)]))
+"""
+
+
+@pytest.fixture
+def site(tmp_path, monkeypatch):
+    monkeypatch.syspath_prepend(str(tmp_path))
+    yield tmp_path
+    for mod in [m for m in sys.modules if m.startswith("fatplug_")]:
+        del sys.modules[mod]
+
+
+def test_entry_point_adopter_is_discovered(site):
+    make_dist(site, "fatplug-toy", "fatplug_toy", ADOPTER.format(name="toy"))
+    pm = fat.build_plugin_manager()
+    assert "fatplug_toy" in pm.plugin_infos
+    assert pm.plugin_infos["fatplug_toy"].distribution == "fatplug-toy"
+    adopter = pm.get_adopter("toy")
+    assert "fatplug-toy" in adopter.distribution
+
+
+def test_duplicate_adopter_names_name_both_distributions(site):
+    make_dist(site, "fatplug-one", "fatplug_one", ADOPTER.format(name="clash"))
+    make_dist(site, "fatplug-two", "fatplug_two", ADOPTER.format(name="clash"))
+    with pytest.raises(fat.DuplicateAdopterError) as info:
+        fat.build_plugin_manager()
+    msg = str(info.value)
+    assert "'clash' is registered twice" in msg
+    assert "fatplug-one" in msg and "fatplug-two" in msg
+
+
+def test_in_process_duplicate_is_an_error_too(pm):
+    pm.register_adopter(fat.Adopter(name="mine", factory=lambda **kw: None))
+    with pytest.raises(fat.DuplicateAdopterError, match="'mine' is registered twice"):
+        pm.register_adopter(fat.Adopter(name="mine", factory=lambda **kw: None))
+
+
+def test_misspelled_hookimpl_fails_at_start_up_with_a_suggestion(site):
+    make_dist(site, "fatplug-typo", "fatplug_typo", """
+        import flyautotune as fat
+
+        @fat.hookimpl
+        def flyautotune_cache_keys(target):
+            return {}
+    """)
+    with pytest.raises(fat.PluginLoadError) as info:
+        fat.build_plugin_manager()
+    msg = str(info.value)
+    assert "plugin 'fatplug_typo' implements unknown hook 'flyautotune_cache_keys'" in msg
+    assert "did you mean 'flyautotune_cache_key'?" in msg
+
+
+def test_plugin_that_raises_on_import_is_reported_and_others_still_load(site, caplog):
+    make_dist(site, "fatplug-broken", "fatplug_broken", "raise ImportError('needs libfoo.so')\n")
+    make_dist(site, "fatplug-fine", "fatplug_fine", ADOPTER.format(name="fine"))
+    with caplog.at_level("WARNING", logger="flyautotune"):
+        pm = fat.build_plugin_manager()
+    failure = pm.load_failures["fatplug_broken"]
+    assert failure.error == "ImportError: needs libfoo.so"
+    assert failure.distribution == "fatplug-broken"
+    assert "'fatplug_broken' from fatplug-broken 1.0 failed to load: ImportError: needs libfoo.so" in caplog.text
+    assert pm.get_adopter("fine").name == "fine"
+
+
+def test_disabled_plugin_is_not_loaded(site, monkeypatch):
+    make_dist(site, "fatplug-off", "fatplug_off", ADOPTER.format(name="off"))
+    make_dist(site, "fatplug-on", "fatplug_on", ADOPTER.format(name="on"))
+    monkeypatch.setenv("FLYAUTOTUNE_DISABLE_PLUGINS", "fatplug_off, something_else")
+    pm = fat.build_plugin_manager()
+    assert pm.disabled == ("fatplug_off", "something_else")
+    assert "fatplug_off" not in sys.modules
+    assert pm.adopter_registry.names() == ["on"] or "off" not in pm.adopter_registry.names()
+    with pytest.raises(KeyError, match="no adopter named 'off'"):
+        pm.get_adopter("off")
+
+
+def test_builtins_can_be_disabled_and_replaced(site, monkeypatch):
+    import torch
+
+    make_dist(site, "fatplug-cpu", "fatplug_cpu", """
+        import flyautotune as fat
+
+        @fat.hookimpl
+        def flyautotune_target(device):
+            return fat.Target("mycpu", "any", 1)
+    """)
+    monkeypatch.setenv("FLYAUTOTUNE_DISABLE_PLUGINS", "flyautotune.cpu")
+    pm = fat.build_plugin_manager()
+    assert pm.get_plugin("flyautotune.cpu") is None
+    assert pm.hook.flyautotune_target(device=torch.device("cpu")) == fat.Target("mycpu", "any", 1)
+
+
+def test_builtin_cpu_backend_and_key_axes(pm):
+    import platform
+
+    import torch
+
+    assert fat.target_for("cpu") == fat.Target("cpu", platform.machine(), 1)
+    axes = {}
+    for part in pm.hook.flyautotune_cache_key(target=fat.target_for("cpu")):
+        axes.update(part or {})
+    assert axes["torch"] == torch.__version__ and axes["flyautotune"] == fat.__version__
+    assert axes["python"] == "%d.%d" % sys.version_info[:2]
+
+
+def test_target_values_are_validated():
+    with pytest.raises(ValueError, match="Target.warp_size must be a positive int, got 0"):
+        fat.Target("rocm", "gfx942", 0)
+    with pytest.raises(ValueError, match="Target.arch must be a non-empty string"):
+        fat.Target("rocm", "", 64)
+    assert fat.Target("rocm", "gfx942", 64) == fat.Target("rocm", "gfx942", 64)
+    assert len({fat.Target("rocm", "gfx942", 64), fat.Target("rocm", "gfx942", 64)}) == 1
+
+
+def test_adopter_fields_are_validated():
+    with pytest.raises(TypeError, match="Adopter.factory must be callable"):
+        fat.Adopter(name="x", factory=3)
+    with pytest.raises(ValueError, match="Adopter.name must be an identifier-like string"):
+        fat.Adopter(name="a b", factory=lambda: None)
+    with pytest.raises(TypeError, match="Adopter.configs must be a list of flyautotune.Config"):
+        fat.Adopter(name="x", factory=lambda: None, configs=[{"B": 1}])
