@@ -61,6 +61,10 @@ class Adopter:
     :param example: ``example(shape: tuple, dtype: str, device) -> (args, kwargs)``
         builds inputs for command-line tuning and reports; optional.
     :param bytes_moved: ``bytes_moved(*args, **kwargs) -> int`` for GB/s; optional.
+    :param compile_spec: ``compile_spec(shape: tuple, dtype: str, config: Config)
+        -> (kernel, signature: dict, constexprs: dict)`` describing the Triton
+        kernel a config builds, for static cross-compiled reports (no GPU
+        needed); optional.
     """
 
     name: str = attrs.field(validator=_name)
@@ -76,6 +80,7 @@ class Adopter:
     distribution: Optional[str] = attrs.field(default=None)
     example: Optional[Callable[..., Any]] = attrs.field(default=None, validator=_optional_callable)
     bytes_moved: Optional[Callable[..., int]] = attrs.field(default=None, validator=_optional_callable)
+    compile_spec: Optional[Callable[..., Any]] = attrs.field(default=None, validator=_optional_callable)
     description: str = attrs.field(default="")
 
 
