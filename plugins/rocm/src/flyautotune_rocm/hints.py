@@ -1,0 +1,130 @@
+"""Validation of compile hints for ROCm targets.
+
+ROCm honours ``waves_per_eu`` (occupancy, hence the VGPR budget), and for
+Triton kernels ``num_warps``, ``num_stages`` and a few AMD-only Triton options.
+``maxnreg`` has no AMDGPU equivalent that reaches codegen and is rejected.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional, Tuple
+
+from . import arch as _arch
+
+#: Triton HIP options (``HIPOptions``) that make sense to tune per config.
+TRITON_HIP_HINTS = (
+    "allow_flush_denorm",
+    "enable_fp_fusion",
+    "kpack",
+    "matrix_instr_nonkdim",
+    "schedule_hint",
+    "wgp_cu_mode",
+)
+#: Every hint name a ROCm target accepts.
+ROCM_HINTS = ("num_stages", "num_warps", "waves_per_eu", *TRITON_HIP_HINTS)
+
+MAXNREG_REASON = (
+    "compile hint 'maxnreg'={value!r} is not supported on ROCm: AMDGPU has no per-kernel "
+    "register cap that reaches codegen (amdgpu-num-vgpr is deprecated and counts VGPR+AGPR "
+    "on gfx90a/gfx942/gfx950); use waves_per_eu to bound registers through occupancy"
+)
+
+_WPE_FORMS = "a non-negative int, a (min, max) pair of ints, or a 'min,max' string"
+
+
+def waves_per_eu_range(value: Any, arch: Optional[str] = None) -> Optional[Tuple[int, int]]:
+    """The ``(min, max)`` waves-per-EU range a hint asks for, or None to keep the kernel's own.
+
+    ``None`` and ``0`` (or ``(0, 0)``) return None. An int ``N`` means exactly
+    ``N`` (``(N, N)``). With ``arch``, a value above the chip's wave slots is
+    rejected, because LLVM would ignore it with only a warning.
+
+    :raises TypeError: for a bool, float or other non-int value.
+    :raises ValueError: for a negative value, min > max, a malformed string, a
+        zero minimum with a positive maximum, or a value over the chip's limit.
+    """
+    if value is None:
+        return None
+    original = value
+    if isinstance(value, str):
+        parts = [p.strip() for p in value.split(",")]
+        if len(parts) != 2:
+            raise ValueError(f"compile hint 'waves_per_eu': {original!r} is not a 'min,max' string; expected {_WPE_FORMS}")
+        try:
+            value = (int(parts[0]), int(parts[1]))
+        except ValueError:
+            raise ValueError(
+                f"compile hint 'waves_per_eu': {original!r} has non-integer parts; expected {_WPE_FORMS}"
+            ) from None
+    if isinstance(value, (tuple, list)):
+        if len(value) != 2:
+            raise ValueError(f"compile hint 'waves_per_eu': {original!r} is not a (min, max) pair; expected {_WPE_FORMS}")
+        lo, hi = (_check_count(v, original) for v in value)
+        if lo > hi:
+            raise ValueError(f"compile hint 'waves_per_eu': minimum {lo} > maximum {hi} in {original!r}")
+        if hi == 0:
+            return None
+        if lo == 0:
+            raise ValueError(
+                f"compile hint 'waves_per_eu': {original!r} has minimum 0 with maximum {hi}; "
+                f"a range needs a minimum >= 1 (use 0 alone to keep the kernel's own setting)"
+            )
+    else:
+        lo = hi = _check_count(value, original)
+        if lo == 0:
+            return None
+    if arch is not None:
+        limit = _arch.max_waves_per_eu(arch)
+        if hi > limit:
+            raise ValueError(
+                f"compile hint 'waves_per_eu': {original!r} exceeds the {limit} wave slots per SIMD of "
+                f"{_arch.base_arch(arch)}; LLVM would ignore it (accepted: 0..{limit})"
+            )
+    return (lo, hi)
+
+
+def _check_count(value: Any, original: Any) -> int:
+    if isinstance(value, bool) or not isinstance(value, int):
+        raise TypeError(
+            f"compile hint 'waves_per_eu': {original!r} contains {value!r} "
+            f"({type(value).__name__}); expected {_WPE_FORMS}"
+        )
+    if value < 0:
+        raise ValueError(f"compile hint 'waves_per_eu': {original!r} is negative; expected {_WPE_FORMS}")
+    return value
+
+
+def validate_rocm_hints(hints: Mapping[str, Any], target: Any) -> None:
+    """Raise for any hint a ROCm ``target`` cannot honour; return None when all are fine."""
+    for name, value in hints.items():
+        if value is None:
+            continue
+        if name == "maxnreg":
+            raise ValueError(MAXNREG_REASON.format(value=value))
+        if name not in ROCM_HINTS:
+            raise ValueError(
+                f"compile hint {name!r}={value!r} is not understood by the ROCm backend; "
+                f"accepted: {', '.join(ROCM_HINTS)}"
+            )
+        if name == "waves_per_eu":
+            waves_per_eu_range(value, target.arch)
+        elif name == "num_warps":
+            _check_num_warps(value, target)
+        elif name == "num_stages":
+            if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+                raise ValueError(f"compile hint 'num_stages': {value!r} is not a non-negative int")
+        elif name == "wgp_cu_mode" and value not in ("wgp", "cu"):
+            raise ValueError(f"compile hint 'wgp_cu_mode': {value!r} is not one of 'wgp', 'cu'")
+
+
+def _check_num_warps(value: Any, target: Any) -> None:
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"compile hint 'num_warps': {value!r} is not a non-negative int")
+    if value == 0:
+        return
+    most = 1024 // target.warp_size
+    if value & (value - 1) or value > most:
+        raise ValueError(
+            f"compile hint 'num_warps': {value!r} on {target.arch} (wave{target.warp_size}) must be a "
+            f"power of two up to {most} (1024 threads per workgroup)"
+        )

@@ -1,0 +1,47 @@
+"""flyautotune hook implementations for AMD ROCm targets (entry point ``rocm``)."""
+
+from __future__ import annotations
+
+from typing import Any, Mapping, Optional
+
+from flyautotune import Target, hookimpl
+
+from .hints import validate_rocm_hints
+from .keys import cache_key_axes
+from .mlir import is_mlir_module, lower_module_hints
+from .target import rocm_target
+from .triton_opts import is_triton_kernel, triton_compile_options
+
+BACKEND = "rocm"
+
+
+def _ours(target: Any) -> bool:
+    return getattr(target, "backend", None) == BACKEND
+
+
+@hookimpl
+def flyautotune_target(device: Any) -> Optional[Target]:
+    return rocm_target(device)
+
+
+@hookimpl
+def flyautotune_validate_hints(hints: Mapping[str, Any], target: Target) -> None:
+    if _ours(target):
+        validate_rocm_hints(hints, target)
+
+
+@hookimpl
+def flyautotune_lower_compile_hints(ir: Any, hints: Mapping[str, Any], target: Target) -> Any:
+    if not _ours(target):
+        return None
+    if is_mlir_module(ir):
+        validate_rocm_hints(hints, target)
+        return lower_module_hints(ir, hints, target.arch)
+    if ir is None or is_triton_kernel(ir):
+        return triton_compile_options(hints, target)
+    return None
+
+
+@hookimpl
+def flyautotune_cache_key(target: Target) -> Optional[dict]:
+    return cache_key_axes(target) if _ours(target) else None

@@ -1,0 +1,153 @@
+"""Waves-per-EU lowering onto MLIR ``gpu.func`` kernels, for any MLIR Python binding.
+
+ROCDL lowering copies a ``gpu.func``'s ``llvm.``-prefixed discardable
+attributes onto the ``llvm.func`` it creates, so ``llvm.passthrough`` is the
+attribute that reaches LLVM's ``amdgpu-waves-per-eu`` function attribute. The
+minimum-only ``rocdl.waves_per_eu`` attribute is translated later and would
+overwrite the passthrough value, so it is removed when a hint is applied.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from types import ModuleType
+from typing import Any, Iterator, Mapping, Optional
+
+from .hints import waves_per_eu_range
+
+PASSTHROUGH = "llvm.passthrough"
+ROCDL_WAVES_PER_EU = "rocdl.waves_per_eu"
+WAVES_PER_EU_KEY = "amdgpu-waves-per-eu"
+
+
+def is_mlir_module(obj: Any) -> bool:
+    """True for an MLIR ``Module`` (or ``builtin.module`` op view) from any Python binding."""
+    return hasattr(obj, "operation") and hasattr(obj, "body") and not isinstance(obj, type)
+
+
+def binding_ir(module: Any) -> ModuleType:
+    """The ``ir`` module of the binding ``module`` was built with.
+
+    FlyDSL embeds its binding as ``flydsl._mlir``, upstream MLIR ships ``mlir``;
+    attributes must be created by the binding that owns the module's context.
+    """
+    name = type(module.operation).__module__
+    for marker in ("._mlir_libs", ".dialects"):
+        if marker in name:
+            return importlib.import_module(name.split(marker, 1)[0] + ".ir")
+    mod = sys.modules.get(name)
+    if mod is not None and hasattr(mod, "StringAttr") and hasattr(mod, "ArrayAttr"):
+        return mod
+    raise TypeError(f"cannot tell which MLIR Python binding built {module!r} (type from module {name!r})")
+
+
+def _children(op: Any) -> Iterator[Any]:
+    for region in op.regions:
+        for block in region.blocks:
+            yield from block.operations
+
+
+def gpu_modules(module: Any) -> Iterator[Any]:
+    """Every ``gpu.module`` op in ``module``, including those in nested ``builtin.module`` ops."""
+    stack = [module.operation]
+    while stack:
+        for child in _children(stack.pop()):
+            name = child.operation.name
+            if name == "gpu.module":
+                yield child
+            elif name == "builtin.module":
+                stack.append(child.operation)
+
+
+def kernel_funcs(module: Any) -> Iterator[Any]:
+    """Entry-point ``gpu.func`` ops (those with the ``gpu.kernel`` unit attribute); helpers are skipped."""
+    for gpu_module in gpu_modules(module):
+        for op in _children(gpu_module.operation):
+            if op.operation.name == "gpu.func" and "gpu.kernel" in op.operation.attributes:
+                yield op
+
+
+def _string_value(ir: ModuleType, attr: Any) -> Optional[str]:
+    if isinstance(attr, ir.StringAttr):
+        return attr.value
+    try:
+        return ir.StringAttr(attr).value
+    except (TypeError, ValueError):
+        return None
+
+
+def _entry_key(ir: ModuleType, entry: Any) -> Optional[str]:
+    """The attribute name of one passthrough entry: ``"name"`` or ``["name", "value"]``."""
+    name = _string_value(ir, entry)
+    if name is not None:
+        return name
+    try:
+        pair = entry if isinstance(entry, ir.ArrayAttr) else ir.ArrayAttr(entry)
+    except (TypeError, ValueError):
+        return None
+    return _string_value(ir, pair[0]) if len(pair) else None
+
+
+def set_passthrough(func_op: Any, key: str, value: str, ir: Optional[ModuleType] = None) -> None:
+    """Set ``[key, value]`` in ``func_op``'s ``llvm.passthrough``, replacing any entry for ``key``."""
+    ir = ir or binding_ir(func_op)
+    attrs = func_op.operation.attributes
+    kept = []
+    if PASSTHROUGH in attrs:
+        kept = [entry for entry in ir.ArrayAttr(attrs[PASSTHROUGH]) if _entry_key(ir, entry) != key]
+    entry = ir.ArrayAttr.get([ir.StringAttr.get(key), ir.StringAttr.get(value)])
+    attrs[PASSTHROUGH] = ir.ArrayAttr.get([*kept, entry])
+
+
+def passthrough(func_op: Any) -> dict:
+    """``llvm.passthrough`` of an op as ``{name: value or None}`` (for reading and tests)."""
+    ir = binding_ir(func_op)
+    attrs = func_op.operation.attributes
+    out: dict = {}
+    if PASSTHROUGH not in attrs:
+        return out
+    for entry in ir.ArrayAttr(attrs[PASSTHROUGH]):
+        name = _string_value(ir, entry)
+        if name is not None:
+            out[name] = None
+            continue
+        pair = ir.ArrayAttr(entry)
+        out[_string_value(ir, pair[0])] = _string_value(ir, pair[1]) if len(pair) > 1 else None
+    return out
+
+
+def lower_waves_per_eu(module: Any, waves_per_eu: Any, arch: Optional[str] = None) -> Any:
+    """Materialize ``waves_per_eu`` on every kernel ``gpu.func`` of ``module``; return ``module``.
+
+    ``None`` and ``0`` leave the module as it is. ``N`` becomes the passthrough
+    entry ``["amdgpu-waves-per-eu", "N,N"]``, ``(lo, hi)`` / ``"lo,hi"`` become
+    ``"lo,hi"``. Device helper functions are not touched.
+    """
+    span = waves_per_eu_range(waves_per_eu, arch)
+    if span is None:
+        return module
+    ir = binding_ir(module)
+    value = f"{span[0]},{span[1]}"
+    with module.context:
+        for func_op in kernel_funcs(module):
+            set_passthrough(func_op, WAVES_PER_EU_KEY, value, ir)
+            attrs = func_op.operation.attributes
+            if ROCDL_WAVES_PER_EU in attrs:
+                del attrs[ROCDL_WAVES_PER_EU]
+    return module
+
+
+def lower_module_hints(module: Any, hints: Mapping[str, Any], arch: Optional[str] = None) -> Any:
+    """Apply a hint snapshot to an MLIR module; only ``waves_per_eu`` has an MLIR form.
+
+    :raises ValueError: for a set hint (other than ``waves_per_eu``) that an
+        MLIR kernel cannot take, since its launch shape is fixed in the IR.
+    """
+    for name, value in hints.items():
+        if name != "waves_per_eu" and value not in (None, 0):
+            raise ValueError(
+                f"compile hint {name!r}={value!r} cannot be applied to an MLIR module on ROCm: "
+                f"only waves_per_eu is lowered onto gpu.func kernels (tune launch shape as a kernel kwarg)"
+            )
+    return lower_waves_per_eu(module, hints.get("waves_per_eu"), arch)
