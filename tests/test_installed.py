@@ -24,7 +24,7 @@ def test_installed_plugins_are_discovered_by_name():
 
 PYPROJECT = """
 [build-system]
-requires = ["setuptools>=68"]
+requires = ["setuptools>=61"]
 build-backend = "setuptools.build_meta"
 
 [project]

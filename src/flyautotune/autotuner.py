@@ -38,7 +38,28 @@ class IncompatibleConfigError(ValueError):
 
 def force_search() -> bool:
     """True when ``FLYAUTOTUNE`` asks for a fresh search (cache and default bypassed)."""
-    return os.environ.get(FORCE_ENV, "").strip().lower() in _TRUE
+    raw = _raw_env(_FORCE_KEY)
+    return raw is not None and _decode(raw).strip().lower() in _TRUE
+
+
+# The hot path reads two variables per call; ``os.environ.get`` re-encodes the
+# key and decodes the value each time (microseconds), so read CPython's live
+# backing dict with pre-encoded keys instead, falling back to os.environ.
+_environ_data = getattr(os.environ, "_data", None)
+_encodekey = getattr(os.environ, "encodekey", None)
+if isinstance(_environ_data, dict) and callable(_encodekey):
+    _FORCE_KEY = _encodekey(FORCE_ENV)
+    _CACHE_DIR_KEY = _encodekey(CACHE_DIR_ENV)
+    _raw_env = _environ_data.get
+
+    def _decode(raw: Any) -> str:
+        return os.environ.decodevalue(raw)
+else:  # pragma: no cover - non-CPython
+    _FORCE_KEY, _CACHE_DIR_KEY = FORCE_ENV, CACHE_DIR_ENV
+    _raw_env = os.environ.get
+
+    def _decode(raw: Any) -> str:
+        return raw
 
 
 # -- per-thread launch state ------------------------------------------------
@@ -188,6 +209,7 @@ class Autotuner:
         )
         self._defaults = {n: p.default for n, p in params.items() if p.default is not p.empty}
         self._has_stream = "stream" in params
+        self._var_kw_names = tuple(n for n, p in params.items() if p.kind is p.VAR_KEYWORD)
         if not (callable(configs) or isinstance(configs, (list, tuple))):
             raise TypeError(f"autotune: configs must be a list of Config or a callable, got {configs!r}")
         if not callable(configs):
@@ -222,7 +244,7 @@ class Autotuner:
         self.source_fingerprint = keys.file_fingerprint(self._source_files)
         self._pm = plugin_manager
         self._memo: dict = {}
-        self._memo_dir: Optional[str] = os.environ.get(CACHE_DIR_ENV)
+        self._memo_dir: Any = _raw_env(_CACHE_DIR_KEY)
         self._locks: dict = {}
         self._locks_guard = threading.Lock()
         self._space_fp: Optional[str] = None
@@ -253,47 +275,53 @@ class Autotuner:
     # -- binding and keys ------------------------------------------------------
     def _bind(self, args: tuple, kwargs: dict) -> _Call:
         if self._var_pos:
-            bound = self._sig.bind(*args, **kwargs)
-            named = dict(bound.arguments)
+            named = dict(self._sig.bind(*args, **kwargs).arguments)
         else:
             if len(args) > len(self._positional):
                 raise TypeError(
                     f"{self.name}: takes {len(self._positional)} positional arguments but {len(args)} were given"
                 )
-            named = dict(self._defaults)
-            named.update(zip(self._positional, args))
-            named.update(kwargs)
+            named = self._defaults.copy()
+            if args:
+                named.update(zip(self._positional, args))
+            if kwargs:
+                named.update(kwargs)
+        order = self._params
         if self._var_kw:
-            for n, p in self._sig.parameters.items():
-                if p.kind is p.VAR_KEYWORD and isinstance(named.get(n), dict):
-                    named.update(named.pop(n))
+            for n in self._var_kw_names:
+                extra = named.pop(n, None)
+                if isinstance(extra, dict):
+                    named.update(extra)
+            order = sorted(named)
         tensor_cls = keys.tensor_type()
         tensors = []
         device = None
         if tensor_cls is not None:
-            for n, v in named.items():
+            for n in order:
+                v = named.get(n)
                 if isinstance(v, tensor_cls):
                     tensors.append((n, v))
                     if device is None:
                         device = v.device
-        tensors.sort(key=lambda nv: nv[0])
         return _Call(args, kwargs, named, device, tensors)
 
     def _memo_key(self, call: _Call, snapshot: tuple) -> tuple:
+        # Finer than the persistent key (raw strides, not their pattern): a
+        # memo miss falls through to the store, so this only trades memory for speed.
         named = call.named
         try:
-            key_vals = tuple(keys.key_value(named[k]) for k in self.key)
+            key_vals = tuple([keys.key_value(named[k]) for k in self.key])
         except KeyError as exc:
             raise TypeError(f"{self.name}: key argument {exc.args[0]!r} was not given") from None
-        tens = tuple((n, t.dtype, keys.stride_pattern(t)) for n, t in call.tensors)
-        return (str(call.device), key_vals, tens, snapshot)
+        tens = tuple([(n, t.dtype, t.stride()) for n, t in call.tensors])
+        return (call.device, key_vals, tens, snapshot)
 
     def key_dict(self, call: _Call, target: Target, snapshot: tuple) -> dict:
         """The full, persistent key of a call (what ``flyautotune show`` prints)."""
         return {
             "args": {k: keys.key_value(call.named[k]) for k in sorted(self.key)},
-            "dtypes": {n: str(t.dtype) for n, t in call.tensors},
-            "strides": {n: list(keys.stride_pattern(t)) for n, t in call.tensors},
+            "dtypes": {n: str(t.dtype) for n, t in sorted(call.tensors, key=_first)},
+            "strides": {n: list(keys.stride_pattern(t)) for n, t in sorted(call.tensors, key=_first)},
             "hints": [list(kv) for kv in snapshot],
             "target": target.to_dict(),
             "backend": backend_axes(target, self.pm),
@@ -322,7 +350,7 @@ class Autotuner:
         return self._select(self._bind(args, kwargs))[0]
 
     def _select(self, call: _Call) -> tuple:
-        cache_dir = os.environ.get(CACHE_DIR_ENV)
+        cache_dir = _raw_env(_CACHE_DIR_KEY)
         if cache_dir != self._memo_dir:
             self._memo = {}
             self._memo_dir = cache_dir
@@ -570,6 +598,10 @@ class Autotuner:
         if obj is None:
             return self
         return functools.partial(self.__call__, obj)
+
+
+def _first(pair: tuple) -> Any:
+    return pair[0]
 
 
 def _config_repr(config: Config) -> Any:

@@ -34,9 +34,9 @@ def stride_pattern(tensor: Any) -> tuple:
 
 def key_value(value: Any) -> Any:
     """A key arg's contribution: a tensor gives its shape, anything else itself."""
-    if is_tensor(value):
-        return tuple(value.shape)
-    if hasattr(value, "dtype") and hasattr(value, "shape") and not isinstance(value, (int, float, str)):
+    if isinstance(value, (int, str, float)):
+        return value
+    if is_tensor(value) or (hasattr(value, "dtype") and hasattr(value, "shape")):
         return tuple(value.shape)
     return value
 
