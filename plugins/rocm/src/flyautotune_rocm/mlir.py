@@ -60,11 +60,17 @@ def gpu_modules(module: Any) -> Iterator[Any]:
                 stack.append(child.operation)
 
 
+#: How bindings spell the kernel marker of ``gpu.func``: recent MLIR keeps it as
+#: ``kernel`` (printed as the ``kernel`` keyword), older releases as ``gpu.kernel``.
+KERNEL_MARKERS = ("gpu.kernel", "kernel")
+
+
 def kernel_funcs(module: Any) -> Iterator[Any]:
-    """Entry-point ``gpu.func`` ops (those with the ``gpu.kernel`` unit attribute); helpers are skipped."""
+    """Entry-point ``gpu.func`` ops (those marked ``kernel``); device helpers are skipped."""
     for gpu_module in gpu_modules(module):
         for op in _children(gpu_module.operation):
-            if op.operation.name == "gpu.func" and "gpu.kernel" in op.operation.attributes:
+            attrs = op.operation.attributes
+            if op.operation.name == "gpu.func" and any(m in attrs for m in KERNEL_MARKERS):
                 yield op
 
 
