@@ -419,7 +419,7 @@ class Autotuner:
 
     def _pack_paths(self) -> list:
         packs = self._packs() if callable(self._packs) else self._packs
-        return [str(p) for p in packs]
+        return list(packs)
 
     def _usable(self, entry: Any, call: _Call, target: Target, snapshot: tuple, where: str) -> Optional[Config]:
         """A stored/shipped winner, or None when it no longer fits this kernel."""
