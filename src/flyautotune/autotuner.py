@@ -62,14 +62,11 @@ else:  # pragma: no cover - non-CPython
         return raw
 
 
-# -- per-thread launch state ------------------------------------------------
-
-_launch = threading.local()
-
 
 def current_target() -> Optional[Target]:
     """The target of the launch running on this thread (inside a tuned call), else None."""
-    return getattr(_launch, "target", None)
+    launch = getattr(_hints._local, "launch", None)
+    return launch[0] if launch else None
 
 
 def lower_compile_hints(ir: Any = None, target: Optional[Target] = None, hints: Optional[Mapping] = None) -> Any:
@@ -92,7 +89,8 @@ def lower_compile_hints(ir: Any = None, target: Optional[Target] = None, hints: 
                 "(e.g. flyautotune.target_for(device))"
             )
     snapshot = dict(_hints.current_hints() if hints is None else _hints.merge_hints(_hints.normalize_hints(hints)))
-    pm = getattr(_launch, "pm", None) or plugin_manager()
+    launch = getattr(_hints._local, "launch", None)
+    pm = (launch[1] if launch else None) or plugin_manager()
     result = pm.hook.flyautotune_lower_compile_hints(ir=ir, hints=snapshot, target=target)
     if result is None:
         return {} if ir is None else ir
@@ -160,17 +158,33 @@ def clear_caches() -> None:
 # -- the tuner -------------------------------------------------------------------
 
 
+class _Plan:
+    """A picked config, prepared once so a cache hit does no merging."""
+
+    __slots__ = ("config", "target", "source", "kwargs", "layers", "launch")
+
+    def __init__(self, config: Config, target: Target, source: str, snapshot: tuple, pm: Any) -> None:
+        self.config = config
+        self.target = target
+        self.source = source
+        self.kwargs = config.kwargs
+        effective = _hints.merge_hints(dict(snapshot), config.hints)
+        self.layers = [effective] if effective else []
+        self.launch = (target, pm)
+
+
 class _Call:
     """One call's arguments, bound once."""
 
-    __slots__ = ("args", "kwargs", "named", "device", "tensors")
+    __slots__ = ("args", "kwargs", "named", "device", "tensors", "layout")
 
-    def __init__(self, args, kwargs, named, device, tensors):
+    def __init__(self, args, kwargs, named, device, tensors, layout):
         self.args = args
         self.kwargs = kwargs
         self.named = named
         self.device = device
         self.tensors = tensors
+        self.layout = layout
 
 
 class Autotuner:
@@ -295,26 +309,26 @@ class Autotuner:
             order = sorted(named)
         tensor_cls = keys.tensor_type()
         tensors = []
+        layout = []
         device = None
         if tensor_cls is not None:
             for n in order:
                 v = named.get(n)
                 if isinstance(v, tensor_cls):
                     tensors.append((n, v))
+                    layout.append((n, v.dtype, v.stride()))
                     if device is None:
                         device = v.device
-        return _Call(args, kwargs, named, device, tensors)
+        return _Call(args, kwargs, named, device, tensors, layout)
 
     def _memo_key(self, call: _Call, snapshot: tuple) -> tuple:
         # Finer than the persistent key (raw strides, not their pattern): a
         # memo miss falls through to the store, so this only trades memory for speed.
-        named = call.named
         try:
-            key_vals = tuple([keys.key_value(named[k]) for k in self.key])
+            key_vals = tuple(map(keys.key_value, map(call.named.__getitem__, self.key)))
         except KeyError as exc:
             raise TypeError(f"{self.name}: key argument {exc.args[0]!r} was not given") from None
-        tens = tuple([(n, t.dtype, t.stride()) for n, t in call.tensors])
-        return (call.device, key_vals, tens, snapshot)
+        return (call.device, key_vals, tuple(call.layout), snapshot)
 
     def key_dict(self, call: _Call, target: Target, snapshot: tuple) -> dict:
         """The full, persistent key of a call (what ``flyautotune show`` prints)."""
@@ -337,43 +351,43 @@ class Autotuner:
     # -- call paths ------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
         call = self._bind(args, kwargs)
-        config, target, snapshot = self._select(call)
+        plan = self._select(call)
         if self.reset_to_zero:
             self._zero(call)
         stream = call.named.get("stream") if self._has_stream else None
         if stream is not None:
             stream = streams.resolve_stream(stream, call.device)
-        return self._run(config, call, target, snapshot, stream)
+        return self._run_plan(plan, call, stream)
 
     def resolve_config(self, *args: Any, **kwargs: Any) -> Config:
         """The config a call with these arguments would run (tuning if needed), without launching it."""
-        return self._select(self._bind(args, kwargs))[0]
+        return self._select(self._bind(args, kwargs)).config
 
-    def _select(self, call: _Call) -> tuple:
+    def _select(self, call: _Call) -> "_Plan":
         cache_dir = _raw_env(_CACHE_DIR_KEY)
         if cache_dir != self._memo_dir:
             self._memo = {}
             self._memo_dir = cache_dir
         snapshot = self._snapshot()
         mkey = self._memo_key(call, snapshot)
-        hit = self._memo.get(mkey)
-        forced = force_search()
-        if hit is not None and (not forced or hit[2] == "search"):
+        plan = self._memo.get(mkey)
+        if plan is not None and (plan.source == "search" or _raw_env(_FORCE_KEY) is None or not force_search()):
             self.last_source = "memory"
-            self.last_config = hit[0]
-            return hit[0], hit[1], snapshot
+            self.last_config = plan.config
+            return plan
+        forced = force_search()
         with self._lock_for(mkey):
-            hit = self._memo.get(mkey)
-            if hit is not None and (not forced or hit[2] == "search"):
+            plan = self._memo.get(mkey)
+            if plan is not None and (not forced or plan.source == "search"):
                 self.last_source = "memory"
-                self.last_config = hit[0]
-                return hit[0], hit[1], snapshot
+                self.last_config = plan.config
+                return plan
             target = target_for(call.device, self.pm)
             config, source = self._select_cold(call, target, snapshot, forced)
-            self._memo[mkey] = (config, target, source)
+            plan = self._memo[mkey] = _Plan(config, target, source, snapshot, self._pm)
             self.last_source = source
             self.last_config = config
-            return config, target, snapshot
+            return plan
 
     def _lock_for(self, mkey: tuple) -> threading.Lock:
         with self._locks_guard:
@@ -464,29 +478,29 @@ class Autotuner:
 
     # -- running -------------------------------------------------------------------------
     def _run(self, config: Config, call: _Call, target: Target, snapshot: tuple, stream: Any) -> Any:
-        effective = _hints.merge_hints(dict(snapshot), config.hints) if config.hints or snapshot else {}
-        state = _launch
-        old_stack = getattr(_hints._local, "stack", None)
-        old_target = getattr(state, "target", None)
-        old_pm = getattr(state, "pm", None)
+        return self._run_plan(_Plan(config, target, "search", snapshot, self._pm), call, stream)
+
+    def _run_plan(self, plan: "_Plan", call: _Call, stream: Any) -> Any:
+        local = _hints._local
+        old_stack = getattr(local, "stack", None)
+        old_launch = getattr(local, "launch", None)
         # The launch sees exactly the effective snapshot: install it as the
-        # thread's only hint layer, and restore the caller's stack afterwards.
-        _hints._local.stack = [effective] if effective else []
-        state.target = target
-        state.pm = self._pm
+        # thread's only hint layer (a fresh list: the launch may nest blocks),
+        # and restore the caller's stack afterwards.
+        local.stack = plan.layers.copy()
+        local.launch = plan.launch
         try:
             kwargs = call.kwargs
-            if config.kwargs:
-                kwargs = {**kwargs, **config.kwargs}
-            if self._has_stream and stream is not None:
+            if plan.kwargs:
+                kwargs = {**kwargs, **plan.kwargs}
+            if stream is not None and self._has_stream:
                 kwargs["stream"] = stream
-            if config.pre_hook is not None:
-                config.pre_hook({**call.named, **kwargs})
+            if plan.config.pre_hook is not None:
+                plan.config.pre_hook({**call.named, **kwargs})
             return self.fn(*call.args, **kwargs)
         finally:
-            _hints._local.stack = old_stack if old_stack is not None else []
-            state.target = old_target
-            state.pm = old_pm
+            local.stack = old_stack if old_stack is not None else []
+            local.launch = old_launch
 
     def _zero(self, call: _Call) -> None:
         for n in self.reset_to_zero:
