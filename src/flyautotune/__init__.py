@@ -25,6 +25,9 @@ from .plugins import (  # noqa: E402
     register,
 )
 from .target import Target  # noqa: E402
+from .logs import configure_from_env as _configure_logging  # noqa: E402
+
+_configure_logging()
 
 __all__ = [
     "Adopter",
