@@ -102,3 +102,19 @@ def test_range_gives_the_compiler_room_between_bounds(parse, mlir_text):
     assert span.waves_per_eu_attr == "2,4"
     assert 2 <= span.isa.occupancy <= 4
     assert span.binary_sha256 not in (exact2.binary_sha256, exact4.binary_sha256)
+
+
+@pytest.mark.parametrize("arch, slots", [("gfx942", 8), ("gfx950", 8), ("gfx908", 10), ("gfx1030", 16), ("gfx1010", 20)])
+def test_llvm_ignores_waves_per_eu_above_the_wave_slots(arch, slots, parse, mlir_text):
+    # Why validation rejects waves_per_eu above max_waves_per_eu(arch): LLVM
+    # only warns and compiles the kernel as if there were no hint.
+    def isa(w):
+        attrs = f'llvm.passthrough = [["amdgpu-waves-per-eu", "{w},{w}"]]' if w else ""
+        return kernel_isa(mlir_to_amdgcn(parse(mlir_text.module(mlir_text.rownorm("k", 64, attrs))), arch), "k")
+
+    unhinted, at_limit, over = isa(0), isa(slots), isa(slots + 1)
+    assert at_limit.vgpr_alloc < unhinted.vgpr_alloc
+    assert over.vgpr_alloc == unhinted.vgpr_alloc and over.vgpr_spills == unhinted.vgpr_spills == 0
+    target = fat.Target("rocm", arch, 64 if arch.startswith("gfx9") else 32)
+    with pytest.raises(ValueError, match=f"exceeds the {slots} wave slots per SIMD of {arch}"):
+        lower(parse(mlir_text.module(mlir_text.rownorm("k", 64))), target, waves_per_eu=slots + 1)

@@ -178,15 +178,16 @@ def kernel_isa(asm: str, name: Optional[str] = None, arch: Optional[str] = None)
     raise KeyError(f"no kernel {name!r} in the assembly; kernels: {[k.name for k in kernels]}")
 
 
-_DEFINE = r"define\s+(?:[\w()]+\s+)*amdgpu_kernel\s+void\s+@\"?{name}\"?\s*\([^)]*\)[^{{]*?#(\d+)"
-
-
 def llvm_fn_attribute(llvm_ir: str, function: str, attribute: str) -> Optional[str]:
     """The value of string attribute ``attribute`` on kernel ``function`` in textual LLVM IR."""
-    m = re.search(_DEFINE.format(name=re.escape(function)), llvm_ir)
-    if not m:
+    head = re.compile(rf"^define\s.*\bamdgpu_kernel\s.*@\"?{re.escape(function)}\"?\(", re.M)
+    m = head.search(llvm_ir)
+    line = llvm_ir[m.start(): llvm_ir.find("\n", m.start())] if m else ""
+    # Arguments never contain '#', so the first '#N' on the line is the attribute group.
+    ref = re.search(r"#(\d+)", line)
+    if not ref:
         raise KeyError(f"no amdgpu_kernel @{function} with an attribute group in the LLVM IR")
-    group = re.search(rf"^attributes #{m.group(1)} = \{{(.*)\}}\s*$", llvm_ir, re.M)
+    group = re.search(rf"^attributes #{ref.group(1)} = \{{(.*)\}}\s*$", llvm_ir, re.M)
     if not group:
         return None
     value = re.search(rf'"{re.escape(attribute)}"="([^"]*)"', group.group(1))
