@@ -1,0 +1,266 @@
+"""Public entry points: ``rmsnorm`` (default config) and ``rmsnorm_autotuned``.
+
+``y = x * rsqrt(mean(x**2, -1) + eps) * weight`` over the last dimension,
+computed in fp32 and rounded once to ``x.dtype``.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+import flyautotune as fat
+
+from . import factory as _factory_mod
+from . import kernel as _kernel_mod
+from . import space
+from .factory import DTYPE_STRS, make_launcher
+from .kernel import jit_kernel
+
+_DTYPE_STR: dict = {}
+
+
+def _dtype_strs() -> dict:
+    if not _DTYPE_STR:
+        import torch
+
+        _DTYPE_STR.update({torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"})
+    return _DTYPE_STR
+
+
+def dtype_str(dtype: Any) -> str:
+    """``torch.bfloat16`` -> ``"bf16"`` (also accepts the short names)."""
+    if isinstance(dtype, str) and dtype in DTYPE_STRS:
+        return dtype
+    s = _dtype_strs().get(dtype)
+    if s is None:
+        raise TypeError(f"rmsnorm: dtype {dtype} is not supported; accepted: torch.bfloat16, torch.float16, "
+                        f"torch.float32")
+    return s
+
+
+def _row_stride(t: Any, N: int) -> Optional[int]:
+    """Elements between consecutive rows when all leading dims collapse to one; else None."""
+    shape, strides = t.shape, t.stride()
+    rs = None
+    expected = None
+    for i in range(len(shape) - 2, -1, -1):
+        if shape[i] == 1:
+            continue
+        if rs is None:
+            rs = strides[i]
+        elif strides[i] != expected:
+            return None
+        expected = strides[i] * shape[i]
+    return N if rs is None else rs
+
+
+def _check(x: Any, weight: Any, eps: Any, out: Any) -> tuple:
+    """Validate the inputs; returns ``(x, weight, y, M, N, sx, sy, dtype_str, result)``."""
+    import torch
+
+    if not isinstance(x, torch.Tensor):
+        raise TypeError(f"rmsnorm: x must be a torch.Tensor, got {type(x).__name__}")
+    if not isinstance(weight, torch.Tensor):
+        raise TypeError(f"rmsnorm: weight must be a torch.Tensor, got {type(weight).__name__}")
+    ds = _dtype_strs().get(x.dtype)
+    if ds is None:
+        raise TypeError(f"rmsnorm: x.dtype={x.dtype} is not supported; accepted: torch.bfloat16, "
+                        f"torch.float16, torch.float32")
+    if weight.dtype not in _DTYPE_STR:
+        raise TypeError(f"rmsnorm: weight.dtype={weight.dtype} is not supported; accepted: torch.bfloat16, "
+                        f"torch.float16, torch.float32")
+    if x.dim() == 0:
+        raise ValueError("rmsnorm: x must have at least one dimension (..., N), got a 0-d tensor")
+    shape = x.shape
+    N = shape[-1]
+    if weight.dim() != 1 or weight.shape[0] != N:
+        raise ValueError(f"rmsnorm: weight.shape={tuple(weight.shape)} must be ({N},) to match the last "
+                         f"dimension of x.shape={tuple(shape)}")
+    device = x.device
+    if weight.device != device:
+        raise ValueError(f"rmsnorm: x is on {device} but weight is on {weight.device}; put both on one device")
+    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0:
+        raise ValueError(f"rmsnorm: eps={eps!r} must be a non-negative float")
+    if N > 1 and x.stride(-1) != 1:
+        raise ValueError(f"rmsnorm: x has stride {x.stride(-1)} in its last dimension; the kernel reads "
+                         f"rows of contiguous elements: pass x.contiguous()")
+    if N > 1 and weight.stride(0) != 1:
+        weight = weight.contiguous()  # N elements: a copy costs nothing next to the rows
+    M = x.numel() // N if N else 0
+    for d in shape[:-1]:
+        if d == 0:
+            M = 0
+    if x.dim() == 2:
+        sx = x.stride(0) if shape[0] > 1 else N
+    else:
+        sx = _row_stride(x, N)
+        if sx is None:
+            x = x.reshape(M, N)  # leading dims that no single row stride describes: one copy
+            sx = N
+    if out is None:
+        y = torch.empty(shape, dtype=x.dtype, device=device)
+        sy = N
+        result = y
+    else:
+        if not isinstance(out, torch.Tensor):
+            raise TypeError(f"rmsnorm: out must be a torch.Tensor or None, got {type(out).__name__}")
+        if out.shape != shape:
+            raise ValueError(f"rmsnorm: out.shape={tuple(out.shape)} must equal x.shape={tuple(shape)}")
+        if out.dtype != x.dtype:
+            raise TypeError(f"rmsnorm: out.dtype={out.dtype} must equal x.dtype={x.dtype}")
+        if out.device != device:
+            raise ValueError(f"rmsnorm: x is on {device} but out is on {out.device}")
+        if N > 1 and out.stride(-1) != 1:
+            raise ValueError(f"rmsnorm: out has stride {out.stride(-1)} in its last dimension; it must be 1")
+        sy = _row_stride(out, N)
+        if sy is None:
+            raise ValueError(f"rmsnorm: out with shape {tuple(out.shape)} and strides {out.stride()} has no "
+                             f"single row stride; pass a contiguous out (or one whose rows are evenly spaced)")
+        y = result = out
+    return x, weight, y, M, N, sx, sy, ds, result
+
+
+# -- launching -------------------------------------------------------------------
+
+_targets: dict = {}
+_options: dict = {}
+
+
+def _target(device: Any) -> fat.Target:
+    t = _targets.get(device)
+    if t is None:
+        t = _targets[device] = fat.target_for(device)
+    return t
+
+
+def _compile_options(target: fat.Target, block_threads: int) -> tuple:
+    """num_warps from BLOCK_THREADS, then the lowered hint snapshot (cached per snapshot)."""
+    hints = fat.current_hints()
+    key = (target, block_threads, tuple(sorted(hints.items())) if hints else ())
+    opts = _options.get(key)
+    if opts is None:
+        lowered = fat.lower_compile_hints(ir=jit_kernel(), target=target)
+        if not isinstance(lowered, dict):
+            raise TypeError(f"rmsnorm: the {target.backend} backend lowered the hints to {lowered!r}; "
+                            f"a Triton kernel needs a dict of compile options")
+        merged = {"num_warps": max(1, block_threads // target.warp_size)}
+        merged.update(lowered)
+        opts = _options[key] = tuple(sorted(merged.items()))
+    return opts
+
+
+def clear_caches() -> None:
+    """Forget cached targets and lowered options (after the plugin set changes)."""
+    _targets.clear()
+    _options.clear()
+
+
+def launch(x, weight, out, M, N, dtype, eps, sx, sy, stream=None,
+           BLOCK_THREADS=None, ROWS_PER_PROGRAM=1, CHUNK=0):
+    """Run one config on prepared arguments (what the tuner calls)."""
+    if BLOCK_THREADS is None:
+        raise fat.IncompatibleConfigError("rmsnorm: a config must set BLOCK_THREADS")
+    launcher = make_launcher(N, dtype, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK)
+    if x.device.type == "cpu":
+        launcher(x, weight, out, M, sx, sy, eps, None, (), True)
+        return out
+    target = fat.current_target() or _target(x.device)
+    launcher(x, weight, out, M, sx, sy, eps, stream, _compile_options(target, BLOCK_THREADS))
+    return out
+
+
+_tuned_launch = fat.autotune(
+    configs=space.configs,
+    key=["M", "N", "dtype"],
+    name="rmsnorm",
+    default=space.default,
+    restore_value=["x"],  # out= may alias x: every rep must see the original rows
+    source_files=[_kernel_mod.__file__, _factory_mod.__file__, space.__file__],
+)(launch)
+
+_defaults: dict = {}
+
+
+def rmsnorm(x, weight, eps: float = 1e-6, out=None, stream=None):
+    """RMSNorm over the last dimension with the default config (never tunes).
+
+    :param x: ``(..., N)`` bf16/fp16/fp32 tensor; rows may be strided, the last
+        dimension must be contiguous.
+    :param weight: ``(N,)`` bf16/fp16/fp32 tensor on the same device.
+    :param eps: added to the mean square.
+    :param out: optional output, same shape and dtype as ``x`` (may be ``x``).
+    :param stream: a torch stream, a raw stream handle, or None (the device's
+        current stream).
+    :returns: ``out`` or a new tensor shaped like ``x``.
+    """
+    x2, w, y, M, N, sx, sy, ds, result = _check(x, weight, eps, out)
+    if M == 0:
+        return result
+    dkey = (M, N, ds, x2.device.type)
+    cfg = _defaults.get(dkey)
+    if cfg is None:
+        backend = "cpu" if x2.device.type == "cpu" else _target(x2.device).backend
+        cfg = _defaults[dkey] = space.default_config(M, N, ds, backend).kwargs
+    launch(x2, w, y, M, N, ds, float(eps), sx, sy, stream, **cfg)
+    return result
+
+
+def rmsnorm_autotuned(x, weight, eps: float = 1e-6, out=None, stream=None):
+    """RMSNorm over the last dimension with the tuned config for ``(M, N, dtype)``.
+
+    Same arguments as :func:`rmsnorm`. The first call of a shape uses a stored
+    winner, or the default; ``FLYAUTOTUNE=1`` searches the space and stores the
+    winner.
+    """
+    x2, w, y, M, N, sx, sy, ds, result = _check(x, weight, eps, out)
+    if M == 0:
+        return result
+    if stream is None:
+        _tuned_launch(x2, w, y, M, N, ds, float(eps), sx, sy)
+    else:
+        _tuned_launch(x2, w, y, M, N, ds, float(eps), sx, sy, stream=stream)
+    return result
+
+
+# -- adopter helpers ----------------------------------------------------------------
+
+
+def specialize(x, weight, *args, **kwargs) -> dict:
+    """The factory specialization of a call: ``N`` and ``dtype_str``."""
+    return {"N": int(x.shape[-1]), "dtype_str": dtype_str(x.dtype)}
+
+
+def example(shape, dtype, device) -> tuple:
+    """Random inputs for ``rmsnorm_autotuned``: ``((x, weight), {"eps": 1e-6})``."""
+    import torch
+
+    ds = dtype_str(dtype)
+    tdt = {v: k for k, v in _dtype_strs().items()}[ds]
+    shape = tuple(int(s) for s in shape)
+    x = torch.randn(shape, dtype=tdt, device=device)
+    w = torch.rand(shape[-1], dtype=tdt, device=device) + 0.5
+    return (x, w), {"eps": 1e-6}
+
+
+def bytes_moved(x, weight, *args, **kwargs) -> int:
+    """Read x, write y (same size), read the weight once."""
+    return 2 * x.numel() * x.element_size() + weight.numel() * weight.element_size()
+
+
+def compile_spec(shape, dtype, config) -> tuple:
+    """``(kernel, signature, constexprs)`` of the Triton kernel ``config`` builds for a contiguous input."""
+    ds = dtype_str(dtype)
+    N = int(shape[-1])
+    M = 1
+    for d in shape[:-1]:
+        M *= int(d)
+    kw = config.kwargs
+    launcher = make_launcher(N, ds, kw["BLOCK_THREADS"], kw.get("ROWS_PER_PROGRAM", 1), kw.get("CHUNK", 0))
+    from .factory import _CONST_NAMES, row_vec
+
+    rv = row_vec(N, N, launcher.elem)
+    consts = dict(zip(_CONST_NAMES, launcher._constexprs(M, rv)))
+    sig = {"X": f"*{ds}", "W": f"*{ds}", "Y": f"*{ds}", "M": "i32", "sx_vec": "i32", "sy_vec": "i32",
+           "eps": "fp32"}
+    sig.update({k: "constexpr" for k in consts})
+    return jit_kernel(), sig, consts

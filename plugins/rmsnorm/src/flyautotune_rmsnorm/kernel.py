@@ -1,0 +1,122 @@
+"""The RMSNorm kernel body (Triton) and the factory that specializes it.
+
+One body serves every configuration; the structural knobs are constexprs:
+
+* ``ROWS``: rows per program (several rows amortize the weight load and keep
+  enough bytes in flight when a row is short).
+* ``NUM_CHUNKS``: 1 holds the whole row in registers (one pass over DRAM);
+  more streams the row in ``BLOCK_N``-wide chunks twice — a sum-of-squares
+  pass, then a normalize pass that re-reads the row (from L2, newest chunk
+  first) — so very long rows do not spill.
+
+Compile hints (``num_warps``, ``num_stages``, ``maxnreg`` ...) never appear
+here: the backend lowers them into Triton compile options at launch.
+"""
+
+from __future__ import annotations
+
+import triton
+import triton.language as tl
+
+
+def _rmsnorm_fwd(
+    X,
+    W,
+    Y,
+    M,
+    sx_vec,  # row stride of X in units of ROW_VEC elements
+    sy_vec,  # row stride of Y in units of ROW_VEC elements
+    eps,
+    N: tl.constexpr,
+    BLOCK_N: tl.constexpr,
+    ROWS: tl.constexpr,
+    NUM_CHUNKS: tl.constexpr,
+    EVEN_N: tl.constexpr,
+    EVEN_M: tl.constexpr,
+    ROW_VEC: tl.constexpr,
+):
+    pid = tl.program_id(0)
+    rows = pid * ROWS + tl.arange(0, ROWS)
+    cols = tl.arange(0, BLOCK_N)
+    # int64 row offsets: M * stride may exceed 2**31 elements.
+    rows64 = rows.to(tl.int64)
+    x_row = X + (rows64 * sx_vec * ROW_VEC)[:, None]
+    y_row = Y + (rows64 * sy_vec * ROW_VEC)[:, None]
+    row_ok = (rows < M)[:, None]
+
+    if NUM_CHUNKS == 1:
+        # Whole row in registers: one read of x, one write of y.
+        col_ok = (cols < N)[None, :]
+        if EVEN_N:
+            if EVEN_M:
+                x = tl.load(x_row + cols[None, :], eviction_policy="evict_first")
+            else:
+                x = tl.load(x_row + cols[None, :], mask=row_ok, other=0.0, eviction_policy="evict_first")
+            w = tl.load(W + cols, eviction_policy="evict_last")
+        else:
+            x = tl.load(x_row + cols[None, :], mask=row_ok & col_ok, other=0.0, eviction_policy="evict_first")
+            w = tl.load(W + cols, mask=cols < N, other=0.0, eviction_policy="evict_last")
+        xf = x.to(tl.float32)
+        # tl.reduce with tl.sum's own combine: a compiled-mode tl.sum cannot run in the
+        # interpreter, and this combine is the one the interpreter sums with numpy.
+        rstd = tl.rsqrt(tl.reduce(xf * xf, 1, tl.standard._sum_combine) / N + eps)
+        y = (xf * rstd[:, None] * w.to(tl.float32)[None, :]).to(Y.dtype.element_ty)
+        if EVEN_N:
+            if EVEN_M:
+                tl.store(y_row + cols[None, :], y)
+            else:
+                tl.store(y_row + cols[None, :], y, mask=row_ok)
+        else:
+            tl.store(y_row + cols[None, :], y, mask=row_ok & col_ok)
+    else:
+        # Pass 1: sum of squares, chunk by chunk; keep x in L2 for pass 2.
+        acc = tl.full([ROWS, BLOCK_N], 0.0, tl.float32)
+        for c in range(NUM_CHUNKS):
+            offs = c * BLOCK_N + cols
+            if EVEN_N and EVEN_M:
+                x = tl.load(x_row + offs[None, :], eviction_policy="evict_last")
+            else:
+                x = tl.load(x_row + offs[None, :], mask=row_ok & (offs < N)[None, :], other=0.0,
+                            eviction_policy="evict_last")
+            xf = x.to(tl.float32)
+            acc += xf * xf
+        rstd = tl.rsqrt(tl.reduce(acc, 1, tl.standard._sum_combine) / N + eps)
+        # Pass 2: newest chunk first, so the re-read hits what L2 kept last.
+        for i in range(NUM_CHUNKS):
+            offs = (NUM_CHUNKS - 1 - i) * BLOCK_N + cols
+            if EVEN_N and EVEN_M:
+                x = tl.load(x_row + offs[None, :], eviction_policy="evict_first")
+                w = tl.load(W + offs, eviction_policy="evict_last")
+            else:
+                ok = row_ok & (offs < N)[None, :]
+                x = tl.load(x_row + offs[None, :], mask=ok, other=0.0, eviction_policy="evict_first")
+                w = tl.load(W + offs, mask=offs < N, other=0.0, eviction_policy="evict_last")
+            y = (x.to(tl.float32) * rstd[:, None] * w.to(tl.float32)[None, :]).to(Y.dtype.element_ty)
+            if EVEN_N and EVEN_M:
+                tl.store(y_row + offs[None, :], y)
+            else:
+                tl.store(y_row + offs[None, :], y, mask=row_ok & (offs < N)[None, :])
+
+
+# The same body, compiled for GPUs and interpreted on CPU tensors.
+_JIT_ARGS = dict(do_not_specialize=["M", "sx_vec", "sy_vec"])
+_jit_kernel = None
+_interp_kernel = None
+
+
+def jit_kernel():
+    """The Triton ``JITFunction`` of the body (built once)."""
+    global _jit_kernel
+    if _jit_kernel is None:
+        _jit_kernel = triton.runtime.jit.JITFunction(_rmsnorm_fwd, **_JIT_ARGS)
+    return _jit_kernel
+
+
+def interpreted_kernel():
+    """The body under Triton's interpreter (CPU tensors; built once)."""
+    global _interp_kernel
+    if _interp_kernel is None:
+        from triton.runtime.interpreter import InterpretedFunction
+
+        _interp_kernel = InterpretedFunction(_rmsnorm_fwd, **_JIT_ARGS)
+    return _interp_kernel

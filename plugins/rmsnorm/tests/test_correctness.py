@@ -1,0 +1,129 @@
+"""The kernel computes RMSNorm (fp64-referenced), on CPU through Triton's interpreter."""
+
+import pytest
+import torch
+
+from flyautotune_rmsnorm.reference import relative_error, rmsnorm_reference, tolerance
+from flyautotune_rmsnorm import make_launcher, rmsnorm, rmsnorm_autotuned
+from flyautotune_rmsnorm.space import cuda_space, rocm_space
+
+DTYPES = [torch.bfloat16, torch.float16, torch.float32]
+
+
+def assert_close(y, x, w, eps=1e-6):
+    assert not torch.isnan(y).any(), "NaN in the output (an element was not written)"
+    err = relative_error(y, rmsnorm_reference(x, w, eps))
+    assert err <= tolerance(y.dtype), f"relative error {err:.3g} > {tolerance(y.dtype)} for {y.dtype}"
+
+
+def inputs(shape, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    x = (torch.randn(shape, generator=g) * 3).to(dtype)
+    w = (torch.rand(shape[-1], generator=g) + 0.5).to(dtype)
+    return x, w
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("shape", [(1, 4096), (3, 1000), (5, 33), (2, 7), (4, 3, 128), (2, 2, 2, 300), (37,)],
+                         ids=str)
+def test_rmsnorm_matches_fp64_reference(shape, dtype):
+    x, w = inputs(shape, dtype)
+    y = rmsnorm(x, w)
+    assert y.shape == x.shape and y.dtype == dtype
+    assert_close(y, x, w)
+
+
+def test_eps_is_honoured():
+    x, w = inputs((3, 64), torch.float32)
+    x[1] = 1e-3  # mean square 1e-6: eps of the same size halves the scale
+    y = rmsnorm(x, w, eps=1e-6)
+    assert_close(y, x, w, eps=1e-6)
+    assert relative_error(y, rmsnorm_reference(x, w, eps=0.0)) > 1e-3
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_strided_rows_are_read_in_place(dtype):
+    base, w = inputs((6, 160), dtype)
+    x = base[::2, 16:144]  # row stride 320, column offset 16
+    assert x.stride() == (320, 1)
+    y = rmsnorm(x, w[:128].contiguous())
+    assert_close(y, x, w[:128])
+
+
+def test_3d_input_with_padded_rows():
+    base, _ = inputs((2, 3, 100), torch.float32)
+    x = base[:, :, :96]  # leading dims collapse to one row stride of 100
+    w = torch.rand(96) + 0.5
+    assert_close(rmsnorm(x, w), x, w)
+
+
+def test_leading_dims_without_one_row_stride_are_copied_once():
+    base, _ = inputs((4, 6, 64), torch.float32)
+    x = base[:, ::2, :].transpose(0, 1)  # (3, 4, 64): no single row stride
+    w = torch.rand(64) + 0.5
+    y = rmsnorm(x, w)
+    assert y.shape == x.shape
+    assert_close(y, x, w)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_out_is_written_and_returned(dtype):
+    x, w = inputs((4, 96), dtype)
+    out = torch.full_like(x, float("nan"))
+    got = rmsnorm(x, w, out=out)
+    assert got is out
+    assert_close(out, x, w)
+
+
+def test_out_with_strided_rows_leaves_the_gaps_alone():
+    x, w = inputs((3, 64), torch.float32)
+    buf = torch.full((3, 80), -7.0)
+    out = buf[:, :64]
+    rmsnorm(x, w, out=out)
+    assert_close(out, x, w)
+    assert torch.all(buf[:, 64:] == -7.0)
+
+
+def test_in_place_out_equals_x():
+    x, w = inputs((5, 48), torch.float32)
+    expected = rmsnorm_reference(x, w)
+    got = rmsnorm(x, w, out=x)
+    assert got is x
+    assert relative_error(x, expected) <= tolerance(torch.float32)
+
+
+def test_weight_of_another_float_dtype():
+    x, _ = inputs((3, 64), torch.bfloat16)
+    w = torch.rand(64, dtype=torch.float32) + 0.5
+    y = rmsnorm(x, w)
+    assert y.dtype == torch.bfloat16
+    assert_close(y, x, w)
+
+
+def test_autotuned_entry_matches_the_default_on_cpu():
+    x, w = inputs((3, 200), torch.float16)
+    assert torch.equal(rmsnorm_autotuned(x, w), rmsnorm(x, w))
+
+
+def _knob_points():
+    """Every (BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK) the CUDA and ROCm spaces hold, with an N that uses it."""
+    seen = {}
+    for N in (100, 1024, 2000, 4096, 8192, 16384, 32768, 65536):
+        for dtype in ("bf16", "fp32"):
+            for cfg in cuda_space(4096, N, dtype) + cuda_space(8, N, dtype) + rocm_space(4096, N, dtype):
+                kw = cfg.kwargs
+                seen.setdefault((kw["BLOCK_THREADS"], kw["ROWS_PER_PROGRAM"], kw["CHUNK"]), N)
+    return sorted(seen.items())
+
+
+@pytest.mark.parametrize("knobs,N", _knob_points(), ids=lambda v: str(v))
+def test_every_structural_knob_value_in_the_space(knobs, N):
+    bt, rows, chunk = knobs
+    # A row count that is not a multiple of ROWS_PER_PROGRAM exercises the row mask;
+    # N - 3 (when chunked) leaves a partial last chunk.
+    M = rows + 1 if rows > 1 else 2
+    n = N - 3 if chunk else N
+    x, w = inputs((M, n), torch.float32, seed=bt + rows + chunk)
+    y = torch.full_like(x, float("nan"))
+    make_launcher(n, "fp32", bt, rows, chunk)(x, w, y, M, n, n, 1e-6)
+    assert_close(y, x, w)
