@@ -169,7 +169,7 @@ class _Plan:
         self.source = source
         self.kwargs = config.kwargs
         effective = _hints.merge_hints(dict(snapshot), config.hints)
-        self.layers = [effective] if effective else []
+        self.layers = [_hints.Frame(effective)] if effective else []
         self.launch = (target, pm)
 
 
@@ -343,10 +343,10 @@ class Autotuner:
         }
 
     def _snapshot(self) -> tuple:
-        stack = _hints._stack()
-        if not stack and not self._hint_base:
-            return ()
-        return _hints.hint_key(_hints.merge_hints(self._hint_base, *stack))
+        stack = getattr(_hints._local, "stack", None)
+        if not self._hint_base:
+            return stack[-1].key if stack else ()
+        return _hints.hint_key(_hints.merge_hints(self._hint_base, stack[-1].merged if stack else None))
 
     # -- call paths ------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:

@@ -9,9 +9,8 @@ compiler lowers them (``flyautotune_lower_compile_hints``).
 
 from __future__ import annotations
 
-import contextlib
 import threading
-from typing import Any, Iterator, Mapping
+from typing import Any, Mapping
 
 #: Hints the core knows and type-checks; other names pass to the backends.
 KNOWN_HINTS = ("waves_per_eu", "maxnreg", "num_warps", "num_stages")
@@ -99,6 +98,16 @@ def merge_hints(*layers: Mapping[str, Any] | None) -> dict:
     return merged
 
 
+class Frame:
+    """One open ``compile_hints`` block: the merged snapshot so far and its key form."""
+
+    __slots__ = ("merged", "key")
+
+    def __init__(self, merged: dict) -> None:
+        self.merged = merged
+        self.key = hint_key(merged)
+
+
 def _stack() -> list:
     stack = getattr(_local, "stack", None)
     if stack is None:
@@ -106,25 +115,40 @@ def _stack() -> list:
     return stack
 
 
-@contextlib.contextmanager
-def compile_hints(**hints: Any) -> Iterator[dict]:
+def push(layer: Mapping[str, Any]) -> Frame:
+    """Open a block over this thread's current snapshot (``layer`` already normalized)."""
+    stack = _stack()
+    base = stack[-1].merged if stack else None
+    frame = Frame(merge_hints(base, layer))
+    stack.append(frame)
+    return frame
+
+
+class compile_hints:
     """Thread-local compile hints for everything compiled inside the block.
 
-    Nests: an inner block shallow-merges over the outer ones (later non-None
-    wins). Yields the merged snapshot in force inside the block.
+    ``with compile_hints(waves_per_eu=2) as snapshot: ...`` — blocks nest: an
+    inner block shallow-merges over the outer ones (later non-None wins,
+    ``None`` inherits). ``snapshot`` is a copy of the merged hints in force.
+    Values are validated when the block is created.
     """
-    layer = normalize_hints(hints)
-    stack = _stack()
-    stack.append(layer)
-    try:
-        yield current_hints()
-    finally:
-        stack.pop()
+
+    __slots__ = ("_layer",)
+
+    def __init__(self, **hints: Any) -> None:
+        self._layer = normalize_hints(hints)
+
+    def __enter__(self) -> dict:
+        return dict(push(self._layer).merged)
+
+    def __exit__(self, *exc: Any) -> None:
+        _stack().pop()
 
 
 def current_hints() -> dict:
-    """The merged hint snapshot of this thread's open ``compile_hints`` blocks."""
-    return merge_hints(*_stack())
+    """The merged hint snapshot of this thread's open ``compile_hints`` blocks (a copy)."""
+    stack = getattr(_local, "stack", None)
+    return dict(stack[-1].merged) if stack else {}
 
 
 def hint_key(hints: Mapping[str, Any]) -> tuple:
