@@ -149,7 +149,7 @@ def test_two_store_objects_share_the_file(tmp_path):
     assert b.get("rms", "k").config == cfg(7)
 
 
-def test_threads_share_one_store_object(store):
+def test_threads_share_one_store_object(store, warnings_):
     errors = []
 
     def work(n):
@@ -165,7 +165,7 @@ def test_threads_share_one_store_object(store):
         t.start()
     for t in threads:
         t.join()
-    assert errors == []
+    assert errors == [], messages(warnings_)
     assert len(store.entries("thr")) == 240
 
 
@@ -266,7 +266,8 @@ def test_malformed_row_is_skipped_with_a_warning_naming_it(store, warnings_):
     "column, value, problem",
     [
         ("config_json", "[1, 2]", "entry.config must be a Config.to_dict() mapping"),
-        ("timings_json", '[{"ms": 1}]', "'config' (required)"),
+        ("timings_json", '[{"ms": 1}]', "entry.timings[0] = {'ms': 1}: expected exactly the fields"),
+        ("timings_json", '{"ms": 1}', "entry.timings must be a list"),
         ("provenance_json", '{"x": NaN}', "NaN is not valid JSON"),
         ("created", "'yesterday'", "entry.created must be a number"),
     ],

@@ -169,33 +169,53 @@ def _normalize_timings(timings: Any, where: str = "timings") -> list:
     return rows
 
 
+_ENTRY_FIELDS = frozenset({"tuner", "key", "timing_key", "config", "timings", "provenance", "created"})
+_TIMING_FIELDS = frozenset({"config", "ms", "error"})
+
+
 def _entry_from_json(where: str, data: Any, origin: str) -> StoreEntry:
-    """Build an entry from its pack form; ValueError/TypeError name the bad field."""
-    if not isinstance(data, dict):
+    """Build an entry from parsed JSON (a store row or a pack item); ValueError/TypeError
+    name the bad field. Parsed JSON is always serializable, so only shapes and types are
+    checked here: this runs for every entry of a pack and every store read."""
+    if type(data) is not dict:
         raise TypeError(f"{where} must be a JSON object, got {data!r}")
-    fields = {"tuner", "key", "timing_key", "config", "timings", "provenance", "created"}
-    missing = sorted(fields - set(data))
-    unknown = sorted(set(data) - fields)
-    if missing or unknown:
+    if data.keys() != _ENTRY_FIELDS:
         raise ValueError(
-            f"{where}: missing field(s) {missing}, unknown field(s) {unknown}; "
-            f"accepted: {sorted(fields)}"
+            f"{where}: missing field(s) {sorted(_ENTRY_FIELDS - set(data))}, unknown field(s) "
+            f"{sorted(set(data) - _ENTRY_FIELDS)}; accepted: {sorted(_ENTRY_FIELDS)}"
         )
     for name in ("tuner", "key", "timing_key"):
-        if not isinstance(data[name], str) or not data[name]:
+        if type(data[name]) is not str or not data[name]:
             raise TypeError(f"{where}.{name} must be a non-empty string, got {data[name]!r}")
-    _check_config(f"{where}.config", data["config"])
-    if not isinstance(data["provenance"], dict):
+    if type(data["config"]) is not dict:
+        raise TypeError(f"{where}.config must be a Config.to_dict() mapping, got {data['config']!r}")
+    if type(data["provenance"]) is not dict:
         raise TypeError(f"{where}.provenance must be a JSON object, got {data['provenance']!r}")
-    if not _is_number(data["created"]):
-        raise TypeError(f"{where}.created must be a number (epoch seconds), got {data['created']!r}")
+    created = data["created"]
+    if type(created) is not float and (type(created) is not int):
+        raise TypeError(f"{where}.created must be a number (epoch seconds), got {created!r}")
+    timings = data["timings"]
+    if type(timings) is not list:
+        raise TypeError(f"{where}.timings must be a list of timing dicts, got {timings!r}")
+    for i, t in enumerate(timings):
+        if type(t) is not dict or t.keys() != _TIMING_FIELDS:
+            raise ValueError(
+                f"{where}.timings[{i}] = {t!r}: expected exactly the fields 'config', 'ms', 'error'"
+            )
+        ms, error = t["ms"], t["error"]
+        if type(t["config"]) is not dict:
+            raise TypeError(f"{where}.timings[{i}]['config'] must be a Config.to_dict() mapping, got {t['config']!r}")
+        if ms is not None and type(ms) is not float and type(ms) is not int:
+            raise TypeError(f"{where}.timings[{i}]['ms'] must be a number of milliseconds or None, got {ms!r}")
+        if error is not None and type(error) is not str:
+            raise TypeError(f"{where}.timings[{i}]['error'] must be a string or None, got {error!r}")
     return StoreEntry(
         tuner=data["tuner"],
         key=data["key"],
         config=data["config"],
-        timings=tuple(_normalize_timings(data["timings"], f"{where}.timings")),
+        timings=tuple(timings),
         provenance=data["provenance"],
-        created=float(data["created"]),
+        created=float(created),
         timing_key=data["timing_key"],
         origin=origin,
     )
@@ -271,13 +291,20 @@ def _is_busy(exc: BaseException) -> bool:
     return "locked" in text or "busy" in text
 
 
-def _loads(text: Any) -> Any:
-    """Strict JSON: NaN and Infinity are not JSON and are rejected."""
-    return json.loads(text, parse_constant=_reject_constant)
-
-
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not valid JSON")
+
+
+_DECODER = json.JSONDecoder(parse_constant=_reject_constant)
+
+
+def _loads(text: Any) -> Any:
+    """Strict JSON: NaN and Infinity are not JSON and are rejected."""
+    if isinstance(text, (bytes, bytearray)):
+        text = text.decode("utf-8")
+    if not isinstance(text, str):
+        raise TypeError(f"expected JSON text, got {text!r}")
+    return _DECODER.decode(text)
 
 
 @contextlib.contextmanager
@@ -417,14 +444,24 @@ class TuningStore:
     def _do(self, what: str, fn: Callable[[sqlite3.Connection], Any], *, write: bool, strict: bool,
             default: Any = None) -> Any:
         """Run ``fn(conn)``; recover once from a corrupt file; warn (or raise if strict) otherwise."""
-        for attempt in (0, 1):
+        start = time.monotonic()
+        recovered = False
+        pause = 0.002
+        while True:
             try:
                 conn = self._conn()
                 if write and self._local.read_only:
                     raise _Unavailable(f"the store is read-only: {self._local.read_only}")
                 return fn(conn)
             except sqlite3.DatabaseError as exc:
-                if _is_corrupt(exc) and attempt == 0 and self._recover(exc):
+                if _is_corrupt(exc) and not recovered:
+                    recovered = True
+                    if self._recover(exc):
+                        continue
+                elif _is_busy(exc) and time.monotonic() - start + pause < self.timeout:
+                    # SQLite reports some lock races at once, without its busy handler: wait here.
+                    time.sleep(pause)
+                    pause = min(pause * 2, 0.1)
                     continue
                 problem: BaseException = exc
             except (OSError, _Unavailable) as exc:
@@ -723,7 +760,8 @@ def get_store(directory: Optional[PathLike] = None) -> TuningStore:
     token = None
     if directory is None:
         env = os.environ
-        token = (env.get(CACHE_DIR_ENV), env.get("XDG_CACHE_HOME"), env.get("HOME"), env.get("LOCALAPPDATA"))
+        # An explicit FLYAUTOTUNE_CACHE_DIR decides alone; read the fallbacks only without it.
+        token = env.get(CACHE_DIR_ENV) or (None, env.get("XDG_CACHE_HOME"), env.get("HOME"), env.get("LOCALAPPDATA"))
         last = _LAST
         if last[0] == token:
             return last[1]
