@@ -1,0 +1,148 @@
+"""Tuning progress for people: an events listener that prints candidate n of m
+and the elapsed time — plain lines on a pipe or file, one updating line on a terminal."""
+
+from __future__ import annotations
+
+import sys
+import threading
+import time
+from typing import Any, Optional, TextIO
+
+from .config import Config
+
+_BAR = 20
+
+
+def config_text(config: Any) -> str:
+    """``BLOCK=64, num_warps=4`` for a ``Config.to_dict()`` form (or its repr)."""
+    if isinstance(config, dict):
+        try:
+            text = str(Config.from_dict(config))
+        except (TypeError, ValueError):
+            return repr(config)
+        return text or "(no kwargs)"
+    return str(config)
+
+
+def seconds(s: float) -> str:
+    return f"{s:.1f} s" if s < 120 else f"{int(s // 60)} min {int(s % 60):02d} s"
+
+
+class Progress:
+    """Listener for ``flyautotune.add_listener``: reports ``search_start``,
+    ``candidate`` and ``search_end`` events of one tune.
+
+    :param label: what is being tuned (``"rmsnorm 4x256 bf16"``), printed first.
+    :param stream: where to write (default ``sys.stderr``).
+    :param tty: force the terminal (one updating line) or plain-line mode;
+        default: ``stream.isatty()``.
+    """
+
+    def __init__(self, label: str, stream: Optional[TextIO] = None, tty: Optional[bool] = None,
+                 tick_s: float = 0.5) -> None:
+        self.label = label
+        self.stream = stream if stream is not None else sys.stderr
+        if tty is None:
+            isatty = getattr(self.stream, "isatty", None)
+            tty = bool(isatty and isatty())
+        self.tty = tty
+        self.tick_s = tick_s
+        self.total = 0
+        self.done = 0
+        self.failed = 0
+        self.started: Optional[float] = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._ticker: Optional[threading.Thread] = None
+        self._line_open = False
+
+    # -- the listener --------------------------------------------------------------
+    def __call__(self, event: dict) -> None:
+        kind = event.get("event")
+        if kind == "search_start":
+            self._start(int(event.get("candidates") or 0))
+        elif kind == "candidate":
+            self._candidate(event)
+        elif kind == "search_end":
+            self._end(event)
+
+    def _start(self, total: int) -> None:
+        with self._lock:
+            self.total, self.done, self.failed = total, 0, 0
+            self.started = time.perf_counter()
+            if self.tty:
+                self._draw(f"candidate 1 of {total}")
+            else:
+                self._write(f"{self.label}: searching {total} candidates\n")
+        if self.tty and self._ticker is None:
+            self._stop.clear()
+            # A candidate can take many seconds (interpreter, first compile): keep the clock moving.
+            self._ticker = threading.Thread(target=self._tick, name="flyautotune-progress", daemon=True)
+            self._ticker.start()
+
+    def _candidate(self, event: dict) -> None:
+        with self._lock:
+            self.done = int(event.get("index") or self.done + 1)
+            self.total = int(event.get("total") or self.total)
+            error = event.get("error")
+            if error:
+                self.failed += 1
+            if self.tty:
+                nxt = min(self.done + 1, self.total)
+                self._draw(f"candidate {nxt} of {self.total}" if self.done < self.total else "finishing")
+                return
+            ms = event.get("ms")
+            result = f"failed: {_one_line(error)}" if error else f"{ms:.4f} ms"
+            if event.get("reused") and not error:
+                result += " (stored timing)"
+            self._write(f"{self.label}: candidate {self.done} of {self.total} "
+                        f"[{config_text(event.get('config'))}] {result} "
+                        f"(elapsed {seconds(self._elapsed())})\n")
+
+    def _end(self, event: dict) -> None:
+        self.close()
+        with self._lock:
+            duration = event.get("duration_s")
+            took = seconds(duration if isinstance(duration, (int, float)) else self._elapsed())
+            failed = f", {self.failed} failed" if self.failed else ""
+            self._write(f"{self.label}: searched {self.total} candidates in {took}{failed}\n")
+
+    # -- drawing -----------------------------------------------------------------------
+    def _elapsed(self) -> float:
+        return 0.0 if self.started is None else time.perf_counter() - self.started
+
+    def _draw(self, what: str) -> None:
+        total = max(self.total, 1)
+        filled = int(_BAR * self.done / total)
+        bar = "#" * filled + "-" * (_BAR - filled)
+        self._write(f"\r\x1b[K{self.label}: [{bar}] {what} ({seconds(self._elapsed())})")
+        self._line_open = True
+
+    def _tick(self) -> None:
+        while not self._stop.wait(self.tick_s):
+            with self._lock:
+                if self.done < self.total:
+                    self._draw(f"candidate {self.done + 1} of {self.total}")
+
+    def _write(self, text: str) -> None:
+        if self._line_open and not text.startswith("\r"):
+            text = "\r\x1b[K" + text  # replace the live line instead of appending to it
+            self._line_open = False
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except (OSError, ValueError):  # a closed pipe must not fail the tune
+            pass
+
+    def close(self) -> None:
+        """Stop the terminal ticker (idempotent)."""
+        self._stop.set()
+        ticker, self._ticker = self._ticker, None
+        if ticker is not None and ticker is not threading.current_thread():
+            ticker.join()
+
+
+def _one_line(text: Any) -> str:
+    first = str(text).strip().splitlines()
+    line = first[0] if first else ""
+    return line if len(line) <= 160 else line[:157] + "..."
