@@ -1,0 +1,51 @@
+"""What flyautotune loads through the entry point: one hook that registers the adopter."""
+
+from __future__ import annotations
+
+import flyautotune as fat
+
+from . import kernel
+
+_DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
+
+
+def example(shape, dtype, device):
+    """Inputs for ``flyautotune tune vscale --shape MxN``: ``((x,), {"alpha": 2.0})``."""
+    import torch
+
+    if dtype not in _DTYPES:
+        raise ValueError(f"vscale: dtype {dtype!r} is not supported; accepted: {', '.join(_DTYPES)}")
+    x = torch.randn(tuple(shape), dtype=getattr(torch, _DTYPES[dtype]), device=device)
+    return (x,), {"alpha": 2.0}
+
+
+def bytes_moved(x, alpha=2.0):
+    """Read x once, write y once: lets ``flyautotune tune`` print GB/s."""
+    return 2 * x.numel() * x.element_size()
+
+
+def compile_spec(shape, dtype, config):
+    """The Triton kernel a config builds, for ``flyautotune report`` (no GPU needed)."""
+    n = 1
+    for d in shape:
+        n *= int(d)
+    signature = {"X": f"*{dtype}", "Y": f"*{dtype}", "n": "i32", "alpha": "fp32"}
+    return kernel.kernel_for("cuda"), signature, {"BLOCK": config.kwargs["BLOCK"]}
+
+
+@fat.hookimpl
+def flyautotune_register_adopters(register):
+    register(fat.Adopter(
+        name="vscale",
+        factory=kernel.kernel_for,
+        specialize=lambda x, *args, **kwargs: {"device_type": x.device.type},
+        configs=kernel.CONFIGS,
+        default=kernel.default_config,
+        key=("n",),
+        knobs=("BLOCK",),
+        entry=kernel.vscale,
+        example=example,
+        bytes_moved=bytes_moved,
+        compile_spec=compile_spec,
+        description="y = alpha * x (template adopter)",
+    ))
