@@ -112,3 +112,11 @@ def test_gpu_modules_nested_in_builtin_modules(pm, gfx942, parse, mlir_text):
     module = parse("module {\n" + inner.replace("module attributes", "builtin.module attributes", 1) + "}\n")
     lower(pm, module, gfx942, waves_per_eu=3)
     assert '["amdgpu-waves-per-eu", "3,3"]' in str(module)
+
+
+def test_a_gpu_module_op_on_its_own(pm, gfx942, two_kernel_module):
+    module = two_kernel_module()
+    gpu_module = module.body.operations[0]
+    assert gpu_module.operation.name == "gpu.module"
+    assert lower(pm, gpu_module, gfx942, waves_per_eu=5) is gpu_module
+    assert funcs(module)["k_rocdl"][0] == {"amdgpu-waves-per-eu": "5,5"}

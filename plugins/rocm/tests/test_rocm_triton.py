@@ -112,3 +112,14 @@ def test_kernel_isa_reads_one_kernel_by_name():
     assert r.to_dict()["isa"]["vgprs"] == r.isa.vgprs
     with pytest.raises(KeyError, match="no kernel 'other'"):
         kernel_isa("", "other")
+
+
+def test_compile_candidate_takes_ready_constexprs_and_hints():
+    # The path an adopter's compile_spec(shape, dtype, config) feeds: constexprs already resolved.
+    from flyautotune_rocm import compile_candidate
+
+    r = compile_candidate(row_rmsnorm, SIGNATURE, constexprs={"BLOCK": 4096},
+                          hints={"waves_per_eu": 2, "num_warps": 8}, arch="gfx942")
+    assert r.waves_per_eu_attr == "2,2" and r.isa.occupancy == 2
+    assert r.isa.max_flat_workgroup_size == 8 * 64
+    assert r.config.hints == {"waves_per_eu": 2, "num_warps": 8}

@@ -12,6 +12,7 @@ from .isa import KernelIsa, kernel_isa, llvm_fn_attribute, parse_amdgcn  # noqa:
 from .mlir import kernel_funcs, lower_module_hints, lower_waves_per_eu, passthrough  # noqa: E402
 from .report import (  # noqa: E402
     CandidateReport,
+    compile_candidate,
     compile_report,
     format_report,
     mlir_compile_report,
@@ -27,6 +28,7 @@ __all__ = [
     "ROCM_HINTS",
     "__version__",
     "base_arch",
+    "compile_candidate",
     "compile_report",
     "format_report",
     "kernel_funcs",

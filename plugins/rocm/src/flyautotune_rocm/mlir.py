@@ -22,8 +22,15 @@ WAVES_PER_EU_KEY = "amdgpu-waves-per-eu"
 
 
 def is_mlir_module(obj: Any) -> bool:
-    """True for an MLIR ``Module`` (or ``builtin.module`` op view) from any Python binding."""
-    return hasattr(obj, "operation") and hasattr(obj, "body") and not isinstance(obj, type)
+    """True for an MLIR ``Module``, or a ``builtin.module`` / ``gpu.module`` op, from any Python binding."""
+    if isinstance(obj, type) or not hasattr(obj, "operation"):
+        return False
+    if hasattr(obj, "body"):
+        return True
+    try:
+        return obj.operation.name in ("builtin.module", "gpu.module")
+    except AttributeError:
+        return False
 
 
 def binding_ir(module: Any) -> ModuleType:
@@ -49,7 +56,10 @@ def _children(op: Any) -> Iterator[Any]:
 
 
 def gpu_modules(module: Any) -> Iterator[Any]:
-    """Every ``gpu.module`` op in ``module``, including those in nested ``builtin.module`` ops."""
+    """Every ``gpu.module`` op in ``module`` (itself included), also inside nested ``builtin.module`` ops."""
+    if module.operation.name == "gpu.module":
+        yield module
+        return
     stack = [module.operation]
     while stack:
         for child in _children(stack.pop()):

@@ -78,11 +78,6 @@ def compile_report(
     :param constexprs: constexpr values shared by every config.
     :returns: one :class:`CandidateReport` per config, in order.
     """
-    import triton
-    from triton.backends.compiler import GPUTarget
-    from triton.compiler import ASTSource
-
-    target = _rocm_target(arch)
     arg_names = list(getattr(kernel, "arg_names", ()))
     reports = []
     for raw in configs:
@@ -93,26 +88,51 @@ def compile_report(
                 raise ValueError(f"config kwarg {name!r}={value!r} is not an argument of {kernel.__name__}; "
                                  f"arguments: {', '.join(arg_names)}")
             consts[name] = value
-        sig = dict(signature)
-        for name in consts:
-            sig[name] = "constexpr"
-        options = triton_compile_options(cfg.hints, target)
-        compiled = triton.compile(
-            ASTSource(fn=kernel, signature=sig, constexprs=consts),
-            target=GPUTarget("hip", target.arch, target.warp_size),
-            options=options,
-        )
-        name = compiled.metadata.name
-        reports.append(CandidateReport(
-            config=cfg,
-            arch=target.arch,
-            kernel=name,
-            options=options,
-            waves_per_eu_attr=llvm_fn_attribute(compiled.asm["llir"], name, "amdgpu-waves-per-eu"),
-            isa=kernel_isa(compiled.asm["amdgcn"], name, target.arch),
-            binary_sha256=hashlib.sha256(compiled.asm["hsaco"]).hexdigest(),
-        ))
+        reports.append(compile_candidate(kernel, signature, constexprs=consts, hints=cfg.hints,
+                                         arch=arch, config=cfg))
     return reports
+
+
+def compile_candidate(
+    kernel: Any,
+    signature: Mapping[str, str],
+    *,
+    constexprs: Optional[Mapping[str, Any]] = None,
+    hints: Optional[Mapping[str, Any]] = None,
+    arch: str = "gfx942",
+    config: Optional[Config] = None,
+) -> CandidateReport:
+    """Cross-compile one Triton specialization with ``hints`` lowered for ``arch``.
+
+    For callers that already turned a config into constexpr values (an
+    adopter's ``compile_spec``); ``config`` is only recorded in the report.
+    """
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler import ASTSource
+
+    target = _rocm_target(arch)
+    hints = dict(hints or {})
+    consts = dict(constexprs or {})
+    sig = dict(signature)
+    for name in consts:
+        sig[name] = "constexpr"
+    options = triton_compile_options(hints, target)
+    compiled = triton.compile(
+        ASTSource(fn=kernel, signature=sig, constexprs=consts),
+        target=GPUTarget("hip", target.arch, target.warp_size),
+        options=options,
+    )
+    name = compiled.metadata.name
+    return CandidateReport(
+        config=config if config is not None else Config(compile_hints=hints),
+        arch=target.arch,
+        kernel=name,
+        options=options,
+        waves_per_eu_attr=llvm_fn_attribute(compiled.asm["llir"], name, "amdgpu-waves-per-eu"),
+        isa=kernel_isa(compiled.asm["amdgcn"], name, target.arch),
+        binary_sha256=hashlib.sha256(compiled.asm["hsaco"]).hexdigest(),
+    )
 
 
 # -- MLIR ---------------------------------------------------------------------
