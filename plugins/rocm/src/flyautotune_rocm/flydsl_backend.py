@@ -22,12 +22,7 @@ BACKEND_NAME = "flyautotune-rocm"
 def lower_current_hints(module: Any, arch: str) -> Any:
     """Lower this thread's flyautotune hint snapshot onto ``module`` through the plugin hooks."""
     arch = base_arch(arch)
-    target = fat.Target("rocm", arch, warp_size(arch))
-    lower = getattr(fat, "lower_compile_hints", None)
-    if lower is not None:
-        return lower(ir=module, target=target)
-    return fat.plugin_manager().hook.flyautotune_lower_compile_hints(
-        ir=module, hints=fat.current_hints(), target=target)
+    return fat.lower_compile_hints(ir=module, target=fat.Target("rocm", arch, warp_size(arch)))
 
 
 def backend_class() -> type:
