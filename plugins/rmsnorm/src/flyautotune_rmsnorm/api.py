@@ -92,6 +92,8 @@ def _check(x: Any, weight: Any, eps: Any, out: Any) -> tuple:
             M = 0
     if x.dim() == 2:
         sx = x.stride(0) if shape[0] > 1 else N
+    elif M == 0:
+        sx = N
     else:
         sx = _row_stride(x, N)
         if sx is None:
@@ -112,7 +114,7 @@ def _check(x: Any, weight: Any, eps: Any, out: Any) -> tuple:
             raise ValueError(f"rmsnorm: x is on {device} but out is on {out.device}")
         if N > 1 and out.stride(-1) != 1:
             raise ValueError(f"rmsnorm: out has stride {out.stride(-1)} in its last dimension; it must be 1")
-        sy = _row_stride(out, N)
+        sy = _row_stride(out, N) if M else N
         if sy is None:
             raise ValueError(f"rmsnorm: out with shape {tuple(out.shape)} and strides {out.stride()} has no "
                              f"single row stride; pass a contiguous out (or one whose rows are evenly spaced)")
@@ -145,6 +147,9 @@ def _compile_options(target: fat.Target, block_threads: int) -> tuple:
                             f"a Triton kernel needs a dict of compile options")
         merged = {"num_warps": max(1, block_threads // target.warp_size)}
         merged.update(lowered)
+        # BLOCK_THREADS fixed num_warps after the backend saw the hints: let it check the pair again
+        # (e.g. maxnreg x threads must fit the register file).
+        fat.plugin_manager().hook.flyautotune_validate_hints(hints=merged, target=target)
         opts = _options[key] = tuple(sorted(merged.items()))
     return opts
 

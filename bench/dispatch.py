@@ -1,0 +1,117 @@
+"""Host time of one RMSNorm call on a CUDA GPU: what each layer costs.
+
+Run on a CUDA machine: ``python bench/dispatch.py --out DIR``. A tiny input
+(1 x 4096 bf16) keeps the GPU idle enough that each loop measures the host:
+``calls`` launches are enqueued back to back (fewer than the launch queue
+holds), wall time over the loop, synchronize, median of ``repeats`` runs with
+the paths interleaved.
+
+Paths, outermost first:
+
+* ``F.rms_norm`` — torch's op (the bar to meet);
+* ``rmsnorm_autotuned`` — input checks, output allocation, the autotune layer
+  (cache hit), the launch;
+* ``rmsnorm`` — the same with the default config and no autotune layer;
+* ``tuner(prepared)`` — the autotune layer over prepared arguments (no checks, no allocation);
+* ``launch(prepared, config)`` — the same launch function called directly with the cached config;
+* ``launcher`` — the cached launcher: straight into Triton's C launcher;
+* ``triton jit`` — the same kernel through ``JITFunction.run`` (for reference);
+* ``x.add_(0)`` — a minimal torch op (for reference).
+
+The autotune layer's cost is ``tuner(prepared) - launch(prepared, config)``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import datetime
+import json
+import os
+import statistics
+import sys
+import tempfile
+import time
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=".")
+    ap.add_argument("--calls", type=int, default=400)
+    ap.add_argument("--repeats", type=int, default=15)
+    ap.add_argument("--M", type=int, default=1)
+    ap.add_argument("--N", type=int, default=4096)
+    args = ap.parse_args(argv)
+    os.environ.setdefault("FLYAUTOTUNE_CACHE_DIR", tempfile.mkdtemp(prefix="fat-dispatch-"))
+
+    import torch
+    import torch.nn.functional as F
+    import triton
+
+    from flyautotune_rmsnorm import make_launcher, rmsnorm, rmsnorm_autotuned
+    from flyautotune_rmsnorm.api import _compile_options, _target, _tuned_launch, launch
+    from flyautotune_rmsnorm.kernel import jit_kernel
+
+    M, N, eps = args.M, args.N, 1e-6
+    x = torch.randn(M, N, device="cuda", dtype=torch.bfloat16)
+    w = torch.rand(N, device="cuda", dtype=torch.bfloat16) + 0.5
+    y = torch.empty_like(x)
+    ds = "bf16"
+    rmsnorm_autotuned(x, w, eps)  # default config, now in the tuner's memory
+    cfg = _tuned_launch.last_config.kwargs
+    L = make_launcher(N, ds, cfg["BLOCK_THREADS"], cfg["ROWS_PER_PROGRAM"], cfg["CHUNK"])
+    opts = _compile_options(_target(x.device), cfg["BLOCK_THREADS"])
+    L(x, w, y, M, N, N, eps, None, opts)
+    consts = L._constexprs(M, 8)
+    from flyautotune_rmsnorm.factory import _CONST_NAMES
+
+    kw = dict(zip(_CONST_NAMES, consts))
+    jit = jit_kernel()
+    grid = (L.grid(M),)
+
+    paths = {
+        "F.rms_norm": lambda: F.rms_norm(x, (N,), w, eps),
+        "rmsnorm_autotuned": lambda: rmsnorm_autotuned(x, w, eps),
+        "rmsnorm": lambda: rmsnorm(x, w, eps),
+        "tuner(prepared)": lambda: _tuned_launch(x, w, y, M, N, ds, eps, N, N),
+        "launch(prepared, config)": lambda: launch(x, w, y, M, N, ds, eps, N, N, None, **cfg),
+        "launcher": lambda: L(x, w, y, M, N, N, eps, None, opts),
+        "triton jit": lambda: jit[grid](x, w, y, M, N // 8, N // 8, eps, **kw, **dict(opts)),
+        "x.add_(0)": lambda: x.add_(0.0),
+    }
+    for fn in paths.values():
+        for _ in range(50):
+            fn()
+    torch.cuda.synchronize()
+    samples = {k: [] for k in paths}
+    for _ in range(args.repeats):
+        for name, fn in paths.items():
+            torch.cuda.synchronize()
+            t0 = time.perf_counter()
+            for _ in range(args.calls):
+                fn()
+            t1 = time.perf_counter()
+            torch.cuda.synchronize()
+            samples[name].append((t1 - t0) * 1e6 / args.calls)
+    us = {k: statistics.median(v) for k, v in samples.items()}
+    spread = {k: (min(v), max(v)) for k, v in samples.items()}
+    layer = us["tuner(prepared)"] - us["launch(prepared, config)"]
+    meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+            "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+            "shape": [M, N], "dtype": ds, "config": cfg, "calls": args.calls, "repeats": args.repeats}
+    lines = [f"Host µs per call, {M} × {N} bf16 on {meta['device']} (torch {meta['torch']}, Triton "
+             f"{meta['triton']}); median of {args.repeats} loops of {args.calls} calls; {meta['date']}.", "",
+             "| path | µs per call | min–max |", "|---|---|---|"]
+    for name in paths:
+        lo, hi = spread[name]
+        lines.append(f"| {name} | {us[name]:.2f} | {lo:.2f}–{hi:.2f} |")
+    lines += ["", f"Autotune layer (tuner(prepared) − launch(prepared, config)): {layer:.2f} µs; "
+                  f"rmsnorm_autotuned / F.rms_norm: {us['rmsnorm_autotuned'] / us['F.rms_norm']:.2f}×."]
+    md = "\n".join(lines)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "dispatch.json"), "w") as f:
+        json.dump({"meta": meta, "us": us, "spread": spread, "layer_us": layer, "markdown": md}, f, indent=1)
+    print(md)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

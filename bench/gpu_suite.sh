@@ -1,0 +1,53 @@
+#!/usr/bin/env bash
+# Everything that needs an NVIDIA GPU, in one go: install the packages, run the
+# plugin tests with CUDA, then the RMSNorm benchmark and the dispatch benchmark.
+#
+#   bash bench/gpu_suite.sh OUT_DIR [tests] [bench] [explore] [dispatch]
+#
+# No network is needed: the three packages are built from this checkout
+# (setuptools must be installed); wheels under .whl/ (e.g. liger-kernel) are
+# installed too when present. Results land in OUT_DIR: suite.log, pytest.log,
+# rmsnorm.{json,md,png}, explore.json, dispatch.json.
+set -uo pipefail
+OUT_DIR=${1:?usage: gpu_suite.sh OUT_DIR [stages...]}
+shift
+STAGES=${*:-tests bench dispatch}
+mkdir -p "$OUT_DIR"
+export PYTHONUNBUFFERED=1
+PY=${PYTHON:-python3}
+SITE=$(mktemp -d)
+ROOT=$(cd "$(dirname "$0")/.." && pwd)
+exec > >(tee -a "$OUT_DIR/suite.log") 2>&1
+echo "== $(date -u) on $(hostname); stages: $STAGES"
+nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.mem,temperature.gpu --format=csv || true
+
+if ls "$ROOT"/.whl/*.whl >/dev/null 2>&1; then
+  "$PY" -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --target "$SITE" "$ROOT"/.whl/*.whl || exit 1
+fi
+"$PY" -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --target "$SITE" \
+  "$ROOT" "$ROOT/plugins/cuda" "$ROOT/plugins/rmsnorm" || exit 1
+export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
+"$PY" -c "import torch, triton, flyautotune as fat; print('torch', torch.__version__, 'triton', triton.__version__, 'plugins', sorted(fat.plugin_manager().plugin_infos))"
+
+status=0
+for stage in $STAGES; do
+  case $stage in
+    tests)
+      echo "== tests"
+      XDIST=$("$PY" -c "import xdist" 2>/dev/null && echo "-n 8" || true)
+      (cd "$ROOT" && "$PY" -m pytest -q -p no:cacheprovider -rs --durations=10 $XDIST \
+        plugins/cuda/tests plugins/rmsnorm/tests 2>&1 | tee "$OUT_DIR/pytest.log") || status=1 ;;
+    bench)
+      echo "== bench"
+      "$PY" "$ROOT/bench/rmsnorm.py" --out "$OUT_DIR" ${BENCH_ARGS:-} || status=1 ;;
+    explore)
+      echo "== bench + explore"
+      "$PY" "$ROOT/bench/rmsnorm.py" --out "$OUT_DIR" --explore ${BENCH_ARGS:-} || status=1 ;;
+    dispatch)
+      echo "== dispatch"
+      "$PY" "$ROOT/bench/dispatch.py" --out "$OUT_DIR" || status=1 ;;
+    *) echo "unknown stage $stage"; status=2 ;;
+  esac
+done
+echo "== done (status $status) $(date -u)"
+exit $status

@@ -1,0 +1,428 @@
+"""RMSNorm forward on one NVIDIA GPU: flyautotune-rmsnorm against its peers.
+
+Run on a CUDA machine: ``python bench/rmsnorm.py --out DIR [--explore] [--budget-s 420]``.
+For every shape of the anchor table it checks each implementation against an
+fp64 reference, then times it two ways:
+
+* eager: ``triton.testing.do_bench`` over per-call launches (host dispatch
+  included; L2 flushed before each call) — the anchors' method;
+* graph: one CUDA graph holding G calls over rotating inputs (so consecutive
+  calls do not hit in L2), replayed under ``do_bench``; time per call.
+
+GB/s = (2*M*N + N) * element size / median time. Implementations: torch
+``F.rms_norm``, ``torch.compile`` of it, Liger's Triton RMSNorm (when
+installed), our default config (``rmsnorm``) and our tuned config
+(``rmsnorm_autotuned`` after a forced search). ``--explore`` also times every
+config of a wider grid per shape (graph mode), to check the space and the
+default against it. Writes ``rmsnorm.json``, ``rmsnorm.md``, ``rmsnorm.png``
+(and ``explore.json``) under ``--out``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import concurrent.futures as cf
+import datetime
+import json
+import math
+import multiprocessing
+import os
+import platform
+import sys
+import tempfile
+import time
+
+SHAPES = [
+    (1, 4096, "bf16"), (32, 4096, "bf16"), (256, 8192, "bf16"), (4096, 4096, "bf16"),
+    (4096, 8192, "bf16"), (16384, 8192, "bf16"), (32768, 4096, "bf16"), (65536, 1024, "bf16"),
+    (8192, 16384, "bf16"), (2048, 32768, "bf16"), (1024, 65536, "bf16"),
+    (256, 8192, "fp32"), (4096, 8192, "fp32"), (32768, 4096, "fp32"),
+]
+IMPLS = ("torch", "compile", "liger", "default", "tuned")
+PEERS = ("torch", "compile", "liger")
+EPS = 1e-6
+#: Footprint the rotating inputs of one graph should exceed (about 3x an H200's L2).
+ROTATE_BYTES = 200e6
+
+
+def torch_dtype(ds):
+    import torch
+
+    return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[ds]
+
+
+def nbytes(M, N, ds):
+    e = {"bf16": 2, "fp16": 2, "fp32": 4}[ds]
+    return (2 * M * N + N) * e
+
+
+# -- implementations -------------------------------------------------------------
+
+
+def make_impls(N, have_liger):
+    import torch
+    import torch.nn.functional as F
+
+    from flyautotune_rmsnorm import rmsnorm, rmsnorm_autotuned
+
+    impls = {
+        "torch": lambda x, w: F.rms_norm(x, (N,), w, EPS),
+        "compile": torch.compile(lambda x, w: F.rms_norm(x, (N,), w, EPS), dynamic=False),
+        "default": lambda x, w: rmsnorm(x, w, EPS),
+        "tuned": lambda x, w: rmsnorm_autotuned(x, w, EPS),
+    }
+    if have_liger:
+        from liger_kernel.ops.rms_norm import LigerRMSNormFunction
+
+        impls["liger"] = lambda x, w: LigerRMSNormFunction.apply(x, w, EPS, 0.0, "llama", False)
+    return impls
+
+
+def graph_time(fn, xs, w, reps_ms=100):
+    """ms per call of ``fn`` replayed from one CUDA graph over rotating inputs."""
+    import torch
+    import triton
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for x in xs[:2]:
+            fn(x, w)
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g):
+        for x in xs:
+            fn(x, w)
+    g.replay()
+    torch.cuda.synchronize()
+    ms = triton.testing.do_bench(g.replay, warmup=10, rep=reps_ms, return_mode="median")
+    del g
+    return ms / len(xs)
+
+
+def rotating_inputs(x, M, N, ds):
+    per_call = nbytes(M, N, ds)
+    count = max(1, min(32, math.ceil(ROTATE_BYTES / per_call)))
+    return [x] + [x.clone() for _ in range(count - 1)]
+
+
+# -- parallel precompile ---------------------------------------------------------------
+
+
+def _precompile_one(job):
+    """Compile one specialization into Triton's on-disk cache (a worker process)."""
+    import torch
+
+    from flyautotune_rmsnorm import make_launcher
+    from flyautotune_rmsnorm.factory import _CONST_NAMES, row_vec
+    from flyautotune_rmsnorm.kernel import jit_kernel
+
+    N, ds, bt, rows, chunk, M = job
+    L = make_launcher(N, ds, bt, rows, chunk)
+    rv = row_vec(N, N, L.elem)
+    kw = dict(zip(_CONST_NAMES, L._constexprs(M, rv)))
+    dt = torch_dtype(ds)
+    t0 = time.perf_counter()
+    jit_kernel().warmup(dt, dt, dt, M, N // rv, N // rv, EPS, grid=(1,), num_warps=max(1, bt // 32), **kw)
+    return time.perf_counter() - t0
+
+
+def precompile(jobs, workers):
+    jobs = sorted(set(jobs))
+    if not jobs or workers <= 1:
+        return 0.0
+    t0 = time.perf_counter()
+    ctx = multiprocessing.get_context("spawn")
+    with cf.ProcessPoolExecutor(max_workers=workers, mp_context=ctx) as pool:
+        list(pool.map(_precompile_one, jobs, chunksize=2))
+    dt = time.perf_counter() - t0
+    print(f"precompiled {len(jobs)} kernels with {workers} processes in {dt:.1f} s", flush=True)
+    return dt
+
+
+def explore_grid(N, ds):
+    """A wider grid than the CUDA space, to check the space and default against it."""
+    from flyautotune_rmsnorm.factory import next_pow2
+
+    npad = next_pow2(N)
+    out = []
+    for bt in (64, 128, 256, 512, 1024):
+        for rows in (1, 2, 4, 8, 16):
+            if rows > 1 and npad > 4096:
+                continue
+            ept = rows * npad // bt
+            if 2 <= ept <= 64:
+                out.append((bt, rows, 0))
+        if npad >= 16384:
+            for chunk in (2048, 4096, 8192, 16384):
+                if chunk < npad and 2 <= chunk // bt <= 64:
+                    out.append((bt, 1, chunk))
+    return out
+
+
+def space_jobs(M, N, ds, explore):
+    from flyautotune_rmsnorm.space import cuda_space, default_config
+
+    cfgs = {(c.kwargs["BLOCK_THREADS"], c.kwargs["ROWS_PER_PROGRAM"], c.kwargs["CHUNK"])
+            for c in cuda_space(M, N, ds) + [default_config(M, N, ds)]}
+    if explore:
+        cfgs |= set(explore_grid(N, ds))
+    # EVEN_M is a constexpr: M % ROWS == 0 decides which binary a shape uses.
+    return [(N, ds, bt, rows, chunk, M if M % rows else rows * 16) for bt, rows, chunk in cfgs]
+
+
+# -- one shape -----------------------------------------------------------------------
+
+
+def kernel_report(cfg, N, ds):
+    """Registers and spills of the binaries a config launched (from its launcher cache)."""
+    from flyautotune_rmsnorm import make_launcher
+
+    kw = cfg if isinstance(cfg, dict) else cfg.kwargs
+    L = make_launcher(N, ds, kw["BLOCK_THREADS"], kw["ROWS_PER_PROGRAM"], kw["CHUNK"])
+    out = []
+    for launch in list(L._launches.values()):
+        k = launch.kernel
+        out.append({"n_regs": getattr(k, "n_regs", None), "n_spills": getattr(k, "n_spills", None),
+                    "shared": k.metadata.shared if hasattr(k.metadata, "shared") else None})
+    return out
+
+
+def bench_shape(M, N, ds, impls, explore, log):
+    import torch
+    import triton
+
+    from flyautotune_rmsnorm import make_launcher
+    from flyautotune_rmsnorm.api import _tuned_launch
+    from flyautotune_rmsnorm.reference import relative_error, rmsnorm_reference, tolerance
+    from flyautotune_rmsnorm.space import cuda_space, default_config
+
+    dt = torch_dtype(ds)
+    torch.manual_seed(M * 7 + N)
+    x = torch.randn(M, N, device="cuda", dtype=dt)
+    w = (torch.rand(N, device="cuda", dtype=dt) + 0.5)
+    ref = rmsnorm_reference(x, w, EPS)
+    row = {"M": M, "N": N, "dtype": ds, "bytes": nbytes(M, N, ds), "err": {}, "eager_ms": {}, "graph_ms": {}}
+
+    # tuned: a forced search, then cache hits
+    os.environ["FLYAUTOTUNE"] = "1"
+    t0 = time.perf_counter()
+    impls["tuned"](x, w)
+    torch.cuda.synchronize()
+    row["search_s"] = round(time.perf_counter() - t0, 3)
+    os.environ.pop("FLYAUTOTUNE")
+    impls["tuned"](x, w)
+    row["tuned_config"] = _tuned_launch.last_config.kwargs
+    row["tuned_source"] = _tuned_launch.last_source
+    row["default_config"] = default_config(M, N, ds).kwargs
+    row["space_size"] = len(cuda_space(M, N, ds))
+
+    xs = rotating_inputs(x, M, N, ds)
+    for name in IMPLS:
+        fn = impls.get(name)
+        if fn is None:
+            continue
+        try:
+            y = fn(x, w)
+            torch.cuda.synchronize()
+            err = relative_error(y, ref)
+            row["err"][name] = err
+            if not err <= 5 * tolerance(dt):
+                log(f"  {name}: relative error {err:.3g} (tolerance {tolerance(dt):.1g})")
+            row["eager_ms"][name] = triton.testing.do_bench(lambda: fn(x, w), warmup=25, rep=100,
+                                                            return_mode="median")
+            row["graph_ms"][name] = graph_time(fn, xs, w)
+        except Exception as exc:  # a peer that fails on a shape is reported, not fatal
+            row.setdefault("failed", {})[name] = f"{type(exc).__name__}: {exc}"[:300]
+            log(f"  {name} failed: {exc!r}"[:300])
+    row["kernels"] = {"default": kernel_report(row["default_config"], N, ds),
+                      "tuned": kernel_report(row["tuned_config"], N, ds)}
+
+    if explore:
+        grid = []
+        y = torch.empty_like(x)
+        ys = [torch.empty_like(x) for _ in xs]
+        for bt, rows, chunk in explore_grid(N, ds):
+            L = make_launcher(N, ds, bt, rows, chunk)
+            opts = (("num_warps", max(1, bt // 32)),)
+            try:
+                L(x, w, y, M, N, N, EPS, None, opts)
+                torch.cuda.synchronize()
+                err = relative_error(y, ref)
+                pairs = list(zip(xs, ys))
+
+                def call_all(_x=None, _w=None, L=L, pairs=pairs, opts=opts):
+                    for xi, yi in pairs:
+                        L(xi, w, yi, M, N, N, EPS, None, opts)
+
+                ms = graph_time(call_all, [None], None) / len(pairs)
+                rep = kernel_report({"BLOCK_THREADS": bt, "ROWS_PER_PROGRAM": rows, "CHUNK": chunk}, N, ds)
+                grid.append({"cfg": [bt, rows, chunk], "ms": ms, "err": err, "kernels": rep})
+            except Exception as exc:
+                grid.append({"cfg": [bt, rows, chunk], "error": f"{type(exc).__name__}: {exc}"[:300]})
+        row["explore"] = grid
+    return row
+
+
+# -- report --------------------------------------------------------------------------------
+
+
+def gbps(row, mode, name):
+    ms = row[f"{mode}_ms"].get(name)
+    return row["bytes"] / (ms * 1e-3) / 1e9 if ms else None
+
+
+def fmt(v):
+    return "—" if v is None else (f"{v:.0f}" if v >= 100 else f"{v:.1f}")
+
+
+def markdown(rows, meta):
+    lines = [
+        f"Device: {meta['device']}; torch {meta['torch']}, Triton {meta['triton']}, CUDA {meta['cuda']}, "
+        f"Liger {meta.get('liger') or 'not installed'}; {meta['date']}. Copy ceiling measured in the same run: "
+        f"{meta['copy_gbps']:.0f} GB/s.",
+        "",
+    ]
+    for mode, title in (("eager", "eager per call (do_bench, host dispatch included)"),
+                        ("graph", "CUDA-graph replay (GPU time per call)")):
+        lines += [f"GB/s, {title}:", "",
+                  "| M × N | dtype | F.rms_norm | torch.compile | Liger | ours default | ours tuned | "
+                  "tuned / best peer | tuned config |",
+                  "|---|---|---|---|---|---|---|---|---|"]
+        for r in rows:
+            vals = {n: gbps(r, mode, n) for n in IMPLS}
+            peers = [vals[p] for p in PEERS if vals[p]]
+            best = max(peers) if peers else None
+            ratio = vals["tuned"] / best if best and vals["tuned"] else None
+            c = r.get("tuned_config") or {}
+            cfg = f"{c.get('BLOCK_THREADS')}t×{c.get('ROWS_PER_PROGRAM')}r" + (
+                f", chunk {c['CHUNK']}" if c.get("CHUNK") else "")
+            ratio_s = f"{ratio:.2f}×" if ratio else "—"
+            lines.append(f"| {r['M']} × {r['N']} | {r['dtype']} | " + " | ".join(fmt(vals[n]) for n in IMPLS)
+                         + f" | {ratio_s} | {cfg} |")
+        ratios = []
+        for r in rows:
+            peers = [gbps(r, mode, p) for p in PEERS if gbps(r, mode, p)]
+            t = gbps(r, mode, "tuned")
+            if peers and t:
+                ratios.append(t / max(peers))
+        if ratios:
+            geo = math.exp(sum(math.log(v) for v in ratios) / len(ratios))
+            lines += ["", f"Geometric mean of tuned / best peer ({mode}): {geo:.2f}× over {len(ratios)} shapes; "
+                          f"minimum {min(ratios):.2f}×."]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot(rows, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 1, figsize=(14, 9), sharex=True)
+    labels = [f"{r['M']}×{r['N']}\n{r['dtype']}" for r in rows]
+    width = 0.16
+    names = {"torch": "F.rms_norm", "compile": "torch.compile", "liger": "Liger", "default": "ours default",
+             "tuned": "ours tuned"}
+    for ax, mode in zip(axes, ("eager", "graph")):
+        for i, n in enumerate(IMPLS):
+            vals = [gbps(r, mode, n) or 0 for r in rows]
+            ax.bar([j + (i - 2) * width for j in range(len(rows))], vals, width, label=names[n])
+        ax.set_ylabel("GB/s")
+        ax.set_yscale("log")
+        ax.set_title(f"RMSNorm forward on {rows and rows[0].get('device', '')} — {mode}")
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].legend(ncol=5, fontsize=8)
+    axes[1].set_xticks(range(len(rows)))
+    axes[1].set_xticklabels(labels, fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+
+def copy_ceiling():
+    import torch
+    import triton
+
+    n = 1 << 30
+    a = torch.empty(n, dtype=torch.int16, device="cuda").random_()
+    b = torch.empty_like(a)
+    ms = triton.testing.do_bench(lambda: b.copy_(a), warmup=10, rep=100, return_mode="median")
+    del a, b
+    torch.cuda.empty_cache()
+    return 2 * 2 * n / (ms * 1e-3) / 1e9
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=".")
+    ap.add_argument("--explore", action="store_true", help="also time a wider config grid per shape")
+    ap.add_argument("--shapes", default="all", help="comma list of indices into SHAPES, or 'all'")
+    ap.add_argument("--budget-s", type=float, default=480.0, help="stop starting new shapes after this")
+    ap.add_argument("--workers", type=int, default=min(14, os.cpu_count() or 1))
+    args = ap.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    t_start = time.perf_counter()
+
+    def log(msg):
+        print(f"[{time.perf_counter() - t_start:6.1f}s] {msg}", flush=True)
+
+    os.environ.setdefault("FLYAUTOTUNE_CACHE_DIR", tempfile.mkdtemp(prefix="fat-bench-"))
+    import torch
+    import triton
+
+    try:
+        import liger_kernel  # noqa: F401
+        from importlib.metadata import version
+
+        liger = version("liger-kernel")
+    except Exception:
+        liger = None
+    shapes = SHAPES if args.shapes == "all" else [SHAPES[int(i)] for i in args.shapes.split(",")]
+    meta = {
+        "device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
+        "cuda": torch.version.cuda, "liger": liger, "python": platform.python_version(),
+        "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
+    }
+    meta["copy_gbps"] = copy_ceiling()
+    log(f"{meta}")
+    jobs = []
+    for M, N, ds in shapes:
+        jobs += space_jobs(M, N, ds, args.explore)
+    meta["precompile_s"] = precompile(jobs, args.workers)
+    rows = []
+    impl_cache = {}
+    for M, N, ds in shapes:
+        if time.perf_counter() - t_start > args.budget_s:
+            log(f"budget spent: skipping {M}x{N} {ds}")
+            continue
+        impls = impl_cache.get(N) or impl_cache.setdefault(N, make_impls(N, liger is not None))
+        t0 = time.perf_counter()
+        row = bench_shape(M, N, ds, impls, args.explore, log)
+        row["device"] = meta["device"]
+        rows.append(row)
+        vals = {n: gbps(row, "eager", n) for n in IMPLS}
+        gvals = {n: gbps(row, "graph", n) for n in IMPLS}
+        log(f"{M}x{N} {ds}: eager " + " ".join(f"{n}={fmt(v)}" for n, v in vals.items())
+            + " | graph " + " ".join(f"{n}={fmt(v)}" for n, v in gvals.items())
+            + f" | tuned {row['tuned_config']} search {row['search_s']}s | {time.perf_counter() - t0:.1f}s")
+        with open(os.path.join(args.out, "rmsnorm.json"), "w") as f:
+            json.dump({"meta": meta, "rows": [{k: v for k, v in r.items() if k != "explore"} for r in rows]},
+                      f, indent=1, default=str)
+        if args.explore:
+            with open(os.path.join(args.out, "explore.json"), "w") as f:
+                json.dump([{k: r[k] for k in ("M", "N", "dtype", "explore", "default_config", "tuned_config")}
+                           for r in rows], f, indent=1, default=str)
+    md = markdown(rows, meta)
+    with open(os.path.join(args.out, "rmsnorm.md"), "w") as f:
+        f.write(md)
+    try:
+        plot(rows, os.path.join(args.out, "rmsnorm.png"))
+    except Exception as exc:
+        log(f"plot failed: {exc!r}")
+    print(md)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,133 @@
+"""The same kernel compiled for a CUDA GPU (skipped without one)."""
+
+import os
+
+import pytest
+import torch
+
+import flyautotune as fat
+from flyautotune_rmsnorm import cuda_space, default_config, make_launcher, rmsnorm, rmsnorm_autotuned
+from flyautotune_rmsnorm.api import _tuned_launch, launch
+from flyautotune_rmsnorm.reference import relative_error, rmsnorm_reference, tolerance
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (CPU counterparts run the "
+                                                              "same kernel under Triton's interpreter)"),
+]
+
+ANCHOR_NS = (1024, 4096, 8192, 16384, 32768, 65536)
+
+
+def _inputs(M, N, dtype):
+    x = torch.randn(M, N, device="cuda", dtype=dtype) * 2
+    w = torch.rand(N, device="cuda", dtype=dtype) + 0.5
+    return x, w
+
+
+def _check(y, x, w):
+    assert not torch.isnan(y).any(), "an output element was not written"
+    err = relative_error(y, rmsnorm_reference(x, w))
+    assert err <= tolerance(y.dtype), f"relative error {err:.3g}"
+
+
+@pytest.mark.parametrize("N", ANCHOR_NS + (1000, 33, 40000))
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_every_config_of_the_space_is_right_on_the_gpu(N, dtype):
+    ds = {torch.bfloat16: "bf16", torch.float32: "fp32"}[dtype]
+    M = 37  # not a multiple of any ROWS_PER_PROGRAM > 1: the row mask runs
+    x, w = _inputs(M, N, dtype)
+    for cfg in cuda_space(4096, N, ds) + [default_config(M, N, ds)]:
+        kw = cfg.kwargs
+        L = make_launcher(N, ds, kw["BLOCK_THREADS"], kw["ROWS_PER_PROGRAM"], kw["CHUNK"])
+        for attempt in ("jit", "direct"):  # first call compiles via JITFunction, then the cached launcher
+            y = torch.full_like(x, float("nan"))
+            L(x, w, y, M, N, N, 1e-6, None, (("num_warps", kw["BLOCK_THREADS"] // 32),))
+            torch.cuda.synchronize()
+            _check(y, x, w)
+
+
+@pytest.mark.parametrize("N", ANCHOR_NS)
+def test_no_config_in_the_space_spills(N):
+    x, w = _inputs(16, N, torch.bfloat16)
+    y = torch.empty_like(x)
+    for cfg in cuda_space(4096, N, "bf16"):
+        kw = cfg.kwargs
+        L = make_launcher(N, "bf16", kw["BLOCK_THREADS"], kw["ROWS_PER_PROGRAM"], kw["CHUNK"])
+        k = L.compiled(x, w, y, 16 * kw["ROWS_PER_PROGRAM"], N, N, (("num_warps", kw["BLOCK_THREADS"] // 32),))
+        assert k.n_spills == 0, f"{cfg} spills {k.n_spills} registers ({k.n_regs} used)"
+
+
+def test_strided_rows_and_out_on_the_gpu():
+    base, w = _inputs(64, 1100, torch.float16)
+    x = base[::2, 50:1074]
+    out_buf = torch.full((32, 1200), 3.0, device="cuda", dtype=torch.float16)
+    out = out_buf[:, 100:1124]
+    got = rmsnorm(x, w[:1024].contiguous(), out=out)
+    torch.cuda.synchronize()
+    assert got is out
+    _check(out, x, w[:1024])
+    assert torch.all(out_buf[:, :100] == 3.0) and torch.all(out_buf[:, 1124:] == 3.0)
+
+
+def test_unaligned_pointer_gets_its_own_binary():
+    base, w = _inputs(8, 4097, torch.bfloat16)
+    x_aligned = base[:, :4096]
+    x_shifted = base[:, 1:]  # 2-byte offset: not 16-byte aligned
+    for x in (x_aligned, x_shifted, x_aligned):
+        y = rmsnorm(x, w[:4096].contiguous())
+        torch.cuda.synchronize()
+        _check(y, x, w[:4096])
+
+
+def test_launch_goes_to_the_given_stream():
+    x, w = _inputs(256, 4096, torch.bfloat16)
+    y = torch.full_like(x, float("nan"))
+    rmsnorm(x, w, out=torch.empty_like(x))  # compiled before the timing-sensitive part
+    side = torch.cuda.Stream()
+    with torch.cuda.stream(side):
+        torch.cuda._sleep(200_000_000)  # ~0.1 s of GPU time queued ahead on the side stream
+    rmsnorm(x, w, out=y, stream=side)
+    assert torch.isnan(y).any(), "the kernel ran before the sleep queued on its stream"
+    side.synchronize()
+    _check(y, x, w)
+    y2 = torch.full_like(x, float("nan"))
+    rmsnorm(x, w, out=y2, stream=side.cuda_stream)  # a raw handle works too
+    side.synchronize()
+    _check(y2, x, w)
+
+
+def test_forced_search_on_the_gpu_picks_from_the_space(monkeypatch):
+    x, w = _inputs(2048, 8192, torch.bfloat16)
+    monkeypatch.setenv("FLYAUTOTUNE", "1")
+    y = rmsnorm_autotuned(x, w)
+    torch.cuda.synchronize()
+    assert _tuned_launch.last_source == "search"
+    assert _tuned_launch.last_config in cuda_space(2048, 8192, "bf16")
+    _check(y, x, w)
+    monkeypatch.delenv("FLYAUTOTUNE")
+    rmsnorm_autotuned(x, w)
+    assert _tuned_launch.last_source == "memory"
+
+
+def test_target_and_hints_on_the_gpu():
+    assert fat.target_for(torch.device("cuda")) == fat.Target(
+        "cuda", "sm_%d%d" % torch.cuda.get_device_capability(), 32)
+    x, w = _inputs(64, 8192, torch.bfloat16)
+    with fat.compile_hints(maxnreg=64):
+        y = rmsnorm(x, w)
+    torch.cuda.synchronize()
+    _check(y, x, w)
+    y = torch.empty_like(x)
+    with pytest.raises(ValueError, match="maxnreg=255"):  # 255 x 1024 threads > the register file
+        with fat.compile_hints(maxnreg=255):
+            launch(x, w, y, 64, 8192, "bf16", 1e-6, 8192, 8192, None, BLOCK_THREADS=1024)
+    with pytest.raises(ValueError, match="waves_per_eu"):
+        with fat.compile_hints(waves_per_eu=2):
+            rmsnorm(x, w)
+
+
+def test_weight_on_another_device_is_rejected():
+    x, w = _inputs(4, 64, torch.float32)
+    with pytest.raises(ValueError, match="weight is on cpu"):
+        rmsnorm(x, w.cpu())

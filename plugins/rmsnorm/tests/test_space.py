@@ -1,0 +1,172 @@
+"""The config space, the default, the adopter's registration, and the tuned entry's selection."""
+
+import os
+import shutil
+
+import pytest
+import torch
+
+import flyautotune as fat
+from flyautotune_rmsnorm import api, cuda_space, default_config, rmsnorm_autotuned, rocm_space
+from flyautotune_rmsnorm.api import _tuned_launch
+from flyautotune_rmsnorm.space import KNOBS, MAX_REGISTER_ROW, SMALL_N
+
+ANCHOR_SHAPES = [
+    (1, 4096, "bf16"), (32, 4096, "bf16"), (256, 8192, "bf16"), (4096, 4096, "bf16"), (4096, 8192, "bf16"),
+    (16384, 8192, "bf16"), (32768, 4096, "bf16"), (65536, 1024, "bf16"), (8192, 16384, "bf16"),
+    (2048, 32768, "bf16"), (1024, 65536, "bf16"), (256, 8192, "fp32"), (4096, 8192, "fp32"),
+    (32768, 4096, "fp32"),
+]
+
+
+@pytest.mark.parametrize("N", [1, 7, 64, 300, SMALL_N])
+def test_small_rows_get_one_config(N):
+    for ds in ("bf16", "fp16", "fp32"):
+        assert cuda_space(4096, N, ds) == [default_config(4096, N, ds)]
+        assert rocm_space(4096, N, ds) == [default_config(4096, N, ds)]
+
+
+@pytest.mark.parametrize("M,N,ds", ANCHOR_SHAPES, ids=str)
+def test_cuda_space_is_small_and_holds_the_default(M, N, ds):
+    space = cuda_space(M, N, ds)
+    assert 2 <= len(space) <= 16
+    assert default_config(M, N, ds) in space
+    assert len(set(space)) == len(space)
+    for cfg in space:
+        assert set(cfg.kwargs) == set(KNOBS)
+        assert not cfg.hints  # no occupancy hint needed on CUDA: nothing in the space spills
+
+
+@pytest.mark.parametrize("N", [1024, 4096, 65536])
+def test_rocm_space_is_seven_block_threads_by_waves_per_eu(N):
+    space = rocm_space(4096, N, "bf16")
+    pairs = {(c.kwargs["BLOCK_THREADS"], c.hints.get("waves_per_eu", 0)) for c in space}
+    assert len(space) == 7 and len(pairs) == 7
+
+
+def test_rows_too_long_for_registers_stream_in_chunks():
+    for M, N in ((1024, 65536), (16, 131072)):
+        cfg = default_config(M, N, "bf16")
+        assert cfg.kwargs["CHUNK"] and cfg.kwargs["CHUNK"] < N
+        assert all(c.kwargs["CHUNK"] for c in cuda_space(M, N, "bf16"))
+    assert default_config(4096, MAX_REGISTER_ROW, "bf16").kwargs["CHUNK"] == 0
+
+
+def test_adopter_is_registered_through_its_entry_point():
+    pm = fat.build_plugin_manager()
+    ad = pm.get_adopter("rmsnorm")
+    assert ad.distribution.startswith("flyautotune-rmsnorm")
+    assert ad.key == ("M", "N", "dtype") and ad.knobs == KNOBS
+    assert ad.entry is rmsnorm_autotuned
+    (x, w), kw = ad.example((3, 256), "bf16", "cpu")
+    assert x.shape == (3, 256) and x.dtype == torch.bfloat16 and w.shape == (256,)
+    assert ad.bytes_moved(x, w) == 2 * 3 * 256 * 2 + 256 * 2
+    assert ad.specialize(x, w) == {"N": 256, "dtype_str": "bf16"}
+    launcher = ad.factory(**ad.specialize(x, w), **ad.default(M=3, N=256, dtype="bf16").kwargs)
+    assert launcher.N == 256
+    assert ad.configs(M=1024, N=65536, dtype="bf16", x=torch.empty(0)) == [default_config(1024, 65536, "bf16",
+                                                                                          "cpu")]
+
+
+@pytest.mark.skipif(shutil.which("ptxas") is None and not os.path.exists(
+    os.path.join(os.path.dirname(__import__("triton").__file__), "backends/nvidia/bin/ptxas")),
+    reason="needs Triton's NVIDIA backend (ptxas) to cross-compile")
+@pytest.mark.parametrize("N,cfg_kw", [(65536, None), (32768, None), (8192, None)])
+def test_compile_spec_cross_compiles_for_sm90_without_spills(N, cfg_kw):
+    """The CPU counterpart of the GPU no-spill test: ptxas's resource report of the default."""
+    import re
+    import subprocess
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    cfg = default_config(1024, N, "bf16")
+    kernel, sig, consts = api.compile_spec((1024, N), "bf16", cfg)
+    attrs = {(i,): [["tt.divisibility", 16]] for i in range(3)}
+    k = triton.compile(triton.compiler.ASTSource(kernel, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
+                       options={"num_warps": cfg.kwargs["BLOCK_THREADS"] // 32})
+    cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump")
+    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"rmsnorm_{N}_{os.getpid()}.cubin")
+    with open(path, "wb") as f:
+        f.write(k.asm["cubin"])
+    report = subprocess.run([cuobjdump, "-res-usage", path], capture_output=True, text=True).stdout
+    os.unlink(path)
+    m = re.search(r"REG:(\d+) STACK:(\d+) SHARED:\d+ LOCAL:(\d+)", report)
+    assert m, report
+    assert (int(m.group(2)), int(m.group(3))) == (0, 0), f"{cfg} spills: {report}"
+    assert "ld.global.v4" in k.asm["ptx"] or "ld.global.L1::evict_first.v4" in k.asm["ptx"] or re.search(
+        r"ld\.global[\w:.]*\.v4", k.asm["ptx"]), "rows are not read with 16-byte loads"
+
+
+# -- the tuned entry's selection, with a fake GPU backend on CPU tensors --------------------------------
+
+class FakeGpu:
+    """Claims CPU tensors as an sm_90 target and times a config by a fixed cost table."""
+
+    def __init__(self, fastest):
+        self.fastest = fastest
+        self.timed = []
+
+    @fat.hookimpl(tryfirst=True)
+    def flyautotune_target(self, device):
+        return fat.Target("cuda", "sm_90", 32)
+
+    @fat.hookimpl(tryfirst=True)
+    def flyautotune_benchmark(self, fn, setup, target, stream, warmup, rep):
+        from flyautotune.hints import current_hints  # noqa: F401
+
+        if setup is not None:
+            setup()
+        fn()
+        cfg = _tuned_launch.last_config
+        self.timed.append(1)
+        return 1.0
+
+
+def test_forced_search_benchmarks_the_cuda_space_and_stores_the_winner(fresh_pm, monkeypatch):
+    picked = []
+
+    class Bench(FakeGpu):
+        @fat.hookimpl(tryfirst=True)
+        def flyautotune_benchmark(self, fn, setup, target, stream, warmup, rep):
+            seen = {}
+            orig = api.make_launcher
+
+            def spy(N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM=1, CHUNK=0):
+                seen["cfg"] = (BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK)
+                return orig(N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK)
+
+            monkeypatch.setattr(api, "make_launcher", spy)
+            if setup is not None:
+                setup()
+            fn()
+            monkeypatch.setattr(api, "make_launcher", orig)
+            picked.append(seen["cfg"])
+            return 0.5 if seen["cfg"] == self.fastest else 1.0
+
+    space = cuda_space(4, 4096, "fp32")
+    fastest = space[-2].kwargs
+    plug = Bench((fastest["BLOCK_THREADS"], fastest["ROWS_PER_PROGRAM"], fastest["CHUNK"]))
+    fresh_pm(plug)
+    x, w = torch.randn(4, 4096), torch.rand(4096) + 0.5
+    monkeypatch.setenv("FLYAUTOTUNE", "1")
+    y = rmsnorm_autotuned(x, w)
+    assert _tuned_launch.last_source == "search"
+    assert len(picked) == len(space)  # every candidate of the CUDA space was timed once
+    assert _tuned_launch.last_config == space[-2]
+    assert torch.allclose(y, api.rmsnorm(x, w))
+    monkeypatch.delenv("FLYAUTOTUNE")
+    _tuned_launch._memo.clear()
+    rmsnorm_autotuned(x, w)
+    assert _tuned_launch.last_source == "store" and _tuned_launch.last_config == space[-2]
+    assert len(picked) == len(space)
+
+
+def test_without_a_stored_winner_the_default_runs_unbenchmarked(fresh_pm):
+    plug = FakeGpu(None)
+    fresh_pm(plug)
+    x, w = torch.randn(3, 2048), torch.rand(2048) + 0.5
+    rmsnorm_autotuned(x, w)
+    assert _tuned_launch.last_source == "default"
+    assert _tuned_launch.last_config == default_config(3, 2048, "fp32")
+    assert plug.timed == []
