@@ -202,6 +202,23 @@ def test_corrupt_file_is_moved_aside_and_a_fresh_store_starts(tmp_path, warnings
     assert TuningStore(d).get("rms", "k").config == cfg(1)
 
 
+def test_corrupt_file_that_cannot_be_moved_degrades_to_no_store(tmp_path, monkeypatch, warnings_):
+    (tmp_path / st.DB_NAME).write_bytes(b"not a database" * 100)
+
+    def refuse(src, dst):
+        raise PermissionError(13, "Permission denied", str(src))
+
+    monkeypatch.setattr(st.os, "replace", refuse)  # e.g. a read-only directory
+    s = TuningStore(tmp_path)
+    for _ in range(3):
+        assert s.get("rms", "k") is None
+        assert s.put("rms", "k", "t", cfg(1), [], {}) is False
+    msg = messages(warnings_)
+    assert msg.count("is not a readable SQLite database (file is not a database) and could not be moved aside") == 1
+    assert "cannot save the winner (DatabaseError: file is not a database)" in msg
+    assert (tmp_path / st.DB_NAME).read_bytes() == b"not a database" * 100
+
+
 def test_corrupt_index_keeps_every_readable_row(tmp_path, warnings_):
     s = TuningStore(tmp_path)
     for i in range(300):

@@ -350,7 +350,7 @@ class TuningStore:
         self.path = self.directory / DB_NAME
         self.timeout = float(timeout)
         self._local = threading.local()
-        self._lock = threading.Lock()
+        self._lock = threading.RLock()  # re-entered: recovery warns while holding it
         self._warned: set = set()
 
     def __repr__(self) -> str:
@@ -500,9 +500,9 @@ class TuningStore:
                     with contextlib.suppress(FileNotFoundError):
                         os.replace(f"{self.path}{suffix}", f"{aside}{suffix}")
             except OSError as move_exc:
-                log.warning(
-                    "flyautotune store %s is not a readable SQLite database (%s) and could not be "
-                    "moved aside (%s); continuing without the store", self.path, exc, move_exc,
+                self._warn_once(
+                    f"flyautotune store {self.path} is not a readable SQLite database ({exc}) and could "
+                    f"not be moved aside ({move_exc}); continuing without the store"
                 )
                 return False
             entries, timings = salvaged
