@@ -546,12 +546,11 @@ class Autotuner:
         last_exc: Optional[BaseException] = None
         for i, config in enumerate(configs, 1):
             cjson = _store.canonical_config_json(config.to_dict()) if config.pre_hook is None else None
-            reused = cjson is not None and cjson in known
+            # Only successes are reused: a stored failure may have been transient (OOM).
+            reused = cjson is not None and known.get(cjson) is not None
             try:
                 if reused:
                     ms = known[cjson]
-                    if ms is None:
-                        raise RuntimeError("failed in an earlier search (stored)")
                 else:
                     ms = self._bench(config, call, target, snapshot, stream, setup)
                 timings.append({"config": config.to_dict() if cjson else repr(config), "ms": ms, "error": None})
