@@ -165,3 +165,26 @@ def test_two_processes_tuning_one_cold_key(tmp_path, isolated_store):
     assert len(entries) == 1
     assert entries[0].config == {"kwargs": {"B": 2}, "compile_hints": {}}
     assert len(entries[0].timings) == 3
+
+
+def test_a_stored_failure_is_retried_not_reused(pm, counting_bench):
+    attempts = []
+    flaky = {"fail": True}
+
+    def make(configs):
+        @fat.autotune(configs=configs, key=["n"], do_bench=counting_bench(cost=lambda i: 1.0), plugin_manager=pm,
+                      name="t_retry")
+        def launch(x, n, BLOCK=None):
+            attempts.append(BLOCK)
+            if BLOCK == 2 and flaky["fail"]:
+                raise RuntimeError("CUDA out of memory (another process held it)")
+            return BLOCK
+
+        return launch
+
+    make([fat.Config(BLOCK=1), fat.Config(BLOCK=2)])(torch.zeros(2), 2)
+    flaky["fail"] = False
+    attempts.clear()
+    make([fat.Config(BLOCK=1), fat.Config(BLOCK=2), fat.Config(BLOCK=3)])(torch.zeros(2), 2)
+    assert 1 not in attempts[:-1]  # BLOCK=1's stored timing was reused
+    assert 2 in attempts and 3 in attempts
