@@ -154,11 +154,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
         return 2
     except SystemExit as exc:  # --help and --version
         return int(exc.code or 0)
-    try:
-        _setup_logging(args.verbose)
-    except ValueError as exc:
-        _error(str(exc))
-        return 2
+    _setup_logging(args.verbose)
     # A Triton notice about its next release, printed on every compile: noise for this command.
     warnings.filterwarnings("ignore", message="TRITON_DEFAULT_FP_FUSION is unset")
     handler = COMMANDS[args.command]
@@ -196,16 +192,29 @@ def _first_line(text: str) -> str:
 
 
 def _setup_logging(verbose: int) -> None:
-    from .logconfig import LOG_ENV, configure_logging, parse_level
+    from .logs import configure_from_env
 
-    level = os.environ.get(LOG_ENV, "").strip()
+    logger = logging.getLogger("flyautotune")
     if verbose:
-        level = "debug" if verbose > 1 else "info"
-    if level and parse_level(level) is not None:
-        configure_logging(level)
-    else:
-        # Warnings still reach the user, as one plain line each.
-        configure_logging("warning", fmt=f"{PROG}: %(levelname)s: %(message)s")
+        configure_from_env("debug" if verbose > 1 else "info")
+    elif not logger.handlers:
+        # FLYAUTOTUNE_LOG unset (the import configures it otherwise): warnings still reach the
+        # user, one plain line each.
+        handler = _LineSafeHandler(sys.stderr)
+        handler.setFormatter(logging.Formatter(f"{PROG}: %(levelname)s: %(message)s"))
+        handler.setLevel(logging.WARNING)
+        logger.addHandler(handler)
+
+
+class _LineSafeHandler(logging.StreamHandler):
+    """On a terminal, clear the live progress line before a message, so they never share a line."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        isatty = getattr(self.stream, "isatty", None)
+        if isatty is not None and isatty():
+            with contextlib.suppress(OSError, ValueError):
+                self.stream.write("\r\x1b[K")
+        super().emit(record)
 
 
 # -- shared helpers -------------------------------------------------------------------
