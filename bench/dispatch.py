@@ -58,7 +58,7 @@ def main(argv=None):
     ds = "bf16"
     rmsnorm_autotuned(x, w, eps)  # default config, now in the tuner's memory
     cfg = _tuned_launch.last_config.kwargs
-    L = make_launcher(N, ds, cfg["BLOCK_THREADS"], cfg["ROWS_PER_PROGRAM"], cfg["CHUNK"])
+    L = make_launcher(N, ds, **cfg)
     opts = _compile_options(_target(x.device), cfg["BLOCK_THREADS"])
     L(x, w, y, M, N, N, eps, None, opts)
     consts = L._constexprs(M, 8)

@@ -2,7 +2,7 @@
 # Everything that needs an NVIDIA GPU, in one go: install the packages, run the
 # plugin tests with CUDA, then the RMSNorm benchmark and the dispatch benchmark.
 #
-#   bash bench/gpu_suite.sh OUT_DIR [tests] [bench] [explore] [dispatch]
+#   bash bench/gpu_suite.sh OUT_DIR [tests] [coretests] [bench] [explore] [dispatch]
 #
 # No network is needed: the three packages are built from this checkout
 # (setuptools must be installed); wheels under .whl/ (e.g. liger-kernel) are
@@ -37,6 +37,10 @@ for stage in $STAGES; do
       XDIST=$("$PY" -c "import xdist" 2>/dev/null && echo "-n 8" || true)
       (cd "$ROOT" && "$PY" -m pytest -q -p no:cacheprovider -rs --durations=10 $XDIST \
         plugins/cuda/tests plugins/rmsnorm/tests 2>&1 | tee "$OUT_DIR/pytest.log") || status=1 ;;
+    coretests)
+      echo "== core GPU tests (tests/ -m gpu)"
+      (cd "$ROOT" && "$PY" -m pytest -q -p no:cacheprovider -rs -m gpu tests 2>&1 | tee "$OUT_DIR/pytest_core.log") \
+        || echo "core GPU tests failed (not fatal here)" ;;
     bench)
       echo "== bench"
       "$PY" "$ROOT/bench/rmsnorm.py" --out "$OUT_DIR" ${BENCH_ARGS:-} || status=1 ;;

@@ -118,8 +118,8 @@ def _precompile_one(job):
     from flyautotune_rmsnorm.factory import _CONST_NAMES, row_vec
     from flyautotune_rmsnorm.kernel import jit_kernel
 
-    N, ds, bt, rows, chunk, M = job
-    L = make_launcher(N, ds, bt, rows, chunk)
+    N, ds, bt, rows, chunk, policy, M = job
+    L = make_launcher(N, ds, bt, rows, chunk, policy)
     rv = row_vec(N, N, L.elem)
     kw = dict(zip(_CONST_NAMES, L._constexprs(M, rv)))
     dt = torch_dtype(ds)
@@ -142,34 +142,34 @@ def precompile(jobs, workers):
 
 
 def explore_grid(N, ds):
-    """A wider grid than the CUDA space, to check the space and default against it."""
+    """A wider grid than the CUDA space (every cache policy), to check the space and default against it."""
     from flyautotune_rmsnorm.factory import next_pow2
 
     npad = next_pow2(N)
     out = []
-    for bt in (64, 128, 256, 512, 1024):
-        for rows in (1, 2, 4, 8, 16):
-            if rows > 1 and npad > 4096:
-                continue
-            ept = rows * npad // bt
-            if 2 <= ept <= 64:
-                out.append((bt, rows, 0))
-        if npad >= 16384:
-            for chunk in (2048, 4096, 8192, 16384):
-                if chunk < npad and 2 <= chunk // bt <= 64:
-                    out.append((bt, 1, chunk))
+    for policy in (0, 1, 2):
+        for bt in (64, 128, 256, 512, 1024):
+            for rows in (1, 2, 4, 8, 16):
+                if rows > 1 and npad > 4096:
+                    continue
+                ept = rows * npad // bt
+                if 2 <= ept <= 64 and (npad <= 32768 or rows == 1 and ept <= 32):
+                    out.append((bt, rows, 0, policy))
+            if npad >= 4096:
+                for chunk in (1024, 2048, 4096, 8192, 16384, 32768):
+                    if chunk < npad and 4 <= chunk // bt <= 32:
+                        out.append((bt, 1, chunk, policy))
     return out
 
 
 def space_jobs(M, N, ds, explore):
-    from flyautotune_rmsnorm.space import cuda_space, default_config
+    from flyautotune_rmsnorm.space import KNOBS, cuda_space, default_config
 
-    cfgs = {(c.kwargs["BLOCK_THREADS"], c.kwargs["ROWS_PER_PROGRAM"], c.kwargs["CHUNK"])
-            for c in cuda_space(M, N, ds) + [default_config(M, N, ds)]}
+    cfgs = {tuple(c.kwargs[k] for k in KNOBS) for c in cuda_space(M, N, ds) + [default_config(M, N, ds)]}
     if explore:
         cfgs |= set(explore_grid(N, ds))
     # EVEN_M is a constexpr: M % ROWS == 0 decides which binary a shape uses.
-    return [(N, ds, bt, rows, chunk, M if M % rows else rows * 16) for bt, rows, chunk in cfgs]
+    return [(N, ds, bt, rows, chunk, policy, M if M % rows else rows * 16) for bt, rows, chunk, policy in cfgs]
 
 
 # -- one shape -----------------------------------------------------------------------
@@ -180,7 +180,7 @@ def kernel_report(cfg, N, ds):
     from flyautotune_rmsnorm import make_launcher
 
     kw = cfg if isinstance(cfg, dict) else cfg.kwargs
-    L = make_launcher(N, ds, kw["BLOCK_THREADS"], kw["ROWS_PER_PROGRAM"], kw["CHUNK"])
+    L = make_launcher(N, ds, kw["BLOCK_THREADS"], kw["ROWS_PER_PROGRAM"], kw["CHUNK"], kw.get("CACHE_POLICY", 1))
     out = []
     for launch in list(L._launches.values()):
         k = launch.kernel
@@ -243,8 +243,8 @@ def bench_shape(M, N, ds, impls, explore, log):
         grid = []
         y = torch.empty_like(x)
         ys = [torch.empty_like(x) for _ in xs]
-        for bt, rows, chunk in explore_grid(N, ds):
-            L = make_launcher(N, ds, bt, rows, chunk)
+        for bt, rows, chunk, policy in explore_grid(N, ds):
+            L = make_launcher(N, ds, bt, rows, chunk, policy)
             opts = (("num_warps", max(1, bt // 32)),)
             try:
                 L(x, w, y, M, N, N, EPS, None, opts)
@@ -256,11 +256,12 @@ def bench_shape(M, N, ds, impls, explore, log):
                     for xi, yi in pairs:
                         L(xi, w, yi, M, N, N, EPS, None, opts)
 
-                ms = graph_time(call_all, [None], None) / len(pairs)
-                rep = kernel_report({"BLOCK_THREADS": bt, "ROWS_PER_PROGRAM": rows, "CHUNK": chunk}, N, ds)
-                grid.append({"cfg": [bt, rows, chunk], "ms": ms, "err": err, "kernels": rep})
+                ms = graph_time(call_all, [None], None, reps_ms=30) / len(pairs)
+                rep = kernel_report({"BLOCK_THREADS": bt, "ROWS_PER_PROGRAM": rows, "CHUNK": chunk,
+                                     "CACHE_POLICY": policy}, N, ds)
+                grid.append({"cfg": [bt, rows, chunk, policy], "ms": ms, "err": err, "kernels": rep})
             except Exception as exc:
-                grid.append({"cfg": [bt, rows, chunk], "error": f"{type(exc).__name__}: {exc}"[:300]})
+                grid.append({"cfg": [bt, rows, chunk, policy], "error": f"{type(exc).__name__}: {exc}"[:300]})
         row["explore"] = grid
     return row
 
@@ -297,7 +298,7 @@ def markdown(rows, meta):
             ratio = vals["tuned"] / best if best and vals["tuned"] else None
             c = r.get("tuned_config") or {}
             cfg = f"{c.get('BLOCK_THREADS')}t×{c.get('ROWS_PER_PROGRAM')}r" + (
-                f", chunk {c['CHUNK']}" if c.get("CHUNK") else "")
+                f", chunk {c['CHUNK']}" if c.get("CHUNK") else "") + f", p{c.get('CACHE_POLICY')}"
             ratio_s = f"{ratio:.2f}×" if ratio else "—"
             lines.append(f"| {r['M']} × {r['N']} | {r['dtype']} | " + " | ".join(fmt(vals[n]) for n in IMPLS)
                          + f" | {ratio_s} | {cfg} |")

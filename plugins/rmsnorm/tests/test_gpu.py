@@ -39,7 +39,7 @@ def test_every_config_of_the_space_is_right_on_the_gpu(N, dtype):
     x, w = _inputs(M, N, dtype)
     for cfg in cuda_space(4096, N, ds) + [default_config(M, N, ds)]:
         kw = cfg.kwargs
-        L = make_launcher(N, ds, kw["BLOCK_THREADS"], kw["ROWS_PER_PROGRAM"], kw["CHUNK"])
+        L = make_launcher(N, ds, **kw)
         for attempt in ("jit", "direct"):  # first call compiles via JITFunction, then the cached launcher
             y = torch.full_like(x, float("nan"))
             L(x, w, y, M, N, N, 1e-6, None, (("num_warps", kw["BLOCK_THREADS"] // 32),))
@@ -53,7 +53,7 @@ def test_no_config_in_the_space_spills(N):
     y = torch.empty_like(x)
     for cfg in cuda_space(4096, N, "bf16"):
         kw = cfg.kwargs
-        L = make_launcher(N, "bf16", kw["BLOCK_THREADS"], kw["ROWS_PER_PROGRAM"], kw["CHUNK"])
+        L = make_launcher(N, "bf16", **kw)
         k = L.compiled(x, w, y, 16 * kw["ROWS_PER_PROGRAM"], N, N, (("num_warps", kw["BLOCK_THREADS"] // 32),))
         assert k.n_spills == 0, f"{cfg} spills {k.n_spills} registers ({k.n_regs} used)"
 
@@ -85,6 +85,7 @@ def test_launch_goes_to_the_given_stream():
     y = torch.full_like(x, float("nan"))
     rmsnorm(x, w, out=torch.empty_like(x))  # compiled before the timing-sensitive part
     side = torch.cuda.Stream()
+    side.wait_stream(torch.cuda.current_stream())  # x, w and the NaN-filled y are ready first
     with torch.cuda.stream(side):
         torch.cuda._sleep(200_000_000)  # ~0.1 s of GPU time queued ahead on the side stream
     rmsnorm(x, w, out=y, stream=side)
@@ -92,6 +93,7 @@ def test_launch_goes_to_the_given_stream():
     side.synchronize()
     _check(y, x, w)
     y2 = torch.full_like(x, float("nan"))
+    side.wait_stream(torch.cuda.current_stream())
     rmsnorm(x, w, out=y2, stream=side.cuda_stream)  # a raw handle works too
     side.synchronize()
     _check(y2, x, w)

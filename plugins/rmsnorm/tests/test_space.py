@@ -113,12 +113,9 @@ class FakeGpu:
 
     @fat.hookimpl(tryfirst=True)
     def flyautotune_benchmark(self, fn, setup, target, stream, warmup, rep):
-        from flyautotune.hints import current_hints  # noqa: F401
-
         if setup is not None:
             setup()
         fn()
-        cfg = _tuned_launch.last_config
         self.timed.append(1)
         return 1.0
 
@@ -132,9 +129,9 @@ def test_forced_search_benchmarks_the_cuda_space_and_stores_the_winner(fresh_pm,
             seen = {}
             orig = api.make_launcher
 
-            def spy(N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM=1, CHUNK=0):
-                seen["cfg"] = (BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK)
-                return orig(N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK)
+            def spy(N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM=1, CHUNK=0, CACHE_POLICY=1):
+                seen["cfg"] = (BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLICY)
+                return orig(N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLICY)
 
             monkeypatch.setattr(api, "make_launcher", spy)
             if setup is not None:
@@ -146,7 +143,7 @@ def test_forced_search_benchmarks_the_cuda_space_and_stores_the_winner(fresh_pm,
 
     space = cuda_space(4, 4096, "fp32")
     fastest = space[-2].kwargs
-    plug = Bench((fastest["BLOCK_THREADS"], fastest["ROWS_PER_PROGRAM"], fastest["CHUNK"]))
+    plug = Bench(tuple(fastest[k] for k in KNOBS))
     fresh_pm(plug)
     x, w = torch.randn(4, 4096), torch.rand(4096) + 0.5
     monkeypatch.setenv("FLYAUTOTUNE", "1")

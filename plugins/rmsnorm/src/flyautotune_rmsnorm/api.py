@@ -27,6 +27,9 @@ def _dtype_strs() -> dict:
     return _DTYPE_STR
 
 
+_dtype_strs()
+
+
 def dtype_str(dtype: Any) -> str:
     """``torch.bfloat16`` -> ``"bf16"`` (also accepts the short names)."""
     if isinstance(dtype, str) and dtype in DTYPE_STRS:
@@ -55,71 +58,97 @@ def _row_stride(t: Any, N: int) -> Optional[int]:
 
 
 def _check(x: Any, weight: Any, eps: Any, out: Any) -> tuple:
-    """Validate the inputs; returns ``(x, weight, y, M, N, sx, sy, dtype_str, result)``."""
+    """Validate the inputs; returns ``(x, weight, y, M, N, sx, sy, dtype_str, result)``.
+
+    The common case (2-D, same device, float eps, no ``out``) touches each
+    tensor attribute once: this runs on every call.
+    """
+    try:
+        ds = _DTYPE_STR.get(x.dtype)
+        w_ok = weight.dtype in _DTYPE_STR
+        shape = x.shape
+    except AttributeError:
+        ds = w_ok = shape = None
+    if ds is None or not w_ok:
+        _bad_inputs(x, weight)
+    nd = len(shape)
+    if nd == 0:
+        raise ValueError("rmsnorm: x must have at least one dimension (..., N), got a 0-d tensor")
+    N = shape[-1]
+    if weight.shape != (N,):
+        raise ValueError(f"rmsnorm: weight.shape={tuple(weight.shape)} must be ({N},) to match the last "
+                         f"dimension of x.shape={tuple(shape)}")
+    if x.is_cuda:
+        if not weight.is_cuda or weight.get_device() != x.get_device():
+            raise ValueError(f"rmsnorm: x is on {x.device} but weight is on {weight.device}; put both on one "
+                             f"device")
+    elif weight.device != x.device:
+        raise ValueError(f"rmsnorm: x is on {x.device} but weight is on {weight.device}; put both on one device")
+    if eps.__class__ is not float or not eps >= 0.0:
+        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0:
+            raise ValueError(f"rmsnorm: eps={eps!r} must be a non-negative float")
+        eps = float(eps)
+    strides = x.stride()
+    if strides[-1] != 1 and N > 1:
+        raise ValueError(f"rmsnorm: x has stride {strides[-1]} in its last dimension; the kernel reads "
+                         f"rows of contiguous elements: pass x.contiguous()")
+    if N > 1 and weight.stride(0) != 1:
+        weight = weight.contiguous()  # N elements: a copy costs nothing next to the rows
+    if nd == 2:
+        M = shape[0]
+        sx = strides[0] if M > 1 else N
+    else:
+        M = 1
+        for d in shape[:-1]:
+            M *= d
+        sx = _row_stride(x, N) if M else N
+        if sx is None:
+            x = x.reshape(M, N)  # leading dims that no single row stride describes: one copy
+            sx = N
+    if N == 0:
+        M = 0
+    if out is None:
+        y = result = x.new_empty(shape)
+        sy = N
+    else:
+        y = result = out
+        sy = _check_out(x, out, shape, N, M)
+    return x, weight, y, M, N, sx, sy, ds, result, eps
+
+
+def _bad_inputs(x: Any, weight: Any) -> None:
     import torch
 
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"rmsnorm: x must be a torch.Tensor, got {type(x).__name__}")
     if not isinstance(weight, torch.Tensor):
         raise TypeError(f"rmsnorm: weight must be a torch.Tensor, got {type(weight).__name__}")
-    ds = _dtype_strs().get(x.dtype)
-    if ds is None:
+    if x.dtype not in _DTYPE_STR:
         raise TypeError(f"rmsnorm: x.dtype={x.dtype} is not supported; accepted: torch.bfloat16, "
                         f"torch.float16, torch.float32")
-    if weight.dtype not in _DTYPE_STR:
-        raise TypeError(f"rmsnorm: weight.dtype={weight.dtype} is not supported; accepted: torch.bfloat16, "
-                        f"torch.float16, torch.float32")
-    if x.dim() == 0:
-        raise ValueError("rmsnorm: x must have at least one dimension (..., N), got a 0-d tensor")
-    shape = x.shape
-    N = shape[-1]
-    if weight.dim() != 1 or weight.shape[0] != N:
-        raise ValueError(f"rmsnorm: weight.shape={tuple(weight.shape)} must be ({N},) to match the last "
-                         f"dimension of x.shape={tuple(shape)}")
-    device = x.device
-    if weight.device != device:
-        raise ValueError(f"rmsnorm: x is on {device} but weight is on {weight.device}; put both on one device")
-    if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0:
-        raise ValueError(f"rmsnorm: eps={eps!r} must be a non-negative float")
-    if N > 1 and x.stride(-1) != 1:
-        raise ValueError(f"rmsnorm: x has stride {x.stride(-1)} in its last dimension; the kernel reads "
-                         f"rows of contiguous elements: pass x.contiguous()")
-    if N > 1 and weight.stride(0) != 1:
-        weight = weight.contiguous()  # N elements: a copy costs nothing next to the rows
-    M = x.numel() // N if N else 0
-    for d in shape[:-1]:
-        if d == 0:
-            M = 0
-    if x.dim() == 2:
-        sx = x.stride(0) if shape[0] > 1 else N
-    elif M == 0:
-        sx = N
-    else:
-        sx = _row_stride(x, N)
-        if sx is None:
-            x = x.reshape(M, N)  # leading dims that no single row stride describes: one copy
-            sx = N
-    if out is None:
-        y = torch.empty(shape, dtype=x.dtype, device=device)
-        sy = N
-        result = y
-    else:
-        if not isinstance(out, torch.Tensor):
-            raise TypeError(f"rmsnorm: out must be a torch.Tensor or None, got {type(out).__name__}")
-        if out.shape != shape:
-            raise ValueError(f"rmsnorm: out.shape={tuple(out.shape)} must equal x.shape={tuple(shape)}")
-        if out.dtype != x.dtype:
-            raise TypeError(f"rmsnorm: out.dtype={out.dtype} must equal x.dtype={x.dtype}")
-        if out.device != device:
-            raise ValueError(f"rmsnorm: x is on {device} but out is on {out.device}")
-        if N > 1 and out.stride(-1) != 1:
-            raise ValueError(f"rmsnorm: out has stride {out.stride(-1)} in its last dimension; it must be 1")
-        sy = _row_stride(out, N) if M else N
-        if sy is None:
-            raise ValueError(f"rmsnorm: out with shape {tuple(out.shape)} and strides {out.stride()} has no "
-                             f"single row stride; pass a contiguous out (or one whose rows are evenly spaced)")
-        y = result = out
-    return x, weight, y, M, N, sx, sy, ds, result
+    raise TypeError(f"rmsnorm: weight.dtype={weight.dtype} is not supported; accepted: torch.bfloat16, "
+                    f"torch.float16, torch.float32")
+
+
+def _check_out(x: Any, out: Any, shape: Any, N: int, M: int) -> int:
+    """Validate ``out=``; returns its row stride."""
+    import torch
+
+    if not isinstance(out, torch.Tensor):
+        raise TypeError(f"rmsnorm: out must be a torch.Tensor or None, got {type(out).__name__}")
+    if out.shape != shape:
+        raise ValueError(f"rmsnorm: out.shape={tuple(out.shape)} must equal x.shape={tuple(shape)}")
+    if out.dtype != x.dtype:
+        raise TypeError(f"rmsnorm: out.dtype={out.dtype} must equal x.dtype={x.dtype}")
+    if out.device != x.device:
+        raise ValueError(f"rmsnorm: x is on {x.device} but out is on {out.device}")
+    if N > 1 and out.stride(-1) != 1:
+        raise ValueError(f"rmsnorm: out has stride {out.stride(-1)} in its last dimension; it must be 1")
+    sy = _row_stride(out, N) if M else N
+    if sy is None:
+        raise ValueError(f"rmsnorm: out with shape {tuple(out.shape)} and strides {out.stride()} has no "
+                         f"single row stride; pass a contiguous out (or one whose rows are evenly spaced)")
+    return sy
 
 
 # -- launching -------------------------------------------------------------------
@@ -128,10 +157,13 @@ _targets: dict = {}
 _options: dict = {}
 
 
-def _target(device: Any) -> fat.Target:
-    t = _targets.get(device)
+def _target(index: int) -> fat.Target:
+    """The target of CUDA device ``index`` (cached)."""
+    t = _targets.get(index)
     if t is None:
-        t = _targets[device] = fat.target_for(device)
+        import torch
+
+        t = _targets[index] = fat.target_for(torch.device("cuda", index))
     return t
 
 
@@ -161,15 +193,15 @@ def clear_caches() -> None:
 
 
 def launch(x, weight, out, M, N, dtype, eps, sx, sy, stream=None,
-           BLOCK_THREADS=None, ROWS_PER_PROGRAM=1, CHUNK=0):
+           BLOCK_THREADS=None, ROWS_PER_PROGRAM=1, CHUNK=0, CACHE_POLICY=1):
     """Run one config on prepared arguments (what the tuner calls)."""
     if BLOCK_THREADS is None:
         raise fat.IncompatibleConfigError("rmsnorm: a config must set BLOCK_THREADS")
-    launcher = make_launcher(N, dtype, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK)
-    if x.device.type == "cpu":
+    launcher = make_launcher(N, dtype, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLICY)
+    if not x.is_cuda:
         launcher(x, weight, out, M, sx, sy, eps, None, (), True)
         return out
-    target = fat.current_target() or _target(x.device)
+    target = fat.current_target() or _target(x.get_device())
     launcher(x, weight, out, M, sx, sy, eps, stream, _compile_options(target, BLOCK_THREADS))
     return out
 
@@ -198,15 +230,16 @@ def rmsnorm(x, weight, eps: float = 1e-6, out=None, stream=None):
         current stream).
     :returns: ``out`` or a new tensor shaped like ``x``.
     """
-    x2, w, y, M, N, sx, sy, ds, result = _check(x, weight, eps, out)
+    x2, w, y, M, N, sx, sy, ds, result, eps = _check(x, weight, eps, out)
     if M == 0:
         return result
-    dkey = (M, N, ds, x2.device.type)
+    cuda = x2.is_cuda
+    dkey = (M, N, ds, cuda)
     cfg = _defaults.get(dkey)
     if cfg is None:
-        backend = "cpu" if x2.device.type == "cpu" else _target(x2.device).backend
+        backend = _target(x2.get_device()).backend if cuda else "cpu"
         cfg = _defaults[dkey] = space.default_config(M, N, ds, backend).kwargs
-    launch(x2, w, y, M, N, ds, float(eps), sx, sy, stream, **cfg)
+    launch(x2, w, y, M, N, ds, eps, sx, sy, stream, **cfg)
     return result
 
 
@@ -217,13 +250,13 @@ def rmsnorm_autotuned(x, weight, eps: float = 1e-6, out=None, stream=None):
     winner, or the default; ``FLYAUTOTUNE=1`` searches the space and stores the
     winner.
     """
-    x2, w, y, M, N, sx, sy, ds, result = _check(x, weight, eps, out)
+    x2, w, y, M, N, sx, sy, ds, result, eps = _check(x, weight, eps, out)
     if M == 0:
         return result
     if stream is None:
-        _tuned_launch(x2, w, y, M, N, ds, float(eps), sx, sy)
+        _tuned_launch(x2, w, y, M, N, ds, eps, sx, sy)
     else:
-        _tuned_launch(x2, w, y, M, N, ds, float(eps), sx, sy, stream=stream)
+        _tuned_launch(x2, w, y, M, N, ds, eps, sx, sy, stream=stream)
     return result
 
 
@@ -260,7 +293,8 @@ def compile_spec(shape, dtype, config) -> tuple:
     for d in shape[:-1]:
         M *= int(d)
     kw = config.kwargs
-    launcher = make_launcher(N, ds, kw["BLOCK_THREADS"], kw.get("ROWS_PER_PROGRAM", 1), kw.get("CHUNK", 0))
+    launcher = make_launcher(N, ds, kw["BLOCK_THREADS"], kw.get("ROWS_PER_PROGRAM", 1), kw.get("CHUNK", 0),
+                             kw.get("CACHE_POLICY", 1))
     from .factory import _CONST_NAMES, row_vec
 
     rv = row_vec(N, N, launcher.elem)

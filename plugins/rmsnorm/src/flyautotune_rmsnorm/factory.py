@@ -1,14 +1,15 @@
 """The factory: one launcher per specialization of the RMSNorm body.
 
-``make_launcher(N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK)`` is
-cached; the launcher compiles lazily per device, per pointer alignment and per
-compile-option set (the lowered hint snapshot), then launches the cached binary
-straight through Triton's launcher so a call costs a few microseconds of host
-time, not a trip through ``JITFunction.run``.
+``make_launcher(N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK,
+CACHE_POLICY)`` is cached; the launcher compiles lazily per device, per pointer
+alignment and per compile-option set (the lowered hint snapshot), then launches
+the cached binary straight through Triton's launcher, so a call costs a few
+microseconds of host time rather than a trip through ``JITFunction.run``.
 """
 
 from __future__ import annotations
 
+import inspect
 import os
 import threading
 from typing import Any, Mapping, Optional
@@ -24,6 +25,16 @@ ELEMENT_SIZE = {"bf16": 2, "fp16": 2, "fp32": 4}
 VECTOR_BYTES = 16
 #: Threads per program the kernel is built for (num_warps 1..32).
 BLOCK_THREADS_CHOICES = (32, 64, 128, 256, 512, 1024)
+#: L2 eviction policies per CACHE_POLICY: (last read of x, first read of a two-pass row, weight, y).
+CACHE_POLICIES = {
+    0: ("", "", "", ""),  # the hardware's default everywhere
+    1: ("evict_first", "evict_last", "evict_last", ""),  # stream x, keep the weight and the re-read row
+    2: ("evict_first", "evict_last", "evict_last", "evict_first"),  # ... and stream y out
+}
+_CONST_NAMES = ("N", "BLOCK_N", "ROWS", "NUM_CHUNKS", "EVEN_N", "EVEN_M", "ROW_VEC",
+                "X_LAST", "X_KEEP", "W_POLICY", "Y_POLICY")
+#: TRITON_INTERPRET=1 runs GPU tensors through the interpreter too (debugging).
+_INTERPRET = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "yes", "on")
 
 
 def next_pow2(n: int) -> int:
@@ -34,9 +45,9 @@ def _is_pow2(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
 
-def _check_spec(N: int, dtype_str: str, BLOCK_THREADS: int, ROWS_PER_PROGRAM: int, CHUNK: int) -> None:
+def _check_spec(N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLICY) -> None:
     for name, value in (("N", N), ("BLOCK_THREADS", BLOCK_THREADS), ("ROWS_PER_PROGRAM", ROWS_PER_PROGRAM),
-                        ("CHUNK", CHUNK)):
+                        ("CHUNK", CHUNK), ("CACHE_POLICY", CACHE_POLICY)):
         if isinstance(value, bool) or not isinstance(value, int):
             raise TypeError(f"rmsnorm factory: {name}={value!r} must be an int")
     if N <= 0:
@@ -57,6 +68,8 @@ def _check_spec(N: int, dtype_str: str, BLOCK_THREADS: int, ROWS_PER_PROGRAM: in
             f"rmsnorm factory: CHUNK={CHUNK} (two-pass long rows) needs ROWS_PER_PROGRAM=1, "
             f"got {ROWS_PER_PROGRAM}"
         )
+    if CACHE_POLICY not in CACHE_POLICIES:
+        raise ValueError(f"rmsnorm factory: CACHE_POLICY={CACHE_POLICY}; accepted: {sorted(CACHE_POLICIES)}")
 
 
 def row_vec(sx: int, sy: int, elem: int) -> int:
@@ -71,28 +84,57 @@ def row_vec(sx: int, sy: int, elem: int) -> int:
 class Launch:
     """The cached pieces of one compiled binary, enough to launch it directly."""
 
-    run: Any
-    function: Any
-    packed_metadata: Any
+    call: Any  # call(grid, stream_handle, *kernel_args)
     kernel: Any  # triton CompiledKernel: .asm, .n_regs, .n_spills, .metadata
 
 
-class RMSNormLauncher:
-    """Launches the body for one ``(N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK)``.
+def _direct_call(compiled) -> Any:
+    """The cheapest way to launch ``compiled`` again: ``call(grid, stream, *args)``.
 
-    Call with 2-D views described by pointers-and-strides: ``x`` and ``y`` are
-    tensors whose rows start every ``sx`` / ``sy`` elements, ``M`` rows of
-    ``N`` contiguous elements; ``w`` holds ``N`` contiguous elements.
+    Triton 3.5/3.6's ``CudaLauncher`` only allocates scratch and forwards to its
+    C ``launch``; when the kernel needs no scratch we call that C function
+    ourselves. Any other launcher (other versions, HIP) goes through ``run``.
+    """
+    run = compiled.run  # the first access binds the module on the current device
+    function, meta = compiled.function, compiled.packed_metadata
+    c_launch = getattr(run, "launch", None)
+    try:
+        params = list(inspect.signature(type(run).__call__).parameters)
+    except (TypeError, ValueError):
+        params = []
+    if (type(run).__name__ == "CudaLauncher" and c_launch is not None
+            and params == ["self", "gridX", "gridY", "gridZ", "stream", "function", "args"]
+            and not getattr(run, "global_scratch_size", 1) and not getattr(run, "profile_scratch_size", 1)):
+        coop, pdl = run.launch_cooperative_grid, run.launch_pdl
+
+        def call(grid, stream, *args):
+            c_launch(grid, 1, 1, stream, function, coop, pdl, None, None, meta, None, None, None, *args)
+    else:
+        def call(grid, stream, *args):
+            run(grid, 1, 1, stream, function, meta, None, None, None, *args)
+    return call
+
+
+class RMSNormLauncher:
+    """Launches the body for one ``(N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLICY)``.
+
+    Call with tensors described by pointers and row strides: ``x`` and ``y``
+    have ``M`` rows of ``N`` contiguous elements starting every ``sx`` / ``sy``
+    elements; ``y`` has ``x``'s dtype (``dtype_str``); ``w`` holds ``N``
+    contiguous elements of any accepted dtype.
     """
 
-    def __init__(self, N: int, dtype_str: str, BLOCK_THREADS: int, ROWS_PER_PROGRAM: int = 1, CHUNK: int = 0):
-        _check_spec(N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK)
+    def __init__(self, N: int, dtype_str: str, BLOCK_THREADS: int, ROWS_PER_PROGRAM: int = 1, CHUNK: int = 0,
+                 CACHE_POLICY: int = 1):
+        _check_spec(N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLICY)
         self.N = N
         self.dtype_str = dtype_str
         self.BLOCK_THREADS = BLOCK_THREADS
         self.ROWS_PER_PROGRAM = ROWS_PER_PROGRAM
         self.CHUNK = CHUNK
+        self.CACHE_POLICY = CACHE_POLICY
         self.elem = ELEMENT_SIZE[dtype_str]
+        self.vec = VECTOR_BYTES // self.elem
         npad = next_pow2(N)
         if CHUNK == 0 or CHUNK >= npad:
             self.BLOCK_N, self.NUM_CHUNKS = npad, 1
@@ -100,12 +142,13 @@ class RMSNormLauncher:
             self.BLOCK_N, self.NUM_CHUNKS = CHUNK, -(-N // CHUNK)
         self.EVEN_N = N % self.BLOCK_N == 0
         self.num_warps = max(BLOCK_THREADS // 32, 1)
+        self._consts: dict = {}
         self._launches: dict = {}
         self._lock = threading.Lock()
 
     def __repr__(self) -> str:
         return (f"RMSNormLauncher(N={self.N}, dtype_str={self.dtype_str!r}, BLOCK_THREADS={self.BLOCK_THREADS}, "
-                f"ROWS_PER_PROGRAM={self.ROWS_PER_PROGRAM}, CHUNK={self.CHUNK})")
+                f"ROWS_PER_PROGRAM={self.ROWS_PER_PROGRAM}, CHUNK={self.CHUNK}, CACHE_POLICY={self.CACHE_POLICY})")
 
     # -- options ---------------------------------------------------------------
     def compile_options(self, lowered: Optional[Mapping[str, Any]] = None) -> dict:
@@ -119,8 +162,13 @@ class RMSNormLauncher:
         return -(-M // self.ROWS_PER_PROGRAM)
 
     def _constexprs(self, M: int, rv: int) -> tuple:
-        return (self.N, self.BLOCK_N, self.ROWS_PER_PROGRAM, self.NUM_CHUNKS, self.EVEN_N,
-                M % self.ROWS_PER_PROGRAM == 0, rv)
+        even_m = M % self.ROWS_PER_PROGRAM == 0
+        consts = self._consts.get((even_m, rv))
+        if consts is None:
+            consts = self._consts[(even_m, rv)] = (
+                self.N, self.BLOCK_N, self.ROWS_PER_PROGRAM, self.NUM_CHUNKS, self.EVEN_N, even_m, rv,
+                *CACHE_POLICIES[self.CACHE_POLICY])
+        return consts
 
     # -- launching -------------------------------------------------------------
     def __call__(self, x, w, y, M: int, sx: int, sy: int, eps: float, stream: Any = None,
@@ -129,64 +177,64 @@ class RMSNormLauncher:
 
         :param stream: a torch stream, a raw stream handle (int), or None (the
             device's current stream).
-        :param options: lowered compile options as sorted ``(name, value)`` pairs.
+        :param options: lowered compile options as sorted ``(name, value)`` pairs
+            (default: ``num_warps`` from BLOCK_THREADS).
         :param interpret: force (or forbid) Triton's interpreter; default: CPU
             tensors or ``TRITON_INTERPRET=1``.
         """
         if M == 0:
             return
-        rv = row_vec(sx, sy, self.elem)
-        consts = (self.N, self.BLOCK_N, self.ROWS_PER_PROGRAM, self.NUM_CHUNKS, self.EVEN_N,
-                  M % self.ROWS_PER_PROGRAM == 0, rv)
+        vec = self.vec
+        rv = vec if not (sx | sy) & (vec - 1) else row_vec(sx, sy, self.elem)
+        consts = self._constexprs(M, rv)
         if interpret is None:
-            interpret = x.device.type != "cuda" or _INTERPRET
+            interpret = not x.is_cuda or _INTERPRET
         if interpret:
             _kernel.interpreted_kernel()[(self.grid(M),)](x, w, y, M, sx // rv, sy // rv, eps, *consts)
             return
-        dev = x.device.index
         xp, wp, yp = x.data_ptr(), w.data_ptr(), y.data_ptr()
-        key = (dev, consts[5], rv, xp & 15 == 0, wp & 15 == 0, yp & 15 == 0, w.dtype, y.dtype, options)
+        # Triton specializes each pointer on 16-byte alignment: one binary per combination.
+        key = (x.get_device(), consts, xp & 15 == 0, yp & 15 == 0, wp & 15 == 0, w.dtype, options)
         launch = self._launches.get(key)
         if launch is None:
-            self._first_launch(key, x, w, y, M, sx // rv, sy // rv, eps, consts, dict(options), stream, dev)
+            self._first_launch(key, x, w, y, M, sx // rv, sy // rv, eps, consts, options, stream)
             return
         if stream is None:
-            handle = _raw_stream(dev)
+            handle = _raw_stream(key[0])
         elif isinstance(stream, int):
             handle = stream
         else:
             handle = stream.cuda_stream
-        launch.run(-(-M // self.ROWS_PER_PROGRAM), 1, 1, handle, launch.function, launch.packed_metadata,
-                   None, None, None, xp, wp, yp, M, sx // rv, sy // rv, eps, *consts)
+        launch.call(-(-M // self.ROWS_PER_PROGRAM), handle, xp, wp, yp, M, sx // rv, sy // rv, eps, *consts)
 
-    def _first_launch(self, key, x, w, y, M, sxv, syv, eps, consts, lowered, stream, dev) -> None:
+    def _first_launch(self, key, x, w, y, M, sxv, syv, eps, consts, options, stream) -> None:
         torch = _torch()
+        dev = key[0]
         kw = dict(zip(_CONST_NAMES, consts))
-        opts = self.compile_options(lowered)
+        opts = self.compile_options(dict(options)) if options else self.compile_options()
         if stream is None:
             stream = torch.cuda.current_stream(dev)
         elif isinstance(stream, int):
             stream = torch.cuda.ExternalStream(stream, device=x.device) if stream else torch.cuda.default_stream(dev)
         with torch.cuda.device(dev), torch.cuda.stream(stream):
             compiled = _kernel.jit_kernel()[(self.grid(M),)](x, w, y, M, sxv, syv, eps, **kw, **opts)
-        run = compiled.run  # binds the module on this device (first access loads it)
+            launch = Launch(_direct_call(compiled), compiled)
         with self._lock:
-            self._launches[key] = Launch(run, compiled.function, compiled.packed_metadata, compiled)
+            self._launches[key] = launch
 
     def compiled(self, x, w, y, M: int, sx: int, sy: int, options: tuple = ()):
-        """The Triton ``CompiledKernel`` for these arguments (compiling, not launching).
+        """The Triton ``CompiledKernel`` for these arguments, loaded (compiling, not launching).
 
         For reports: ``.n_regs``, ``.n_spills``, ``.asm["ptx"]``, ``.asm["sass"]``.
         """
         rv = row_vec(sx, sy, self.elem)
         kw = dict(zip(_CONST_NAMES, self._constexprs(M, rv)))
         torch = _torch()
-        with torch.cuda.device(x.device.index):
-            return _kernel.jit_kernel().warmup(x, w, y, M, sx // rv, sy // rv, 1e-6, grid=(self.grid(M),),
-                                               **kw, **self.compile_options(dict(options)))
-
-
-_CONST_NAMES = ("N", "BLOCK_N", "ROWS", "NUM_CHUNKS", "EVEN_N", "EVEN_M", "ROW_VEC")
+        with torch.cuda.device(x.get_device()):
+            k = _kernel.jit_kernel().warmup(x, w, y, M, sx // rv, sy // rv, 1e-6, grid=(self.grid(M),),
+                                            **kw, **self.compile_options(dict(options)))
+            k.run  # loading the binary fills n_regs / n_spills
+        return k
 
 
 def _raw_stream(dev: int) -> int:
@@ -203,18 +251,14 @@ def _torch():
     return torch
 
 
-#: TRITON_INTERPRET=1 runs GPU tensors through the interpreter too (debugging).
-_INTERPRET = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "yes", "on")
-
-
 _launchers: dict = {}
 _launchers_lock = threading.Lock()
 
 
-def make_launcher(N: int, dtype_str: str, BLOCK_THREADS: int, ROWS_PER_PROGRAM: int = 1,
-                  CHUNK: int = 0) -> RMSNormLauncher:
+def make_launcher(N: int, dtype_str: str, BLOCK_THREADS: int, ROWS_PER_PROGRAM: int = 1, CHUNK: int = 0,
+                  CACHE_POLICY: int = 1) -> RMSNormLauncher:
     """The (cached) launcher for one specialization; raises on an invalid knob value."""
-    spec = (N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK)
+    spec = (N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLICY)
     launcher = _launchers.get(spec)
     if launcher is None:
         built = RMSNormLauncher(*spec)  # validates the knobs

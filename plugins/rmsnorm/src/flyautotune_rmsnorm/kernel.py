@@ -8,6 +8,8 @@ One body serves every configuration; the structural knobs are constexprs:
   more streams the row in ``BLOCK_N``-wide chunks twice — a sum-of-squares
   pass, then a normalize pass that re-reads the row (from L2, newest chunk
   first) — so very long rows do not spill.
+* ``X_LAST`` / ``X_KEEP`` / ``W_POLICY`` / ``Y_POLICY``: L2 eviction
+  policies ("", "evict_first", "evict_last") of each access.
 
 Compile hints (``num_warps``, ``num_stages``, ``maxnreg`` ...) never appear
 here: the backend lowers them into Triton compile options at launch.
@@ -34,6 +36,10 @@ def _rmsnorm_fwd(
     EVEN_N: tl.constexpr,
     EVEN_M: tl.constexpr,
     ROW_VEC: tl.constexpr,
+    X_LAST: tl.constexpr,  # L2 eviction policy of the last (or only) read of x
+    X_KEEP: tl.constexpr,  # ... of the first read of a two-pass row (kept for the re-read)
+    W_POLICY: tl.constexpr,
+    Y_POLICY: tl.constexpr,
 ):
     pid = tl.program_id(0)
     rows = pid * ROWS + tl.arange(0, ROWS)
@@ -49,13 +55,13 @@ def _rmsnorm_fwd(
         col_ok = (cols < N)[None, :]
         if EVEN_N:
             if EVEN_M:
-                x = tl.load(x_row + cols[None, :], eviction_policy="evict_first")
+                x = tl.load(x_row + cols[None, :], eviction_policy=X_LAST)
             else:
-                x = tl.load(x_row + cols[None, :], mask=row_ok, other=0.0, eviction_policy="evict_first")
-            w = tl.load(W + cols, eviction_policy="evict_last")
+                x = tl.load(x_row + cols[None, :], mask=row_ok, other=0.0, eviction_policy=X_LAST)
+            w = tl.load(W + cols, eviction_policy=W_POLICY)
         else:
-            x = tl.load(x_row + cols[None, :], mask=row_ok & col_ok, other=0.0, eviction_policy="evict_first")
-            w = tl.load(W + cols, mask=cols < N, other=0.0, eviction_policy="evict_last")
+            x = tl.load(x_row + cols[None, :], mask=row_ok & col_ok, other=0.0, eviction_policy=X_LAST)
+            w = tl.load(W + cols, mask=cols < N, other=0.0, eviction_policy=W_POLICY)
         xf = x.to(tl.float32)
         # tl.reduce with tl.sum's own combine: a compiled-mode tl.sum cannot run in the
         # interpreter, and this combine is the one the interpreter sums with numpy.
@@ -63,21 +69,21 @@ def _rmsnorm_fwd(
         y = (xf * rstd[:, None] * w.to(tl.float32)[None, :]).to(Y.dtype.element_ty)
         if EVEN_N:
             if EVEN_M:
-                tl.store(y_row + cols[None, :], y)
+                tl.store(y_row + cols[None, :], y, eviction_policy=Y_POLICY)
             else:
-                tl.store(y_row + cols[None, :], y, mask=row_ok)
+                tl.store(y_row + cols[None, :], y, mask=row_ok, eviction_policy=Y_POLICY)
         else:
-            tl.store(y_row + cols[None, :], y, mask=row_ok & col_ok)
+            tl.store(y_row + cols[None, :], y, mask=row_ok & col_ok, eviction_policy=Y_POLICY)
     else:
         # Pass 1: sum of squares, chunk by chunk; keep x in L2 for pass 2.
         acc = tl.full([ROWS, BLOCK_N], 0.0, tl.float32)
         for c in range(NUM_CHUNKS):
             offs = c * BLOCK_N + cols
             if EVEN_N and EVEN_M:
-                x = tl.load(x_row + offs[None, :], eviction_policy="evict_last")
+                x = tl.load(x_row + offs[None, :], eviction_policy=X_KEEP)
             else:
                 x = tl.load(x_row + offs[None, :], mask=row_ok & (offs < N)[None, :], other=0.0,
-                            eviction_policy="evict_last")
+                            eviction_policy=X_KEEP)
             xf = x.to(tl.float32)
             acc += xf * xf
         rstd = tl.rsqrt(tl.reduce(acc, 1, tl.standard._sum_combine) / N + eps)
@@ -85,17 +91,17 @@ def _rmsnorm_fwd(
         for i in range(NUM_CHUNKS):
             offs = (NUM_CHUNKS - 1 - i) * BLOCK_N + cols
             if EVEN_N and EVEN_M:
-                x = tl.load(x_row + offs[None, :], eviction_policy="evict_first")
-                w = tl.load(W + offs, eviction_policy="evict_last")
+                x = tl.load(x_row + offs[None, :], eviction_policy=X_LAST)
+                w = tl.load(W + offs, eviction_policy=W_POLICY)
             else:
                 ok = row_ok & (offs < N)[None, :]
-                x = tl.load(x_row + offs[None, :], mask=ok, other=0.0, eviction_policy="evict_first")
-                w = tl.load(W + offs, mask=offs < N, other=0.0, eviction_policy="evict_last")
+                x = tl.load(x_row + offs[None, :], mask=ok, other=0.0, eviction_policy=X_LAST)
+                w = tl.load(W + offs, mask=offs < N, other=0.0, eviction_policy=W_POLICY)
             y = (x.to(tl.float32) * rstd[:, None] * w.to(tl.float32)[None, :]).to(Y.dtype.element_ty)
             if EVEN_N and EVEN_M:
-                tl.store(y_row + offs[None, :], y)
+                tl.store(y_row + offs[None, :], y, eviction_policy=Y_POLICY)
             else:
-                tl.store(y_row + offs[None, :], y, mask=row_ok & (offs < N)[None, :])
+                tl.store(y_row + offs[None, :], y, mask=row_ok & (offs < N)[None, :], eviction_policy=Y_POLICY)
 
 
 # The same body, compiled for GPUs and interpreted on CPU tensors.

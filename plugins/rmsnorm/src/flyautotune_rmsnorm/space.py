@@ -6,6 +6,8 @@ Knobs (structural kwargs the factory consumes):
 * ``ROWS_PER_PROGRAM``: rows one program normalizes (short rows).
 * ``CHUNK``: 0 keeps the whole row in registers; a power of two streams the
   row in chunks, two passes (rows too long for registers).
+* ``CACHE_POLICY``: the L2 eviction policies of the accesses (see
+  ``factory.CACHE_POLICIES``).
 
 Occupancy hints come on top: ``maxnreg`` on CUDA is not needed by this body
 (it never spills in the space below); ``waves_per_eu`` on ROCm.
@@ -19,7 +21,7 @@ import flyautotune as fat
 
 from .factory import ELEMENT_SIZE, next_pow2
 
-KNOBS = ("BLOCK_THREADS", "ROWS_PER_PROGRAM", "CHUNK")
+KNOBS = ("BLOCK_THREADS", "ROWS_PER_PROGRAM", "CHUNK", "CACHE_POLICY")
 #: Rows of at most this many elements get one config and no search.
 SMALL_N = 512
 #: Longest padded row held in registers (32 fp32 values per thread at 1024 threads).
@@ -28,8 +30,8 @@ MAX_REGISTER_ROW = 32768
 _SMS = 132
 
 
-def _cfg(bt: int, rows: int = 1, chunk: int = 0, **hints) -> fat.Config:
-    return fat.Config(BLOCK_THREADS=bt, ROWS_PER_PROGRAM=rows, CHUNK=chunk, **hints)
+def _cfg(bt: int, rows: int = 1, chunk: int = 0, policy: int = 1, **hints) -> fat.Config:
+    return fat.Config(BLOCK_THREADS=bt, ROWS_PER_PROGRAM=rows, CHUNK=chunk, CACHE_POLICY=policy, **hints)
 
 
 def small_config(N: int, dtype_str: str) -> fat.Config:
@@ -77,11 +79,12 @@ def cuda_space(M: int, N: int, dtype_str: str) -> list:
                     out.append(_cfg(bt))
         if npad == 4096:
             out += [_cfg(256, 2), _cfg(512, 2)]
-        if npad >= MAX_REGISTER_ROW:
-            for chunk in (4096, 8192, 16384):
-                for bt in (256, 512, 1024):
-                    if vec <= chunk // bt <= 32 and chunk < npad:
-                        out.append(_cfg(bt, 1, chunk))
+        # Two passes (the re-read hits L2) keep fewer registers per row in flight.
+        chunks = (2048, 4096, 8192) if npad <= MAX_REGISTER_ROW else (8192, 16384, 32768)
+        for chunk in chunks:
+            for bt in (128, 256, 512, 1024):
+                if 8 <= chunk // bt <= (16 if npad <= MAX_REGISTER_ROW else 32) and chunk < npad:
+                    out.append(_cfg(bt, 1, chunk))
     default = default_config(M, N, dtype_str)
     if default not in out:
         out.append(default)
