@@ -12,6 +12,7 @@ Paths, outermost first:
 * ``rmsnorm_autotuned`` — input checks, output allocation, the autotune layer
   (cache hit), the launch;
 * ``rmsnorm`` — the same with the default config and no autotune layer;
+* ``checks + output alloc`` — the input validation and ``new_empty`` of the entry points alone;
 * ``tuner(prepared)`` — the autotune layer over prepared arguments (no checks, no allocation);
 * ``launch(prepared, config)`` — the same launch function called directly with the cached config;
 * ``launcher`` — the cached launcher: straight into Triton's C launcher;
@@ -48,7 +49,7 @@ def main(argv=None):
     import triton
 
     from flyautotune_rmsnorm import make_launcher, rmsnorm, rmsnorm_autotuned
-    from flyautotune_rmsnorm.api import _compile_options, _target, _tuned_launch, launch
+    from flyautotune_rmsnorm.api import _check, _compile_options, _target, _tuned_launch, launch
     from flyautotune_rmsnorm.kernel import jit_kernel
 
     M, N, eps = args.M, args.N, 1e-6
@@ -59,7 +60,7 @@ def main(argv=None):
     rmsnorm_autotuned(x, w, eps)  # default config, now in the tuner's memory
     cfg = _tuned_launch.last_config.kwargs
     L = make_launcher(N, ds, **cfg)
-    opts = _compile_options(_target(x.device), cfg["BLOCK_THREADS"])
+    opts = _compile_options(_target(x.get_device()), cfg["BLOCK_THREADS"])
     L(x, w, y, M, N, N, eps, None, opts)
     consts = L._constexprs(M, 8)
     from flyautotune_rmsnorm.factory import _CONST_NAMES
@@ -72,6 +73,7 @@ def main(argv=None):
         "F.rms_norm": lambda: F.rms_norm(x, (N,), w, eps),
         "rmsnorm_autotuned": lambda: rmsnorm_autotuned(x, w, eps),
         "rmsnorm": lambda: rmsnorm(x, w, eps),
+        "checks + output alloc": lambda: _check(x, w, eps, None),
         "tuner(prepared)": lambda: _tuned_launch(x, w, y, M, N, ds, eps, N, N),
         "launch(prepared, config)": lambda: launch(x, w, y, M, N, ds, eps, N, N, None, **cfg),
         "launcher": lambda: L(x, w, y, M, N, N, eps, None, opts),

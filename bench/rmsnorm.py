@@ -118,8 +118,8 @@ def _precompile_one(job):
     from flyautotune_rmsnorm.factory import _CONST_NAMES, row_vec
     from flyautotune_rmsnorm.kernel import jit_kernel
 
-    N, ds, bt, rows, chunk, policy, M = job
-    L = make_launcher(N, ds, bt, rows, chunk, policy)
+    N, ds, *knobs, M = job
+    L = make_launcher(N, ds, *knobs)
     rv = row_vec(N, N, L.elem)
     kw = dict(zip(_CONST_NAMES, L._constexprs(M, rv)))
     dt = torch_dtype(ds)
@@ -154,11 +154,12 @@ def explore_grid(N, ds):
                     continue
                 ept = rows * npad // bt
                 if 2 <= ept <= 64 and (npad <= 32768 or rows == 1 and ept <= 32):
-                    out.append((bt, rows, 0, policy))
+                    out.append((bt, rows, 0, policy, 0))
             if npad >= 4096:
                 for chunk in (1024, 2048, 4096, 8192, 16384, 32768):
                     if chunk < npad and 4 <= chunk // bt <= 32:
-                        out.append((bt, 1, chunk, policy))
+                        for prefetch in ((0, 1) if npad >= 32768 else (0,)):
+                            out.append((bt, 1, chunk, policy, prefetch))
     return out
 
 
@@ -169,7 +170,8 @@ def space_jobs(M, N, ds, explore):
     if explore:
         cfgs |= set(explore_grid(N, ds))
     # EVEN_M is a constexpr: M % ROWS == 0 decides which binary a shape uses.
-    return [(N, ds, bt, rows, chunk, policy, M if M % rows else rows * 16) for bt, rows, chunk, policy in cfgs]
+    # knobs[1] is ROWS_PER_PROGRAM
+    return [(N, ds, *knobs, M if M % knobs[1] else knobs[1] * 16) for knobs in cfgs]
 
 
 # -- one shape -----------------------------------------------------------------------
@@ -180,7 +182,7 @@ def kernel_report(cfg, N, ds):
     from flyautotune_rmsnorm import make_launcher
 
     kw = cfg if isinstance(cfg, dict) else cfg.kwargs
-    L = make_launcher(N, ds, kw["BLOCK_THREADS"], kw["ROWS_PER_PROGRAM"], kw["CHUNK"], kw.get("CACHE_POLICY", 1))
+    L = make_launcher(N, ds, **kw)
     out = []
     for launch in list(L._launches.values()):
         k = launch.kernel
@@ -196,7 +198,7 @@ def bench_shape(M, N, ds, impls, explore, log):
     from flyautotune_rmsnorm import make_launcher
     from flyautotune_rmsnorm.api import _tuned_launch
     from flyautotune_rmsnorm.reference import relative_error, rmsnorm_reference, tolerance
-    from flyautotune_rmsnorm.space import cuda_space, default_config
+    from flyautotune_rmsnorm.space import KNOBS, cuda_space, default_config
 
     dt = torch_dtype(ds)
     torch.manual_seed(M * 7 + N)
@@ -205,13 +207,21 @@ def bench_shape(M, N, ds, impls, explore, log):
     ref = rmsnorm_reference(x, w, EPS)
     row = {"M": M, "N": N, "dtype": ds, "bytes": nbytes(M, N, ds), "err": {}, "eager_ms": {}, "graph_ms": {}}
 
-    # tuned: a forced search, then cache hits
+    # tuned: a forced search (every candidate's time recorded), then cache hits
+    import flyautotune as fat
+
+    searches = []
+    listener = fat.add_listener(lambda e: searches.append(e) if e.get("event") == "search_end" else None)
     os.environ["FLYAUTOTUNE"] = "1"
     t0 = time.perf_counter()
     impls["tuned"](x, w)
     torch.cuda.synchronize()
     row["search_s"] = round(time.perf_counter() - t0, 3)
     os.environ.pop("FLYAUTOTUNE")
+    fat.remove_listener(listener)
+    if searches:
+        row["candidates"] = [{"config": c["config"].get("kwargs") if isinstance(c["config"], dict) else c["config"],
+                              "ms": c["ms"], "error": c["error"]} for c in searches[-1].get("candidates", [])]
     impls["tuned"](x, w)
     row["tuned_config"] = _tuned_launch.last_config.kwargs
     row["tuned_source"] = _tuned_launch.last_source
@@ -243,8 +253,9 @@ def bench_shape(M, N, ds, impls, explore, log):
         grid = []
         y = torch.empty_like(x)
         ys = [torch.empty_like(x) for _ in xs]
-        for bt, rows, chunk, policy in explore_grid(N, ds):
-            L = make_launcher(N, ds, bt, rows, chunk, policy)
+        for knobs in explore_grid(N, ds):
+            bt = knobs[0]
+            L = make_launcher(N, ds, *knobs)
             opts = (("num_warps", max(1, bt // 32)),)
             try:
                 L(x, w, y, M, N, N, EPS, None, opts)
@@ -257,11 +268,10 @@ def bench_shape(M, N, ds, impls, explore, log):
                         L(xi, w, yi, M, N, N, EPS, None, opts)
 
                 ms = graph_time(call_all, [None], None, reps_ms=30) / len(pairs)
-                rep = kernel_report({"BLOCK_THREADS": bt, "ROWS_PER_PROGRAM": rows, "CHUNK": chunk,
-                                     "CACHE_POLICY": policy}, N, ds)
-                grid.append({"cfg": [bt, rows, chunk, policy], "ms": ms, "err": err, "kernels": rep})
+                rep = kernel_report(dict(zip(KNOBS, knobs)), N, ds)
+                grid.append({"cfg": list(knobs), "ms": ms, "err": err, "kernels": rep})
             except Exception as exc:
-                grid.append({"cfg": [bt, rows, chunk, policy], "error": f"{type(exc).__name__}: {exc}"[:300]})
+                grid.append({"cfg": list(knobs), "error": f"{type(exc).__name__}: {exc}"[:300]})
         row["explore"] = grid
     return row
 
@@ -298,7 +308,8 @@ def markdown(rows, meta):
             ratio = vals["tuned"] / best if best and vals["tuned"] else None
             c = r.get("tuned_config") or {}
             cfg = f"{c.get('BLOCK_THREADS')}t×{c.get('ROWS_PER_PROGRAM')}r" + (
-                f", chunk {c['CHUNK']}" if c.get("CHUNK") else "") + f", p{c.get('CACHE_POLICY')}"
+                f", chunk {c['CHUNK']}" if c.get("CHUNK") else "") + f", p{c.get('CACHE_POLICY')}" + (
+                ", prefetch" if c.get("PREFETCH") else "")
             ratio_s = f"{ratio:.2f}×" if ratio else "—"
             lines.append(f"| {r['M']} × {r['N']} | {r['dtype']} | " + " | ".join(fmt(vals[n]) for n in IMPLS)
                          + f" | {ratio_s} | {cfg} |")

@@ -6,7 +6,7 @@ import torch
 from flyautotune_rmsnorm.reference import relative_error, rmsnorm_reference, tolerance
 from flyautotune_rmsnorm import make_launcher, rmsnorm, rmsnorm_autotuned
 from flyautotune_rmsnorm.factory import CACHE_POLICIES
-from flyautotune_rmsnorm.space import cuda_space, rocm_space
+from flyautotune_rmsnorm.space import KNOBS, cuda_space, rocm_space
 
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
 
@@ -107,28 +107,28 @@ def test_autotuned_entry_matches_the_default_on_cpu():
 
 
 def _knob_points():
-    """Every (BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLICY) the CUDA and ROCm spaces hold, with an N
-    that uses it; every cache policy too."""
+    """Every knob tuple the CUDA and ROCm spaces hold, with an N that uses it; every cache policy and
+    prefetch value too."""
     seen = {}
     for N in (100, 1024, 2000, 4096, 8192, 16384, 32768, 65536):
         for dtype in ("bf16", "fp32"):
             for cfg in cuda_space(4096, N, dtype) + cuda_space(8, N, dtype) + rocm_space(4096, N, dtype):
-                kw = cfg.kwargs
-                seen.setdefault((kw["BLOCK_THREADS"], kw["ROWS_PER_PROGRAM"], kw["CHUNK"], kw["CACHE_POLICY"]), N)
+                seen.setdefault(tuple(cfg.kwargs[k] for k in KNOBS), N)
     for policy in CACHE_POLICIES:
-        seen.setdefault((256, 1, 1024, policy), 4096)
-        seen.setdefault((256, 2, 0, policy), 1024)
+        for prefetch in (0, 1):
+            seen.setdefault((256, 1, 1024, policy, prefetch), 4096)
+        seen.setdefault((256, 2, 0, policy, 0), 1024)
     return sorted(seen.items())
 
 
 @pytest.mark.parametrize("knobs,N", _knob_points(), ids=lambda v: str(v))
 def test_every_structural_knob_value_in_the_space(knobs, N):
-    bt, rows, chunk, policy = knobs
+    bt, rows, chunk, policy, prefetch = knobs
     # A row count that is not a multiple of ROWS_PER_PROGRAM exercises the row mask;
     # N - 3 (when chunked) leaves a partial last chunk.
     M = rows + 1 if rows > 1 else 2
     n = N - 3 if chunk else N
     x, w = inputs((M, n), torch.float32, seed=bt + rows + chunk)
     y = torch.full_like(x, float("nan"))
-    make_launcher(n, "fp32", bt, rows, chunk, policy)(x, w, y, M, n, n, 1e-6)
+    make_launcher(n, "fp32", bt, rows, chunk, policy, prefetch)(x, w, y, M, n, n, 1e-6)
     assert_close(y, x, w)

@@ -75,6 +75,8 @@ def test_empty_tensors_return_empty_results(entry, shape):
     (dict(BLOCK_THREADS=256, ROWS_PER_PROGRAM=3), "ROWS_PER_PROGRAM=3"),
     (dict(BLOCK_THREADS=256, CHUNK=1000), "CHUNK=1000"),
     (dict(BLOCK_THREADS=256, ROWS_PER_PROGRAM=2, CHUNK=1024), "needs ROWS_PER_PROGRAM=1"),
+    (dict(BLOCK_THREADS=256, CACHE_POLICY=3), "CACHE_POLICY=3"),
+    (dict(BLOCK_THREADS=256, PREFETCH=1), "PREFETCH=1"),
 ])
 def test_factory_rejects_knob_values_it_cannot_build(kw, words):
     with pytest.raises(ValueError, match=words):

@@ -17,6 +17,10 @@ from typing import Any, Callable, Optional
 #: clock only lengthens the backlog, which is harmless.
 _SLEEP_CYCLES_PER_US = 2000
 _MAX_BACKLOG_US = 20000.0
+#: A batch of short launches is stretched to about this much GPU time (flushes included) ...
+MIN_BATCH_MS = 0.5
+#: ... but never more launches than this.
+MAX_PER_BATCH = 100
 _flush_buffers: dict = {}
 
 
@@ -53,7 +57,8 @@ def cuda_benchmark(
     :param setup: untimed, before every launch (restore/zero tensors).
     :param stream: a torch CUDA stream; None = the current stream.
     :param warmup: untimed launches first (compilation, caches).
-    :param rep: timed launches in total, split into ``batches``.
+    :param rep: timed launches in total (at least), split into ``batches``; short
+        kernels get more, up to ``MAX_PER_BATCH`` per batch.
     :param flush_l2: zero a buffer twice the L2 size before each launch.
     """
     torch = _torch()
@@ -64,7 +69,11 @@ def cuda_benchmark(
     with torch.cuda.stream(stream):
         flush = _flush_buffer(stream.device) if flush_l2 else None
         host_us = float("inf")
-        for _ in range(max(warmup, 2)):
+        n_warm = max(warmup, 2)
+        for i in range(n_warm):
+            if i == 1:
+                w0 = torch.cuda.Event(enable_timing=True)
+                w0.record(stream)
             t0 = time.perf_counter()
             if setup is not None:
                 setup()
@@ -73,7 +82,12 @@ def cuda_benchmark(
             fn()
             # the fastest warm-up excludes the first call's compilation
             host_us = min(host_us, (time.perf_counter() - t0) * 1e6)
+        w1 = torch.cuda.Event(enable_timing=True)
+        w1.record(stream)
         stream.synchronize()
+        # Short kernels: more launches per batch, so that a batch spans about MIN_BATCH_MS.
+        est_ms = max(w0.elapsed_time(w1) / (n_warm - 1), 1e-3)
+        per_batch = max(per_batch, min(MAX_PER_BATCH, int(MIN_BATCH_MS / est_ms) + 1))
         # Enough GPU-side backlog to cover the host enqueueing a whole batch.
         backlog_us = min(_MAX_BACKLOG_US, 2.0 * host_us * per_batch + 50.0)
         results = []

@@ -193,11 +193,11 @@ def clear_caches() -> None:
 
 
 def launch(x, weight, out, M, N, dtype, eps, sx, sy, stream=None,
-           BLOCK_THREADS=None, ROWS_PER_PROGRAM=1, CHUNK=0, CACHE_POLICY=1):
+           BLOCK_THREADS=None, ROWS_PER_PROGRAM=1, CHUNK=0, CACHE_POLICY=1, PREFETCH=0):
     """Run one config on prepared arguments (what the tuner calls)."""
     if BLOCK_THREADS is None:
         raise fat.IncompatibleConfigError("rmsnorm: a config must set BLOCK_THREADS")
-    launcher = make_launcher(N, dtype, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLICY)
+    launcher = make_launcher(N, dtype, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLICY, PREFETCH)
     if not x.is_cuda:
         launcher(x, weight, out, M, sx, sy, eps, None, (), True)
         return out
@@ -293,8 +293,7 @@ def compile_spec(shape, dtype, config) -> tuple:
     for d in shape[:-1]:
         M *= int(d)
     kw = config.kwargs
-    launcher = make_launcher(N, ds, kw["BLOCK_THREADS"], kw.get("ROWS_PER_PROGRAM", 1), kw.get("CHUNK", 0),
-                             kw.get("CACHE_POLICY", 1))
+    launcher = make_launcher(N, ds, **kw)
     from .factory import _CONST_NAMES, row_vec
 
     rv = row_vec(N, N, launcher.elem)

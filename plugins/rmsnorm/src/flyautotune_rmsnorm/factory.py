@@ -1,7 +1,7 @@
 """The factory: one launcher per specialization of the RMSNorm body.
 
 ``make_launcher(N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK,
-CACHE_POLICY)`` is cached; the launcher compiles lazily per device, per pointer
+CACHE_POLICY, PREFETCH)`` is cached; the launcher compiles lazily per device, per pointer
 alignment and per compile-option set (the lowered hint snapshot), then launches
 the cached binary straight through Triton's launcher, so a call costs a few
 microseconds of host time rather than a trip through ``JITFunction.run``.
@@ -32,7 +32,7 @@ CACHE_POLICIES = {
     2: ("evict_first", "evict_last", "evict_last", "evict_first"),  # ... and stream y out
 }
 _CONST_NAMES = ("N", "BLOCK_N", "ROWS", "NUM_CHUNKS", "EVEN_N", "EVEN_M", "ROW_VEC",
-                "X_LAST", "X_KEEP", "W_POLICY", "Y_POLICY")
+                "X_LAST", "X_KEEP", "W_POLICY", "Y_POLICY", "PREFETCH")
 #: TRITON_INTERPRET=1 runs GPU tensors through the interpreter too (debugging).
 _INTERPRET = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "yes", "on")
 
@@ -45,9 +45,9 @@ def _is_pow2(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
 
-def _check_spec(N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLICY) -> None:
+def _check_spec(N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLICY, PREFETCH) -> None:
     for name, value in (("N", N), ("BLOCK_THREADS", BLOCK_THREADS), ("ROWS_PER_PROGRAM", ROWS_PER_PROGRAM),
-                        ("CHUNK", CHUNK), ("CACHE_POLICY", CACHE_POLICY)):
+                        ("CHUNK", CHUNK), ("CACHE_POLICY", CACHE_POLICY), ("PREFETCH", PREFETCH)):
         if isinstance(value, bool) or not isinstance(value, int):
             raise TypeError(f"rmsnorm factory: {name}={value!r} must be an int")
     if N <= 0:
@@ -70,6 +70,8 @@ def _check_spec(N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLI
         )
     if CACHE_POLICY not in CACHE_POLICIES:
         raise ValueError(f"rmsnorm factory: CACHE_POLICY={CACHE_POLICY}; accepted: {sorted(CACHE_POLICIES)}")
+    if PREFETCH not in (0, 1) or (PREFETCH and not CHUNK):
+        raise ValueError(f"rmsnorm factory: PREFETCH={PREFETCH}; accepted: 0, or 1 with a CHUNK (two-pass rows)")
 
 
 def row_vec(sx: int, sy: int, elem: int) -> int:
@@ -116,7 +118,7 @@ def _direct_call(compiled) -> Any:
 
 
 class RMSNormLauncher:
-    """Launches the body for one ``(N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLICY)``.
+    """Launches the body for one ``(N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLICY, PREFETCH)``.
 
     Call with tensors described by pointers and row strides: ``x`` and ``y``
     have ``M`` rows of ``N`` contiguous elements starting every ``sx`` / ``sy``
@@ -125,14 +127,15 @@ class RMSNormLauncher:
     """
 
     def __init__(self, N: int, dtype_str: str, BLOCK_THREADS: int, ROWS_PER_PROGRAM: int = 1, CHUNK: int = 0,
-                 CACHE_POLICY: int = 1):
-        _check_spec(N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLICY)
+                 CACHE_POLICY: int = 1, PREFETCH: int = 0):
+        _check_spec(N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLICY, PREFETCH)
         self.N = N
         self.dtype_str = dtype_str
         self.BLOCK_THREADS = BLOCK_THREADS
         self.ROWS_PER_PROGRAM = ROWS_PER_PROGRAM
         self.CHUNK = CHUNK
         self.CACHE_POLICY = CACHE_POLICY
+        self.PREFETCH = PREFETCH
         self.elem = ELEMENT_SIZE[dtype_str]
         self.vec = VECTOR_BYTES // self.elem
         npad = next_pow2(N)
@@ -141,6 +144,7 @@ class RMSNormLauncher:
         else:
             self.BLOCK_N, self.NUM_CHUNKS = CHUNK, -(-N // CHUNK)
         self.EVEN_N = N % self.BLOCK_N == 0
+        self._prefetch = PREFETCH if self.NUM_CHUNKS > 1 else 0
         self.num_warps = max(BLOCK_THREADS // 32, 1)
         self._consts: dict = {}
         self._launches: dict = {}
@@ -148,7 +152,8 @@ class RMSNormLauncher:
 
     def __repr__(self) -> str:
         return (f"RMSNormLauncher(N={self.N}, dtype_str={self.dtype_str!r}, BLOCK_THREADS={self.BLOCK_THREADS}, "
-                f"ROWS_PER_PROGRAM={self.ROWS_PER_PROGRAM}, CHUNK={self.CHUNK}, CACHE_POLICY={self.CACHE_POLICY})")
+                f"ROWS_PER_PROGRAM={self.ROWS_PER_PROGRAM}, CHUNK={self.CHUNK}, CACHE_POLICY={self.CACHE_POLICY}, "
+                f"PREFETCH={self.PREFETCH})")
 
     # -- options ---------------------------------------------------------------
     def compile_options(self, lowered: Optional[Mapping[str, Any]] = None) -> dict:
@@ -167,7 +172,7 @@ class RMSNormLauncher:
         if consts is None:
             consts = self._consts[(even_m, rv)] = (
                 self.N, self.BLOCK_N, self.ROWS_PER_PROGRAM, self.NUM_CHUNKS, self.EVEN_N, even_m, rv,
-                *CACHE_POLICIES[self.CACHE_POLICY])
+                *CACHE_POLICIES[self.CACHE_POLICY], self._prefetch)
         return consts
 
     # -- launching -------------------------------------------------------------
@@ -256,9 +261,9 @@ _launchers_lock = threading.Lock()
 
 
 def make_launcher(N: int, dtype_str: str, BLOCK_THREADS: int, ROWS_PER_PROGRAM: int = 1, CHUNK: int = 0,
-                  CACHE_POLICY: int = 1) -> RMSNormLauncher:
+                  CACHE_POLICY: int = 1, PREFETCH: int = 0) -> RMSNormLauncher:
     """The (cached) launcher for one specialization; raises on an invalid knob value."""
-    spec = (N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLICY)
+    spec = (N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLICY, PREFETCH)
     launcher = _launchers.get(spec)
     if launcher is None:
         built = RMSNormLauncher(*spec)  # validates the knobs

@@ -10,6 +10,8 @@ One body serves every configuration; the structural knobs are constexprs:
   first) — so very long rows do not spill.
 * ``X_LAST`` / ``X_KEEP`` / ``W_POLICY`` / ``Y_POLICY``: L2 eviction
   policies ("", "evict_first", "evict_last") of each access.
+* ``PREFETCH``: in the first pass of a two-pass row, the next chunk's load is
+  issued before the current chunk is summed.
 
 Compile hints (``num_warps``, ``num_stages``, ``maxnreg`` ...) never appear
 here: the backend lowers them into Triton compile options at launch.
@@ -40,6 +42,7 @@ def _rmsnorm_fwd(
     X_KEEP: tl.constexpr,  # ... of the first read of a two-pass row (kept for the re-read)
     W_POLICY: tl.constexpr,
     Y_POLICY: tl.constexpr,
+    PREFETCH: tl.constexpr,  # two-pass rows: load the next chunk before summing this one
 ):
     pid = tl.program_id(0)
     rows = pid * ROWS + tl.arange(0, ROWS)
@@ -77,15 +80,31 @@ def _rmsnorm_fwd(
     else:
         # Pass 1: sum of squares, chunk by chunk; keep x in L2 for pass 2.
         acc = tl.full([ROWS, BLOCK_N], 0.0, tl.float32)
-        for c in range(NUM_CHUNKS):
-            offs = c * BLOCK_N + cols
+        if PREFETCH:
+            # Software pipelining: chunk c+1 is in flight while chunk c is summed,
+            # twice the bytes in flight per thread for a few more registers.
             if EVEN_N and EVEN_M:
-                x = tl.load(x_row + offs[None, :], eviction_policy=X_KEEP)
+                nxt = tl.load(x_row + cols[None, :], eviction_policy=X_KEEP)
             else:
-                x = tl.load(x_row + offs[None, :], mask=row_ok & (offs < N)[None, :], other=0.0,
-                            eviction_policy=X_KEEP)
-            xf = x.to(tl.float32)
-            acc += xf * xf
+                nxt = tl.load(x_row + cols[None, :], mask=row_ok & (cols < N)[None, :], other=0.0,
+                              eviction_policy=X_KEEP)
+            for c in range(NUM_CHUNKS):
+                x = nxt
+                offs = (c + 1) * BLOCK_N + cols
+                nxt = tl.load(x_row + offs[None, :], mask=row_ok & (offs < N)[None, :], other=0.0,
+                              eviction_policy=X_KEEP)
+                xf = x.to(tl.float32)
+                acc += xf * xf
+        else:
+            for c in range(NUM_CHUNKS):
+                offs = c * BLOCK_N + cols
+                if EVEN_N and EVEN_M:
+                    x = tl.load(x_row + offs[None, :], eviction_policy=X_KEEP)
+                else:
+                    x = tl.load(x_row + offs[None, :], mask=row_ok & (offs < N)[None, :], other=0.0,
+                                eviction_policy=X_KEEP)
+                xf = x.to(tl.float32)
+                acc += xf * xf
         rstd = tl.rsqrt(tl.reduce(acc, 1, tl.standard._sum_combine) / N + eps)
         # Pass 2: newest chunk first, so the re-read hits what L2 kept last.
         for i in range(NUM_CHUNKS):

@@ -21,17 +21,18 @@ import flyautotune as fat
 
 from .factory import ELEMENT_SIZE, next_pow2
 
-KNOBS = ("BLOCK_THREADS", "ROWS_PER_PROGRAM", "CHUNK", "CACHE_POLICY")
+KNOBS = ("BLOCK_THREADS", "ROWS_PER_PROGRAM", "CHUNK", "CACHE_POLICY", "PREFETCH")
 #: Rows of at most this many elements get one config and no search.
 SMALL_N = 512
 #: Longest padded row held in registers (32 fp32 values per thread at 1024 threads).
 MAX_REGISTER_ROW = 32768
-#: SMs on the GPUs this space was measured on (H100/H200: 132); only shapes the heuristics.
-_SMS = 132
+#: Fewer rows than this (about two per SM of an H100/H200) are latency-bound: one pass.
+FEW_ROWS = 264
 
 
-def _cfg(bt: int, rows: int = 1, chunk: int = 0, policy: int = 1, **hints) -> fat.Config:
-    return fat.Config(BLOCK_THREADS=bt, ROWS_PER_PROGRAM=rows, CHUNK=chunk, CACHE_POLICY=policy, **hints)
+def _cfg(bt: int, rows: int = 1, chunk: int = 0, policy: int = 1, prefetch: int = 0, **hints) -> fat.Config:
+    return fat.Config(BLOCK_THREADS=bt, ROWS_PER_PROGRAM=rows, CHUNK=chunk, CACHE_POLICY=policy,
+                      PREFETCH=prefetch, **hints)
 
 
 def small_config(N: int, dtype_str: str) -> fat.Config:
@@ -40,51 +41,64 @@ def small_config(N: int, dtype_str: str) -> fat.Config:
     vec = 16 // ELEMENT_SIZE[dtype_str]
     rows = max(1, min(64, 4096 // npad))
     threads = max(32, min(256, rows * npad // (2 * vec)))
-    return _cfg(next_pow2(threads), rows)
+    return _cfg(next_pow2(threads), rows, policy=0)
 
 
 def default_config(M: int, N: int, dtype_str: str, backend: str = "cuda") -> fat.Config:
-    """A good config without measuring: the heuristic behind ``rmsnorm()``."""
+    """A good config without measuring: the heuristic behind ``rmsnorm()``.
+
+    Fitted to H200 measurements (docs/benchmarks.md): rows up to 2048 elements
+    take two rows per 128-thread program; longer rows, when there are enough of
+    them, stream in two passes with one 16-byte vector per thread per chunk;
+    few rows keep the row in registers (latency).
+    """
     npad = next_pow2(N)
     if npad <= SMALL_N:
         return small_config(N, dtype_str)
     if backend == "rocm":
-        return _cfg(min(1024, max(256, npad // 16)))
+        return _cfg(min(1024, max(256, npad // 16)), 1, 8192 if npad > MAX_REGISTER_ROW else 0)
+    vec = 16 // ELEMENT_SIZE[dtype_str]
     if npad <= 2048:
-        rows = 4096 // npad
-        return _cfg(256, rows)
-    if npad > MAX_REGISTER_ROW:
-        return _cfg(1024, 1, 8192)
-    # Few rows: spread each row over more threads (latency); many rows: 16 per thread.
-    per_thread = 8 if M < 2 * _SMS else 16
-    return _cfg(max(128, min(1024, npad // per_thread)))
+        return _cfg(128, max(1, 2048 // npad), policy=0)
+    if npad <= 16384 and M < FEW_ROWS:
+        return _cfg(max(128, min(1024, npad // 16)))
+    if npad <= MAX_REGISTER_ROW and M < FEW_ROWS // 2:
+        return _cfg(1024)
+    chunk = min(npad // 2, 16384)
+    policy = 2 if npad >= MAX_REGISTER_ROW else 1
+    return _cfg(max(256, min(1024, chunk // vec)), 1, chunk, policy)
 
 
 def cuda_space(M: int, N: int, dtype_str: str) -> list:
-    """The CUDA search space: a dozen or so candidates, tuned in seconds."""
+    """The CUDA search space: at most 16 candidates, tuned in seconds."""
     npad = next_pow2(N)
     if npad <= SMALL_N:
         return [small_config(N, dtype_str)]
-    vec = 16 // ELEMENT_SIZE[dtype_str]
     out = []
     if npad <= 2048:
-        for rows in (1, 2, 4, 8, 16):
-            for bt in (64, 128, 256, 512):
-                if vec <= rows * npad // bt <= 32:
-                    out.append(_cfg(bt, rows))
-    else:
-        if npad <= MAX_REGISTER_ROW:
-            for bt in (128, 256, 512, 1024):
-                if 4 <= npad // bt <= 32:
-                    out.append(_cfg(bt))
+        for policy in (0, 1):
+            for bt in (64, 128, 256):
+                for rows in (1, 2, 4):
+                    if 8 <= rows * npad // bt <= 32:
+                        out.append(_cfg(bt, rows, policy=policy))
+    elif npad <= MAX_REGISTER_ROW:
+        for bt in (128, 256, 512, 1024):
+            if 8 <= npad // bt <= 32:
+                out.append(_cfg(bt))
         if npad == 4096:
-            out += [_cfg(256, 2), _cfg(512, 2)]
+            out.append(_cfg(512, 2))
         # Two passes (the re-read hits L2) keep fewer registers per row in flight.
-        chunks = (2048, 4096, 8192) if npad <= MAX_REGISTER_ROW else (8192, 16384, 32768)
-        for chunk in chunks:
+        for chunk in (2048, 4096, 8192):
             for bt in (128, 256, 512, 1024):
-                if 8 <= chunk // bt <= (16 if npad <= MAX_REGISTER_ROW else 32) and chunk < npad:
-                    out.append(_cfg(bt, 1, chunk))
+                if 8 <= chunk // bt <= 16 and chunk < npad:
+                    for policy in (1, 2):
+                        out.append(_cfg(bt, 1, chunk, policy))
+        if npad == MAX_REGISTER_ROW:
+            out += [_cfg(1024, 1, 8192, 2, 1), _cfg(1024, 1, 16384, 2, 0), _cfg(1024, 1, 16384, 2, 1)]
+    else:
+        for chunk, bt in ((8192, 512), (8192, 1024), (16384, 1024), (32768, 1024)):
+            for prefetch in (0, 1):
+                out.append(_cfg(bt, 1, chunk, 2, prefetch))
     default = default_config(M, N, dtype_str)
     if default not in out:
         out.append(default)
