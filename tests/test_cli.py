@@ -229,6 +229,16 @@ def test_tune_reuses_the_stored_winner_and_force_searches_again(cli):
     assert "candidate 4 of 4" in forced.stderr
 
 
+def test_tune_without_a_usable_store_still_tunes_and_says_nothing_was_stored(cli, tmp_path):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the store's folder should be")
+    result = cli("tune", "clidemo", "--shape", "2x8", "--device", "cpu",
+                 env={"FLYAUTOTUNE_CACHE_DIR": str(blocker / "cache")})
+    out = ok(result)
+    assert "* winner: BLOCK=4" in out and "winner stored in" not in out
+    assert "clidemo: the winner was not stored" in result.stderr
+
+
 def test_tune_several_shapes_and_the_console_script(cli):
     out = ok(cli("tune", "clidemo", "--shape", "2x8", "--shape", "4x8", "--device", "cpu", script=True))
     assert "clidemo 2x8 bf16" in out and "clidemo 4x8 bf16" in out

@@ -95,3 +95,27 @@ def test_installed_template_reports_for_sm90(venv):
     assert [r["options"]["num_warps"] for r in rows] == [1, 2, 4, 4]
     assert all(r["error"] is None and r["registers"] > 0 for r in rows)
     assert len({r["binary_sha256"] for r in rows}) == 4
+
+
+@pytest.mark.skipif(not __import__("torch").cuda.is_available() or getattr(__import__("torch").version, "hip", None),
+                    reason="needs an NVIDIA GPU (the sm_90 report test above cross-compiles on the CPU)")
+def test_report_binary_is_the_binary_a_launch_builds(venv):
+    major, minor = __import__("torch").cuda.get_device_capability()
+    target = f"sm_{major}{minor}"
+    if target not in ("sm_80", "sm_86", "sm_89", "sm_90"):
+        pytest.skip(f"{target} has no report target")
+    rows = json.loads(run(venv, "report", "vscale", "--target", target, "--shape", "4096x4096", "--json"))[0]
+    probe = textwrap.dedent("""
+        import hashlib, json, torch, triton
+        from my_flyautotune_adopter import kernel as k
+        n = 4096 * 4096
+        x = torch.randn(n, device="cuda", dtype=torch.bfloat16)
+        y = torch.empty_like(x)
+        out = []
+        for b, w in ((64, 1), (128, 2), (256, 4), (1024, 4)):
+            c = k._jit[(triton.cdiv(n, b),)](x, y, n, 2.0, BLOCK=b, num_warps=w)
+            out.append([c.n_regs, hashlib.sha256(c.asm["cubin"]).hexdigest()])
+        print(json.dumps(out))
+    """)
+    launched = json.loads(run(venv, code=probe))
+    assert [[r["registers"], r["binary_sha256"]] for r in rows["candidates"]] == launched

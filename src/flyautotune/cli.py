@@ -536,7 +536,12 @@ def _tune_shape(fat: Any, adopter: Any, shape: tuple, dtype: str, device: str, f
     if source == "search":
         rows = [dict(t) for t in event.get("candidates") or ()]
         winner = event.get("winner")
-        stored_in = _store().path
+        store = _store()
+        if store.get(event["tuner"], event["key"]) is not None:
+            stored_in = store.path
+        else:
+            log.warning("%s: the winner was not stored (see the store warning above); the next process "
+                        "will search again", adopter.name)
         note = f"searched {len(rows)} candidates in {event.get('duration_s', elapsed):.1f} s"
     elif source == "store":
         entry_ = _store().get(event["tuner"], event["key"])

@@ -71,7 +71,9 @@ def _matplotlib_chart(path: Path, panels: Sequence[Panel]) -> None:
     import matplotlib.pyplot as plt
 
     heights = [max(len(p.bars), 1) * 0.35 + 0.9 for p in panels]
-    fig, axes = plt.subplots(len(panels), 1, figsize=(9, sum(heights)),
+    longest = max([len(b.label) for p in panels for b in p.bars] + [10])
+    # Labels take their own width; the bars keep about six inches of it.
+    fig, axes = plt.subplots(len(panels), 1, figsize=(6.5 + 0.075 * longest, sum(heights)),
                              gridspec_kw={"height_ratios": heights}, squeeze=False)
     for ax, panel in zip(axes[:, 0], panels):
         labels = [b.label for b in panel.bars]
@@ -82,6 +84,7 @@ def _matplotlib_chart(path: Path, panels: Sequence[Panel]) -> None:
         ax.invert_yaxis()
         for i, b in enumerate(panel.bars):
             ax.text(values[i], i, f" {b.ms:.4g} ms" if b.ms is not None else " failed", va="center", fontsize=8)
+        ax.set_xlim(0, max(values + [0.0]) * 1.3 or 1.0)  # room for the value labels
         ax.set_title(panel.title, fontsize=10, loc="left")
         ax.set_xlabel("median ms (lower is better)")
     fig.tight_layout()

@@ -154,7 +154,10 @@ def watch_tuners(stop: bool = False) -> Iterator[list]:
     original = Autotuner.__call__
 
     def watched(self, *args, **kwargs):
-        named = named_arguments(self, args, kwargs)
+        try:
+            named = named_arguments(self, args, kwargs)
+        except TypeError:  # the real call below raises the tuner's own, clearer error
+            named = {}
         seen.append((self, named))
         if stop:
             raise _Captured(self, named)
@@ -203,11 +206,33 @@ def candidate_configs(adopter: Any, shape: tuple, dtype: str, target: Target) ->
 # -- compiling ------------------------------------------------------------------------
 
 
-def _compile_spec(adopter: Any, shape: tuple, dtype: str, config: Config, target: Target) -> tuple:
-    """``(kernel, signature, constexprs, base_hints)`` from the adopter's ``compile_spec``.
+@attrs.frozen
+class KernelSpec:
+    """What ``Adopter.compile_spec`` describes: the Triton kernel one config builds.
 
-    ``compile_spec`` may take ``target=`` and may return a fourth item: compile
-    options such as ``num_warps`` that the launcher derives from the config.
+    :param kernel: the ``JITFunction``.
+    :param signature: Triton types of its arguments (``{"X": "*bf16", "n": "i32"}``).
+    :param constexprs: constexpr values.
+    :param options: compile options the launch derives from the config itself
+        (e.g. ``{"num_warps": 8}`` from a ``BLOCK_THREADS`` knob); config hints override them.
+    :param values: runtime scalar arguments of a launch of this shape
+        (``{"n": 16777216}``), so the report specializes them as a launch does.
+    """
+
+    kernel: Any
+    signature: dict
+    constexprs: dict
+    options: dict = attrs.field(factory=dict)
+    values: dict = attrs.field(factory=dict)
+
+
+def _compile_spec(adopter: Any, shape: tuple, dtype: str, config: Config, target: Target) -> KernelSpec:
+    """The adopter's ``compile_spec`` answer as a :class:`KernelSpec`.
+
+    ``compile_spec`` may take ``target=`` and returns ``(kernel, signature,
+    constexprs)`` or ``(kernel, signature, constexprs, extra)`` where ``extra``
+    holds ``"options"`` and/or ``"values"`` (a plain dict of compile options is
+    read as ``"options"``).
     """
     fn = adopter.compile_spec
     try:
@@ -216,14 +241,42 @@ def _compile_spec(adopter: Any, shape: tuple, dtype: str, config: Config, target
     except (TypeError, ValueError):
         takes_target = False
     spec = fn(shape, dtype, config, target=target) if takes_target else fn(shape, dtype, config)
+    if isinstance(spec, KernelSpec):
+        return spec
     if not isinstance(spec, (tuple, list)) or len(spec) not in (3, 4):
         raise TypeError(
             f"adopter {adopter.name!r}: compile_spec returned {spec!r}; expected "
-            f"(kernel, signature, constexprs) or (kernel, signature, constexprs, options)"
+            f"(kernel, signature, constexprs) or (kernel, signature, constexprs, extra)"
         )
     kernel, signature, constexprs = spec[:3]
-    base = dict(spec[3]) if len(spec) == 4 and spec[3] else {}
-    return kernel, dict(signature), dict(constexprs or {}), base
+    extra = dict(spec[3] or {}) if len(spec) == 4 else {}
+    if extra and set(extra) <= {"options", "values"}:
+        options, values = dict(extra.get("options") or {}), dict(extra.get("values") or {})
+    else:
+        options, values = extra, {}
+    return KernelSpec(kernel, dict(signature), dict(constexprs or {}), options, values)
+
+
+def specialization_attrs(kernel: Any, signature: Mapping[str, str], values: Mapping[str, Any]) -> dict:
+    """Triton's value specialization of a launch, as ``ASTSource`` attrs: pointers
+    16-byte aligned (what a torch allocation is), integers divisible by 16 where
+    ``values`` says so; arguments the kernel marks ``do_not_specialize`` are left alone."""
+    names = list(getattr(kernel, "arg_names", ()))
+    params = {getattr(p, "name", None): p for p in getattr(kernel, "params", ())}
+    out = {}
+    for name, ty in signature.items():
+        if ty == "constexpr" or name not in names:
+            continue
+        p = params.get(name)
+        if p is not None and getattr(p, "do_not_specialize", False):
+            continue
+        if ty.startswith("*"):
+            if p is not None and getattr(p, "do_not_specialize_on_alignment", False):
+                continue
+            out[(names.index(name),)] = [["tt.divisibility", 16]]
+        elif ty[:1] in ("i", "u") and isinstance(values.get(name), int) and values[name] % 16 == 0:
+            out[(names.index(name),)] = [["tt.divisibility", 16]]
+    return out
 
 
 def resource_report(adopter: Any, shape: tuple, dtype: str, target: Target, pm: Any = None) -> list:
@@ -243,10 +296,10 @@ def resource_report(adopter: Any, shape: tuple, dtype: str, target: Target, pm: 
     rows = []
     for config in candidate_configs(adopter, shape, dtype, target):
         try:
-            kernel, signature, constexprs, base = _compile_spec(adopter, shape, dtype, config, target)
-            hints = {**base, **config.hints}
+            spec = _compile_spec(adopter, shape, dtype, config, target)
+            hints = {**spec.options, **config.hints}
             pm.hook.flyautotune_validate_hints(hints=hints, target=target)
-            rows.append(compile_one(config, kernel, signature, constexprs, hints, target, pm))
+            rows.append(compile_one(config, spec, hints, target, pm))
         except ReportError:
             raise
         except Exception as exc:  # one candidate that does not build is a row, not the end of the report
@@ -288,10 +341,17 @@ def _require_triton() -> None:
 
 
 def _rocm_compiler(rocm_report: Any):
-    def compile_one(config, kernel, signature, constexprs, hints, target, pm) -> ResourceRow:
+    takes_attrs = "attrs" in inspect.signature(rocm_report.compile_report).parameters
+
+    def compile_one(config, spec, hints, target, pm) -> ResourceRow:
         # Config kwargs are the adopter's knobs, already folded into constexprs by compile_spec.
+        extra = {}
+        if takes_attrs:  # the launch's specialization, where the ROCm plugin can take it
+            sig = {**spec.signature, **{k: "constexpr" for k in spec.constexprs}}
+            extra["attrs"] = specialization_attrs(spec.kernel, sig, spec.values)
         (r,) = rocm_report.compile_report(
-            kernel, signature, [Config(compile_hints=hints)], arch=target.arch, constexprs=constexprs
+            spec.kernel, spec.signature, [Config(compile_hints=hints)], arch=target.arch,
+            constexprs=spec.constexprs, **extra,
         )
         isa = r.isa
         from flyautotune_rocm.arch import max_waves_per_eu
@@ -316,9 +376,9 @@ def _rocm_compiler(rocm_report: Any):
 
 
 def _plugin_cuda_compiler(cuda_report: Any):
-    def compile_one(config, kernel, signature, constexprs, hints, target, pm) -> ResourceRow:
+    def compile_one(config, spec, hints, target, pm) -> ResourceRow:
         (r,) = cuda_report.compile_report(
-            kernel, signature, [Config(compile_hints=hints)], arch=target.arch, constexprs=constexprs
+            spec.kernel, spec.signature, [Config(compile_hints=hints)], arch=target.arch, constexprs=spec.constexprs
         )
         d = r.to_dict() if hasattr(r, "to_dict") else dict(vars(r))
         return ResourceRow(
@@ -337,11 +397,12 @@ def _plugin_cuda_compiler(cuda_report: Any):
     return compile_one
 
 
-def _cuda_compiler(config, kernel, signature, constexprs, hints, target, pm) -> ResourceRow:
+def _cuda_compiler(config, spec, hints, target, pm) -> ResourceRow:
     lowered = pm.hook.flyautotune_lower_compile_hints(ir=None, hints=dict(hints), target=target)
     if lowered is None:  # no NVIDIA backend plugin installed: Triton's option names are the hint names
         lowered = {k: v for k, v in hints.items() if k in _TRITON_CUDA_OPTIONS and v}
-    (info,) = cuda_compile_report(kernel, signature, [dict(lowered)], arch=target.arch, constexprs=constexprs)
+    (info,) = cuda_compile_report(spec.kernel, spec.signature, [dict(lowered)], arch=target.arch,
+                                  constexprs=spec.constexprs, values=spec.values)
     return attrs.evolve(info, config=config)
 
 
@@ -355,6 +416,7 @@ def cuda_compile_report(
     *,
     arch: str = "sm_90",
     constexprs: Optional[Mapping[str, Any]] = None,
+    values: Optional[Mapping[str, Any]] = None,
 ) -> list:
     """Cross-compile a Triton kernel for an NVIDIA ``arch`` once per option set, on the CPU.
 
@@ -362,6 +424,9 @@ def cuda_compile_report(
     :param signature: Triton types of the arguments (constexprs may be left out).
     :param options: Triton compile options per candidate (``num_warps``, ``maxnreg`` ...).
     :param constexprs: constexpr values.
+    :param values: runtime integer arguments of a real launch: specialized as
+        Triton specializes a launch (see :func:`specialization_attrs`), so the
+        binary is the one the GPU would run.
     :returns: one :class:`ResourceRow` per option set: registers and spill bytes
         (from ``cuobjdump -res-usage`` on the cubin), shared bytes, the occupancy
         these allow (resident warps per SM) and the cubin's sha256.
@@ -376,10 +441,11 @@ def cuda_compile_report(
     sig = dict(signature)
     for name in consts:
         sig[name] = "constexpr"
+    spec_attrs = specialization_attrs(kernel, sig, dict(values or {}))
     rows = []
     for opts in options:
         opts = dict(opts)
-        compiled = triton.compile(ASTSource(fn=kernel, signature=sig, constexprs=consts),
+        compiled = triton.compile(ASTSource(fn=kernel, signature=sig, constexprs=consts, attrs=spec_attrs),
                                   target=GPUTarget("cuda", capability, 32), options=opts)
         cubin = compiled.asm["cubin"]
         usage = cubin_resources(cubin)

@@ -25,12 +25,17 @@ def bytes_moved(x, alpha=2.0):
 
 
 def compile_spec(shape, dtype, config):
-    """The Triton kernel a config builds, for ``flyautotune report`` (no GPU needed)."""
+    """The Triton kernel a config builds, for ``flyautotune report`` (no GPU needed).
+
+    Returns ``(kernel, signature, constexprs, extra)``; ``extra["values"]`` holds the
+    runtime integers of a launch of this shape, which Triton specializes on (``n``
+    divisible by 16 compiles to wider loads).
+    """
     n = 1
     for d in shape:
         n *= int(d)
     signature = {"X": f"*{dtype}", "Y": f"*{dtype}", "n": "i32", "alpha": "fp32"}
-    return kernel.kernel_for("cuda"), signature, {"BLOCK": config.kwargs["BLOCK"]}
+    return kernel.kernel_for("cuda"), signature, {"BLOCK": config.kwargs["BLOCK"]}, {"values": {"n": n}}
 
 
 @fat.hookimpl
