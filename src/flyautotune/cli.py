@@ -484,7 +484,7 @@ def _check_plot_path(path: str) -> None:
             import matplotlib  # noqa: F401
         except ImportError:
             raise UsageError(f"argument --plot: {path!r} is not a .png file; without matplotlib only PNG "
-                             f"is written (pip install 'flyautotune[plot]' for other formats)") from None
+                             f"is written (pip install matplotlib for other formats)") from None
 
 
 def _tune_shape(fat: Any, adopter: Any, shape: tuple, dtype: str, device: str, force: bool,

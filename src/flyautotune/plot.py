@@ -1,8 +1,8 @@
 """Candidate-timing charts for ``flyautotune tune --plot``.
 
-matplotlib draws the chart when it is installed (``pip install
-flyautotune[plot]``); otherwise a small built-in renderer writes a PNG with
-the standard library alone, so ``--plot`` works on every install.
+matplotlib draws the chart when it is installed; otherwise a small built-in
+renderer writes a PNG with the standard library alone, so ``--plot`` works on
+every install.
 """
 
 from __future__ import annotations
