@@ -124,7 +124,7 @@ def _precompile_one(job):
     kw = dict(zip(_CONST_NAMES, L._constexprs(M, rv)))
     dt = torch_dtype(ds)
     t0 = time.perf_counter()
-    jit_kernel().warmup(dt, dt, dt, M, N // rv, N // rv, EPS, grid=(1,), num_warps=max(1, bt // 32), **kw)
+    jit_kernel().warmup(dt, dt, dt, M, N // rv, N // rv, EPS, grid=(1,), num_warps=max(1, knobs[0] // 32), **kw)
     return time.perf_counter() - t0
 
 

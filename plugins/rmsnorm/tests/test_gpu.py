@@ -80,23 +80,24 @@ def test_unaligned_pointer_gets_its_own_binary():
         _check(y, x, w[:4096])
 
 
-def test_launch_goes_to_the_given_stream():
+@pytest.mark.parametrize("as_handle", [False, True], ids=["stream object", "raw handle"])
+def test_launch_goes_to_the_given_stream(as_handle):
+    """Captured into a graph on stream ``cap`` while another stream is current: only a launch
+    on ``cap`` is recorded instead of run (deterministic, no timing)."""
     x, w = _inputs(256, 4096, torch.bfloat16)
+    rmsnorm(x, w, out=torch.empty_like(x))  # compiled outside the capture
     y = torch.full_like(x, float("nan"))
-    rmsnorm(x, w, out=torch.empty_like(x))  # compiled before the timing-sensitive part
-    side = torch.cuda.Stream()
-    side.wait_stream(torch.cuda.current_stream())  # x, w and the NaN-filled y are ready first
-    with torch.cuda.stream(side):
-        torch.cuda._sleep(200_000_000)  # ~0.1 s of GPU time queued ahead on the side stream
-    rmsnorm(x, w, out=y, stream=side)
-    assert torch.isnan(y).any(), "the kernel ran before the sleep queued on its stream"
-    side.synchronize()
+    cap, other = torch.cuda.Stream(), torch.cuda.Stream()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=cap):
+        with torch.cuda.stream(other):
+            rmsnorm(x, w, out=y, stream=cap.cuda_stream if as_handle else cap)
+    torch.cuda.synchronize()
+    assert torch.isnan(y).all(), "the kernel ran on another stream instead of being captured on cap"
+    g.replay()
+    torch.cuda.synchronize()
     _check(y, x, w)
-    y2 = torch.full_like(x, float("nan"))
-    side.wait_stream(torch.cuda.current_stream())
-    rmsnorm(x, w, out=y2, stream=side.cuda_stream)  # a raw handle works too
-    side.synchronize()
-    _check(y2, x, w)
 
 
 def test_forced_search_on_the_gpu_picks_from_the_space(monkeypatch):
