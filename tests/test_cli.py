@@ -486,8 +486,8 @@ def test_event_log_matches_the_documented_schema(cli, tmp_path):
         assert json.loads(r["key"])["args"] == {"n": 16}
     kinds = [r["event"] for r in records]
     # first run: the default answers the first call, then the command searches; second run: the store
-    assert kinds == ["select", "search_start"] + ["candidate"] * 4 + ["search_end", "select"]
-    assert [r["source"] for r in records if r["event"] == "select"] == ["default", "store"]
+    assert kinds == ["select", "search_start"] + ["candidate"] * 4 + ["search_end", "select", "select"]
+    assert [r["source"] for r in records if r["event"] == "select"] == ["default", "search", "store"]
     start = records[1]
     assert start["candidates"] == 4
     cands = records[2:6]

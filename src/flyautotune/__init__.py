@@ -11,6 +11,7 @@ from .autotuner import (  # noqa: E402
     autotune,
     current_target,
     lower_compile_hints,
+    target_context,
     target_for,
 )
 from .config import Config  # noqa: E402
@@ -39,6 +40,7 @@ __all__ = [
     "current_target",
     "lower_compile_hints",
     "remove_listener",
+    "target_context",
     "target_for",
     "Config",
     "DuplicateAdopterError",

@@ -61,10 +61,13 @@ class Adopter:
     :param example: ``example(shape: tuple, dtype: str, device) -> (args, kwargs)``
         builds inputs for command-line tuning and reports; optional.
     :param bytes_moved: ``bytes_moved(*args, **kwargs) -> int`` for GB/s; optional.
-    :param compile_spec: ``compile_spec(shape: tuple, dtype: str, config: Config)
-        -> (kernel, signature: dict, constexprs: dict)`` describing the Triton
-        kernel a config builds, for static cross-compiled reports (no GPU
-        needed); optional.
+    :param compile_spec: ``compile_spec(shape: tuple, dtype: str, config: Config,
+        target=None) -> (kernel, signature: dict, constexprs: dict[, extra])``
+        describing the Triton kernel a config builds, for static cross-compiled
+        reports (no GPU needed); optional. ``extra`` may hold ``"options"``
+        (compile options the launch derives, e.g. ``num_warps``) and
+        ``"values"`` (runtime integers Triton specializes on), so a report
+        builds the same binary as a real launch.
     """
 
     name: str = attrs.field(validator=_name)

@@ -3,6 +3,7 @@ search), key it robustly, persist it, and run the launch with its hints."""
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import inspect
 import logging
@@ -11,7 +12,7 @@ import platform
 import sys
 import threading
 import time
-from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
 from . import events, hints as _hints, keys, streams
 from .config import Config
@@ -67,6 +68,22 @@ def current_target() -> Optional[Target]:
     """The target of the launch running on this thread (inside a tuned call), else None."""
     launch = getattr(_hints._local, "launch", None)
     return launch[0] if launch else None
+
+
+@contextlib.contextmanager
+def target_context(target: Target, plugin_manager: Any = None) -> Iterator[Target]:
+    """Make ``current_target()`` (and ``lower_compile_hints``' default target)
+    return ``target`` inside the block — for compiling outside a tuned launch,
+    e.g. cross-compiled reports. Nests; thread-local."""
+    if not isinstance(target, Target):
+        raise TypeError(f"target_context: expected a flyautotune.Target, got {target!r}")
+    local = _hints._local
+    old = getattr(local, "launch", None)
+    local.launch = (target, plugin_manager)
+    try:
+        yield target
+    finally:
+        local.launch = old
 
 
 def lower_compile_hints(ir: Any = None, target: Optional[Target] = None, hints: Optional[Mapping] = None) -> Any:
@@ -429,6 +446,7 @@ class Autotuner:
                 self._emit_select(call, key, config, "default")
                 return config, "default"
         config = self._search(call, target, snapshot, kd, key, forced)
+        self._emit_select(call, key, config, "search")
         return config, "search"
 
     def _pack_paths(self) -> list:

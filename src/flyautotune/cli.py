@@ -423,13 +423,15 @@ class _Recorder:
         self.progress(event)
 
     def outcome(self) -> tuple:
-        """``(source, event)``: ``("search", search_end)``, ``(select source, select)`` or ``(None, None)``."""
+        """``(source, event)``: ``("search", search_end)``, ``("single", select)`` for a lone
+        candidate, ``(select source, select)`` or ``(None, None)``."""
         for e in reversed(self.events):
             if e.get("event") == "search_end":
                 return "search", e
         for e in reversed(self.events):
             if e.get("event") == "select":
-                return e.get("source"), e
+                # a "search" select without search_end: one candidate, nothing benchmarked
+                return ("single" if e.get("source") == "search" else e.get("source")), e
         return None, None
 
 

@@ -102,21 +102,10 @@ class ResourceRow:
 def for_target(target: Target) -> Iterator[None]:
     """Make ``flyautotune.current_target()`` return ``target`` on this thread, so a
     target-dependent config space is evaluated for the report's target, not this machine."""
-    from . import autotuner, hints
+    from .autotuner import target_context
 
-    public = getattr(autotuner, "target_context", None)
-    if public is not None:
-        with public(target):
-            yield
-        return
-    # The launch state a tuned call installs: (target, plugin manager).
-    local = hints._local
-    old = getattr(local, "launch", None)
-    local.launch = (target, None)
-    try:
+    with target_context(target):
         yield
-    finally:
-        local.launch = old
 
 
 class _Captured(Exception):
