@@ -286,3 +286,33 @@ def test_bad_decorator_arguments_are_named(pm):
         fat.autotune(configs=[{"BLOCK": 1}])(lambda x, BLOCK=None: None)
     with pytest.raises(ValueError, match="rep must be an int >= 1"):
         fat.autotune(configs=SPACE, rep=0)(lambda x, BLOCK=None: None)
+
+
+def test_target_context_sets_the_target_outside_a_launch(pm):
+    amd = fat.Target("rocm", "gfx942", 64)
+    assert fat.current_target() is None
+    with fat.target_context(amd):
+        assert fat.current_target() == amd
+        with fat.target_context(fat.Target("cuda", "sm_90", 32)):
+            assert fat.current_target().arch == "sm_90"
+        assert fat.current_target() == amd
+    assert fat.current_target() is None
+    with pytest.raises(TypeError, match="expected a flyautotune.Target"):
+        with fat.target_context("gfx942"):
+            pass
+
+
+def test_events_name_where_each_config_came_from(pm, counting_bench):
+    seen = []
+    fat.add_listener(seen.append)
+    try:
+        single, _ = make_tuner(pm, counting_bench(), configs=[fat.Config(BLOCK=8)], name="t_ev_single")
+        single(torch.zeros(2), 2)
+        searched, _ = make_tuner(pm, counting_bench(), name="t_ev_search")
+        searched(torch.zeros(2), 2)
+        searched(torch.zeros(2), 2)  # memory hit: no event
+    finally:
+        fat.remove_listener(seen.append)
+    kinds = [(e["event"], e.get("source")) for e in seen]
+    assert kinds == [("select", "search"), ("search_start", None)] + [("candidate", None)] * 3 + [
+        ("search_end", None), ("select", "search")]
