@@ -86,10 +86,11 @@ def test_compile_spec_cross_compiles_for_sm90_without_spills(N, cfg_kw):
     from triton.backends.compiler import GPUTarget
 
     cfg = default_config(1024, N, "bf16")
-    kernel, sig, consts = api.compile_spec((1024, N), "bf16", cfg)
+    kernel, sig, consts, extra = api.compile_spec((1024, N), "bf16", cfg, target=fat.Target("cuda", "sm_90", 32))
+    assert extra["options"] == {"num_warps": cfg.kwargs["BLOCK_THREADS"] // 32}
     attrs = {(i,): [["tt.divisibility", 16]] for i in range(3)}
     k = triton.compile(triton.compiler.ASTSource(kernel, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
-                       options={"num_warps": cfg.kwargs["BLOCK_THREADS"] // 32})
+                       options=extra["options"])
     cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump")
     path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"rmsnorm_{N}_{os.getpid()}.cubin")
     with open(path, "wb") as f:

@@ -285,8 +285,10 @@ def bytes_moved(x, weight, *args, **kwargs) -> int:
     return 2 * x.numel() * x.element_size() + weight.numel() * weight.element_size()
 
 
-def compile_spec(shape, dtype, config) -> tuple:
-    """``(kernel, signature, constexprs)`` of the Triton kernel ``config`` builds for a contiguous input."""
+def compile_spec(shape, dtype, config, target=None) -> tuple:
+    """``(kernel, signature, constexprs, extra)`` of the Triton kernel ``config`` builds for a
+    contiguous input: ``extra["options"]`` holds the ``num_warps`` that BLOCK_THREADS implies,
+    ``extra["values"]`` the runtime integers of such a launch."""
     ds = dtype_str(dtype)
     N = int(shape[-1])
     M = 1
@@ -301,4 +303,7 @@ def compile_spec(shape, dtype, config) -> tuple:
     sig = {"X": f"*{ds}", "W": f"*{ds}", "Y": f"*{ds}", "M": "i32", "sx_vec": "i32", "sy_vec": "i32",
            "eps": "fp32"}
     sig.update({k: "constexpr" for k in consts})
-    return jit_kernel(), sig, consts
+    warp = getattr(target, "warp_size", None) or 32
+    extra = {"options": {"num_warps": max(1, kw["BLOCK_THREADS"] // warp)},
+             "values": {"M": M, "sx_vec": N // rv, "sy_vec": N // rv}}
+    return jit_kernel(), sig, consts, extra

@@ -105,8 +105,10 @@ def cuda_space(M: int, N: int, dtype_str: str) -> list:
     return out
 
 
-#: The seven BLOCK_THREADS x waves_per_eu combinations searched on ROCm.
-ROCM_COMBOS = ((256, 1), (256, 2), (512, 1), (512, 2), (1024, 0), (1024, 1), (1024, 2))
+#: The seven BLOCK_THREADS x waves_per_eu combinations searched on ROCm. A workgroup of
+#: BLOCK_THREADS/64 waves puts BLOCK_THREADS/256 waves on each of a CU's four SIMDs, so
+#: waves_per_eu below that cannot be honoured (LLVM ignores it): each pair is feasible.
+ROCM_COMBOS = ((256, 0), (256, 1), (256, 2), (512, 0), (512, 2), (1024, 0), (1024, 4))
 
 
 def rocm_space(M: int, N: int, dtype_str: str) -> list:
