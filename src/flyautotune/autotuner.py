@@ -178,7 +178,7 @@ def clear_caches() -> None:
 class _Plan:
     """A picked config, prepared once so a cache hit does no merging."""
 
-    __slots__ = ("config", "target", "source", "kwargs", "layers", "launch")
+    __slots__ = ("config", "target", "source", "kwargs", "layers", "launch", "hit")
 
     def __init__(self, config: Config, target: Target, source: str, snapshot: tuple, pm: Any) -> None:
         self.config = config
@@ -188,6 +188,17 @@ class _Plan:
         effective = _hints.merge_hints(dict(snapshot), config.hints)
         self.layers = [_hints.Frame(effective)] if effective else []
         self.launch = (target, pm)
+        self.hit = _Last(config, "memory")
+
+
+class _Last:
+    """What ``last_source``/``last_config`` report; one attribute store per call."""
+
+    __slots__ = ("config", "source")
+
+    def __init__(self, config: Optional[Config], source: Optional[str]) -> None:
+        self.config = config
+        self.source = source
 
 
 class _Call:
@@ -281,9 +292,12 @@ class Autotuner:
         self._space_fp: Optional[str] = None
         if not callable(configs):
             self._space_fp = keys.canonical_json([c.to_dict() if c.pre_hook is None else repr(c) for c in configs])
-        self.last_source: Optional[str] = None
-        self.last_config: Optional[Config] = None
+        self._last = _Last(None, None)
         self.search_count = 0
+        # Generated cache-hit paths, one per positional arity (see _fast_path).
+        self._fast: dict = {}
+        self._fast_memo: dict = {}
+        self._fast_ok = not (self._var_pos or self._var_kw)
 
     def _check_names(self, what: str, names: Iterable[str]) -> tuple:
         names = tuple([names] if isinstance(names, str) else names)
@@ -294,6 +308,16 @@ class Autotuner:
                     f"{getattr(self.fn, '__name__', self.fn)}{self._sig}"
                 )
         return names
+
+    @property
+    def last_source(self) -> Optional[str]:
+        """Where the last call's config came from: memory, store, pack, default or search."""
+        return self._last.source
+
+    @property
+    def last_config(self) -> Optional[Config]:
+        """The config the last call ran (or resolved)."""
+        return self._last.config
 
     @property
     def pm(self):
@@ -367,14 +391,121 @@ class Autotuner:
 
     # -- call paths ------------------------------------------------------------------
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not kwargs:
+            fast = self._fast.get(len(args))
+            if fast is not None:
+                return fast(args)
+        return self._call(args, kwargs)
+
+    def _call(self, args: tuple, kwargs: dict, fast_key: Any = None) -> Any:
         call = self._bind(args, kwargs)
         plan = self._select(call)
+        if not kwargs and self._fast_ok:
+            self._remember_fast(args, plan, fast_key)
         if self.reset_to_zero:
             self._zero(call)
         stream = call.named.get("stream") if self._has_stream else None
         if stream is not None:
             stream = streams.resolve_stream(stream, call.device)
         return self._run_plan(plan, call, stream)
+
+    # -- the generated cache-hit path ----------------------------------------------------
+    #
+    # A cache hit in the general path binds every argument by name and builds the
+    # sorted key: microseconds of Python. For the common spelling (positional
+    # arguments only, the same argument types as before) a function generated
+    # for that arity checks the types, builds a key of the key values and each
+    # tensor's dtype and raw strides (finer than the stored key, so never wrong),
+    # and launches the prepared plan. Anything unusual (keywords, other types, an
+    # open compile_hints block, FLYAUTOTUNE set, a moved cache dir) takes the
+    # general path, which also fills this one.
+
+    def _remember_fast(self, args: tuple, plan: "_Plan", fast_key: Any) -> None:
+        if plan.config.pre_hook is not None or getattr(_hints._local, "stack", None):
+            return
+        if _raw_env(_FORCE_KEY) is not None:
+            return
+        n = len(args)
+        fast = self._fast.get(n)
+        if fast is None:
+            fast = self._build_fast(args)
+            if fast is None:
+                return
+            self._fast[n] = fast
+        key = fast.key(args)
+        if key is not None:
+            if len(self._fast_memo) > 4096:  # shapes that never repeat must not grow memory forever
+                self._fast_memo.clear()
+            self._fast_memo[key] = plan
+
+    def _build_fast(self, args: tuple) -> Any:
+        n = len(args)
+        names = self._positional[:n]
+        if self._has_stream and "stream" in names:
+            return None
+        tensor_cls = keys.tensor_type()
+        types = tuple(map(type, args))
+        tensors = [i for i, a in enumerate(args) if tensor_cls is not None and type(a) is tensor_cls]
+        key_idx = []
+        for k in self.key:
+            if k not in names:
+                return None  # a key argument left to its default: the general path handles it
+            key_idx.append(names.index(k))
+        parts = []
+        for i in key_idx:
+            parts.append(f"a{i}.shape" if i in tensors else f"a{i}")
+        for i in tensors:
+            parts.append(f"a{i}.dtype")
+            parts.append(f"a{i}.stride()")
+        if tensors:
+            parts.append(f"a{tensors[0]}.device")
+        key_expr = "(" + ", ".join(parts) + ",)" if parts else "()"
+        unpack = (", ".join(f"a{i}" for i in range(n)) + ("," if n == 1 else "")) if n else "_"
+        zero = "".join(f"    a{names.index(z)}.zero_()\n" for z in self.reset_to_zero if z in names)
+        if len(zero.splitlines()) != len(self.reset_to_zero):
+            return None
+        src = f"""
+def key(args):
+    {unpack} = args
+    try:
+        return {key_expr}
+    except TypeError:  # an unhashable key value
+        return None
+
+def fast(args):
+    if tuple(map(type, args)) != types or raw_env(FORCE) is not None \\
+            or raw_env(CACHE_DIR) != tuner._memo_dir or getattr(local, "stack", None):
+        return tuner._call(args, {{}})
+    {unpack} = args
+    try:
+        plan = memo.get({key_expr})
+    except TypeError:
+        plan = None
+    if plan is None:
+        return tuner._call(args, {{}})
+    tuner._last = plan.hit
+{zero}    old = getattr(local, "launch", None)
+    local.launch = plan.launch
+    if plan.layers:
+        local.stack = plan.layers.copy()
+        try:
+            return fn(*args, **plan.kwargs)
+        finally:
+            local.stack = []
+            local.launch = old
+    try:
+        return fn(*args, **plan.kwargs)
+    finally:
+        local.launch = old
+"""
+        scope = {
+            "types": types, "raw_env": _raw_env, "FORCE": _FORCE_KEY, "CACHE_DIR": _CACHE_DIR_KEY,
+            "tuner": self, "local": _hints._local, "memo": self._fast_memo, "fn": self.fn,
+        }
+        exec(compile(src, f"<flyautotune fast path of {self.name}>", "exec"), scope)
+        fast = scope["fast"]
+        fast.key = scope["key"]
+        return fast
 
     def resolve_config(self, *args: Any, **kwargs: Any) -> Config:
         """The config a call with these arguments would run (tuning if needed), without launching it."""
@@ -384,26 +515,24 @@ class Autotuner:
         cache_dir = _raw_env(_CACHE_DIR_KEY)
         if cache_dir != self._memo_dir:
             self._memo = {}
+            self._fast_memo.clear()
             self._memo_dir = cache_dir
         snapshot = self._snapshot()
         mkey = self._memo_key(call, snapshot)
         plan = self._memo.get(mkey)
         if plan is not None and (plan.source == "search" or _raw_env(_FORCE_KEY) is None or not force_search()):
-            self.last_source = "memory"
-            self.last_config = plan.config
+            self._last = plan.hit
             return plan
         forced = force_search()
         with self._lock_for(mkey):
             plan = self._memo.get(mkey)
             if plan is not None and (not forced or plan.source == "search"):
-                self.last_source = "memory"
-                self.last_config = plan.config
+                self._last = plan.hit
                 return plan
             target = target_for(call.device, self.pm)
             config, source = self._select_cold(call, target, snapshot, forced)
             plan = self._memo[mkey] = _Plan(config, target, source, snapshot, self._pm)
-            self.last_source = source
-            self.last_config = config
+            self._last = _Last(config, source)
             return plan
 
     def _lock_for(self, mkey: tuple) -> threading.Lock:

@@ -1,0 +1,81 @@
+"""The generated cache-hit path gives exactly the general path's answers."""
+
+import pytest
+import torch
+
+import flyautotune as fat
+
+
+def primed(pm, counting_bench, **kw):
+    bench = counting_bench(cost=lambda i: {1: 2.0, 2: 1.0}.get(i, 3.0))
+    seen = []
+
+    @fat.autotune(configs=[fat.Config(B=1), fat.Config(B=2, num_warps=8)], key=["n"], do_bench=bench,
+                  plugin_manager=pm, **kw)
+    def launch(x, n, B=None):
+        seen.append((B, fat.current_hints(), fat.current_target()))
+        return B
+
+    launch(torch.zeros(4), 4)  # search
+    launch(torch.zeros(4), 4)  # general path hit: fills the generated one
+    return launch, seen, bench
+
+
+def test_hits_skip_binding_and_still_see_hints_and_target(pm, counting_bench, monkeypatch):
+    launch, seen, _ = primed(pm, counting_bench, name="t_fast_hit")
+
+    def no_bind(*a, **k):
+        raise AssertionError("the general path ran")
+
+    monkeypatch.setattr(launch, "_bind", no_bind)
+    assert launch(torch.ones(4), 4) == 2
+    assert launch.last_source == "memory"
+    assert seen[-1][1] == {"num_warps": 8} and seen[-1][2].backend == "cpu"
+    assert fat.current_hints() == {} and fat.current_target() is None
+
+
+def test_every_key_part_still_misses(pm, counting_bench):
+    launch, _, bench = primed(pm, counting_bench, name="t_fast_miss")
+    searches = launch.search_count
+    launch(torch.zeros(8), 8)                        # key value
+    launch(torch.zeros(4, dtype=torch.float64), 4)   # dtype
+    launch(torch.zeros(4, 4).t(), 4)                 # strides (and shape)
+    assert launch.search_count == searches + 3
+
+
+def test_zero_arguments_and_forced_search(pm, counting_bench, monkeypatch):
+    bench = counting_bench()
+
+    @fat.autotune(configs=[fat.Config(B=1), fat.Config(B=2)], do_bench=bench, plugin_manager=pm, name="t_fast0",
+                  default=lambda **kw: fat.Config(B=1))
+    def launch(B=None):
+        return B
+
+    launch()
+    launch()
+    assert launch() == 1 and launch.search_count == 0 and launch.last_source == "memory"
+    monkeypatch.setenv("FLYAUTOTUNE", "1")
+    launch()  # the default's plan is primed on the fast path, yet the forced search runs
+    assert launch.search_count == 1 and launch.last_source == "search"
+
+
+def test_open_hint_block_and_keywords_take_the_general_path(pm, counting_bench):
+    launch, seen, _ = primed(pm, counting_bench, name="t_fast_general")
+    with fat.compile_hints(num_stages=3):
+        launch(torch.zeros(4), 4)
+    assert seen[-1][1]["num_stages"] == 3
+    launch(x=torch.zeros(4), n=4)
+    assert launch.last_source == "memory"
+
+
+def test_reset_to_zero_on_the_fast_path(pm, counting_bench):
+    @fat.autotune(configs=[fat.Config(S=1), fat.Config(S=2)], key=["n"], reset_to_zero=["out"],
+                  do_bench=counting_bench(), plugin_manager=pm, name="t_fast_zero")
+    def acc(out, n, S=None):
+        out.add_(1)
+
+    out = torch.zeros(3)
+    for _ in range(4):
+        out.fill_(5.0)
+        acc(out, 3)
+        assert torch.equal(out, torch.ones(3))
