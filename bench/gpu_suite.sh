@@ -2,7 +2,7 @@
 # Everything that needs an NVIDIA GPU, in one go: install the packages, run the
 # plugin tests with CUDA, then the RMSNorm benchmark and the dispatch benchmark.
 #
-#   bash bench/gpu_suite.sh OUT_DIR [tests] [coretests] [bench] [explore] [dispatch]
+#   bash bench/gpu_suite.sh OUT_DIR [tests] [coretests] [bench] [explore] [dispatch] [overhead]
 #
 # No network is needed: the three packages are built from this checkout
 # (setuptools must be installed); wheels under .whl/ (e.g. liger-kernel) are
@@ -38,9 +38,13 @@ for stage in $STAGES; do
       (cd "$ROOT" && "$PY" -m pytest -q -p no:cacheprovider -rs --durations=10 $XDIST \
         plugins/cuda/tests plugins/rmsnorm/tests 2>&1 | tee "$OUT_DIR/pytest.log") || status=1 ;;
     coretests)
-      echo "== core GPU tests (tests/ -m gpu)"
-      (cd "$ROOT" && "$PY" -m pytest -q -p no:cacheprovider -rs -m gpu tests 2>&1 | tee "$OUT_DIR/pytest_core.log") \
-        || echo "core GPU tests failed (not fatal here)" ;;
+      echo "== core tests that have GPU cases (streams, fast path, CLI on a GPU)"
+      (cd "$ROOT" && "$PY" -m pytest -q -p no:cacheprovider -rs tests/test_streams.py tests/test_fast_path.py \
+        tests/test_autotune_select.py tests/test_cli_rmsnorm.py tests/test_cli_template.py 2>&1 \
+        | tee "$OUT_DIR/pytest_core.log") || status=1 ;;
+    overhead)
+      echo "== autotune layer host overhead"
+      "$PY" "$ROOT/bench/overhead.py" | tee "$OUT_DIR/overhead.md" || status=1 ;;
     bench)
       echo "== bench"
       "$PY" "$ROOT/bench/rmsnorm.py" --out "$OUT_DIR" ${BENCH_ARGS:-} || status=1 ;;

@@ -101,3 +101,12 @@ def test_nested_contexts_match_merge(stack):
             es.enter_context(fat.compile_hints(**layer))
         assert fat.current_hints() == merge_hints(*stack)
     assert fat.current_hints() == {}
+
+
+def test_current_key_matches_the_snapshot_without_copying():
+    from flyautotune.hints import current_key, hint_key
+
+    assert current_key() == ()
+    with fat.compile_hints(num_warps=4, waves_per_eu=(1, 2)):
+        assert current_key() == hint_key(fat.current_hints()) == (("num_warps", 4), ("waves_per_eu", (1, 2)))
+    assert current_key() == ()

@@ -151,6 +151,13 @@ def current_hints() -> dict:
     return dict(stack[-1].merged) if stack else {}
 
 
+def current_key() -> tuple:
+    """The hashable key form of ``current_hints()`` without copying it: what a
+    launcher caches lowered compile options by."""
+    stack = getattr(_local, "stack", None)
+    return stack[-1].key if stack else ()
+
+
 def hint_key(hints: Mapping[str, Any]) -> tuple:
     """A canonical, hashable form of a merged snapshot for cache keys."""
     return tuple(sorted((k, v) for k, v in hints.items() if v is not None))

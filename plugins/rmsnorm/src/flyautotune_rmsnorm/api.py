@@ -9,6 +9,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import flyautotune as fat
+from flyautotune.hints import current_key as current_hint_key
 
 from . import factory as _factory_mod
 from . import kernel as _kernel_mod
@@ -169,8 +170,7 @@ def _target(index: int) -> fat.Target:
 
 def _compile_options(target: fat.Target, block_threads: int) -> tuple:
     """num_warps from BLOCK_THREADS, then the lowered hint snapshot (cached per snapshot)."""
-    hints = fat.current_hints()
-    key = (target, block_threads, tuple(sorted(hints.items())) if hints else ())
+    key = (target, block_threads, current_hint_key())
     opts = _options.get(key)
     if opts is None:
         lowered = fat.lower_compile_hints(ir=jit_kernel(), target=target)
