@@ -93,9 +93,10 @@ def test_bad_stream_spelling_is_named():
 
 
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA/ROCm GPU; CPU routing is covered above")
-def test_real_cuda_streams_are_used_for_the_search_and_the_run(pm):
+def test_real_cuda_streams_are_used_for_the_search_and_the_run():
     side = torch.cuda.Stream()
     seen = []
+    pm = fat.build_plugin_manager()  # the installed GPU backend owns cuda:0
 
     @fat.autotune(configs=[fat.Config(B=1), fat.Config(B=2)], key=["n"], plugin_manager=pm,
                   do_bench=lambda fn, setup=None: (setup and setup(), fn(), 1.0)[-1], name="t_cuda_stream")
