@@ -65,6 +65,10 @@ def make_impls(N, have_liger):
 
     from flyautotune_rmsnorm import rmsnorm, rmsnorm_autotuned
 
+    # One lambda per shape still shares one code object: without a reset, dynamo
+    # stops recompiling after its recompile_limit (8) shapes and silently runs
+    # the later shapes uncompiled, i.e. as F.rms_norm.
+    torch._dynamo.reset()
     impls = {
         "torch": lambda x, w: F.rms_norm(x, (N,), w, EPS),
         "compile": torch.compile(lambda x, w: F.rms_norm(x, (N,), w, EPS), dynamic=False),
