@@ -59,11 +59,27 @@ def test_zero_arguments_and_forced_search(pm, counting_bench, monkeypatch):
     assert launch.search_count == 1 and launch.last_source == "search"
 
 
-def test_open_hint_block_and_keywords_take_the_general_path(pm, counting_bench):
+def test_hint_blocks_key_the_fast_path_and_survive_it(pm, counting_bench, monkeypatch):
     launch, seen, _ = primed(pm, counting_bench, name="t_fast_general")
     with fat.compile_hints(num_stages=3):
+        launch(torch.zeros(4), 4)  # a new key: searched through the general path
+        launch(torch.zeros(4), 4)  # fills the fast path for this block's key
+    searches = launch.search_count
+    monkeypatch.setattr(launch, "_bind", lambda *a, **k: (_ for _ in ()).throw(AssertionError("general path")))
+    with fat.compile_hints(num_stages=3):
         launch(torch.zeros(4), 4)
-    assert seen[-1][1]["num_stages"] == 3
+        assert fat.current_hints() == {"num_stages": 3}  # the caller's block is back after the launch
+    assert seen[-1][1]["num_stages"] == 3 and launch.search_count == searches
+    launch(torch.zeros(4), 4)
+    assert "num_stages" not in seen[-1][1]
+    monkeypatch.undo()
+    with fat.compile_hints(num_stages=5):
+        launch(torch.zeros(4), 4)  # another block value misses and searches
+    assert launch.search_count == searches + 1
+
+
+def test_keywords_take_the_general_path(pm, counting_bench):
+    launch, seen, _ = primed(pm, counting_bench, name="t_fast_kw")
     launch(x=torch.zeros(4), n=4)
     assert launch.last_source == "memory"
 

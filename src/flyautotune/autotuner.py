@@ -415,13 +415,13 @@ class Autotuner:
     # sorted key: microseconds of Python. For the common spelling (positional
     # arguments only, the same argument types as before) a function generated
     # for that arity checks the types, builds a key of the key values and each
-    # tensor's dtype and raw strides (finer than the stored key, so never wrong),
-    # and launches the prepared plan. Anything unusual (keywords, other types, an
-    # open compile_hints block, FLYAUTOTUNE set, a moved cache dir) takes the
-    # general path, which also fills this one.
+    # tensor's dtype and raw strides (finer than the stored key, so never wrong)
+    # and the open compile_hints block's key, and launches the prepared plan.
+    # Anything unusual (keywords, other types, FLYAUTOTUNE set, a moved cache
+    # dir) takes the general path, which also fills this one.
 
     def _remember_fast(self, args: tuple, plan: "_Plan", fast_key: Any) -> None:
-        if plan.config.pre_hook is not None or getattr(_hints._local, "stack", None):
+        if plan.config.pre_hook is not None:
             return
         if _raw_env(_FORCE_KEY) is not None:
             return
@@ -459,7 +459,8 @@ class Autotuner:
             parts.append(f"a{i}.stride()")
         if tensors:
             parts.append(f"a{tensors[0]}.device")
-        key_expr = "(" + ", ".join(parts) + ",)" if parts else "()"
+        # The open compile_hints block's key leads: hints are part of every key.
+        key_expr = "(" + ", ".join(["(stack[-1].key if stack else ())"] + parts) + ",)"
         unpack = (", ".join(f"a{i}" for i in range(n)) + ("," if n == 1 else "")) if n else "_"
         zero = "".join(f"    a{names.index(z)}.zero_()\n" for z in self.reset_to_zero if z in names)
         if len(zero.splitlines()) != len(self.reset_to_zero):
@@ -467,6 +468,7 @@ class Autotuner:
         src = f"""
 def key(args):
     {unpack} = args
+    stack = getattr(local, "stack", None)
     try:
         return {key_expr}
     except TypeError:  # an unhashable key value
@@ -474,9 +476,10 @@ def key(args):
 
 def fast(args):
     if tuple(map(type, args)) != types or raw_env(FORCE) is not None \\
-            or raw_env(CACHE_DIR) != tuner._memo_dir or getattr(local, "stack", None):
+            or raw_env(CACHE_DIR) != tuner._memo_dir:
         return tuner._call(args, {{}})
     {unpack} = args
+    stack = getattr(local, "stack", None)
     try:
         plan = memo.get({key_expr})
     except TypeError:
@@ -486,12 +489,12 @@ def fast(args):
     tuner._last = plan.hit
 {zero}    old = getattr(local, "launch", None)
     local.launch = plan.launch
-    if plan.layers:
+    if plan.layers or stack:
         local.stack = plan.layers.copy()
         try:
             return fn(*args, **plan.kwargs)
         finally:
-            local.stack = []
+            local.stack = stack if stack is not None else []
             local.launch = old
     try:
         return fn(*args, **plan.kwargs)
