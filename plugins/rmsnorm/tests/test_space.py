@@ -69,8 +69,10 @@ def test_adopter_is_registered_through_its_entry_point():
     assert ad.specialize(x, w) == {"N": 256, "dtype_str": "bf16"}
     launcher = ad.factory(**ad.specialize(x, w), **ad.default(M=3, N=256, dtype="bf16").kwargs)
     assert launcher.N == 256
-    assert ad.configs(M=1024, N=65536, dtype="bf16", x=torch.empty(0)) == [default_config(1024, 65536, "bf16",
-                                                                                          "cpu")]
+    cpu = ad.configs(M=1024, N=65536, dtype="bf16", x=torch.empty(0))
+    assert default_config(1024, 65536, "bf16", "cpu") in cpu
+    assert sorted(c.kwargs["ROWS_PER_PROGRAM"] for c in cpu) == [1, 2, 4]  # rows per program only
+    assert ad.configs(M=8, N=256, dtype="bf16", x=torch.empty(0)) == [default_config(8, 256, "bf16", "cpu")]
 
 
 @pytest.mark.skipif(shutil.which("ptxas") is None and not os.path.exists(

@@ -119,13 +119,30 @@ def rocm_space(M: int, N: int, dtype_str: str) -> list:
     return [_cfg(bt, 1, chunk, waves_per_eu=w) for bt, w in ROCM_COMBOS]
 
 
+def cpu_space(M: int, N: int, dtype_str: str) -> list:
+    """Under Triton's interpreter: rows per program around the default (1, 2, 4).
+
+    The interpreter runs every program in Python, so rows per program is the one
+    knob whose cost it measures; the CPU winner is keyed to the CPU target and
+    never reused on a GPU.
+    """
+    d = default_config(M, N, dtype_str, "cpu")
+    if next_pow2(N) <= SMALL_N:
+        return [d]
+    kw = d.kwargs
+    out = [_cfg(kw["BLOCK_THREADS"], rows, kw["CHUNK"], kw["CACHE_POLICY"], kw["PREFETCH"]) for rows in (1, 2, 4)]
+    if d not in out:
+        out.append(d)
+    return out
+
+
 def space_for(backend: str, M: int, N: int, dtype_str: str) -> list:
-    """The search space on a backend (``cpu``: the default only — the interpreter times nothing useful)."""
+    """The search space on a backend (``cpu``: rows per program only, see ``cpu_space``)."""
     if backend == "cuda":
         return cuda_space(M, N, dtype_str)
     if backend == "rocm":
         return rocm_space(M, N, dtype_str)
-    return [default_config(M, N, dtype_str, backend)]
+    return cpu_space(M, N, dtype_str)
 
 
 def backend_of(device) -> str:
