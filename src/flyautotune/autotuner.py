@@ -294,7 +294,7 @@ class Autotuner:
             self._space_fp = keys.canonical_json([c.to_dict() if c.pre_hook is None else repr(c) for c in configs])
         self._last = _Last(None, None)
         self.search_count = 0
-        # Generated cache-hit paths, one per positional arity (see _fast_path).
+        # Generated cache-hit paths, one per positional arity (see _build_fast).
         self._fast: dict = {}
         self._fast_memo: dict = {}
         self._fast_ok = not (self._var_pos or self._var_kw)
@@ -536,7 +536,9 @@ def fast(args):
             config, source = self._select_cold(call, target, snapshot, forced)
             plan = self._memo[mkey] = _Plan(config, target, source, snapshot, self._pm)
             self._last = _Last(config, source)
-            return plan
+        with self._locks_guard:  # the memo answers from now on; waiters hold their own reference
+            self._locks.pop(mkey, None)
+        return plan
 
     def _lock_for(self, mkey: tuple) -> threading.Lock:
         with self._locks_guard:
