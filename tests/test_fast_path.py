@@ -65,14 +65,14 @@ def test_hint_blocks_key_the_fast_path_and_survive_it(pm, counting_bench, monkey
         launch(torch.zeros(4), 4)  # a new key: searched through the general path
         launch(torch.zeros(4), 4)  # fills the fast path for this block's key
     searches = launch.search_count
-    monkeypatch.setattr(launch, "_bind", lambda *a, **k: (_ for _ in ()).throw(AssertionError("general path")))
-    with fat.compile_hints(num_stages=3):
+    with monkeypatch.context() as m:
+        m.setattr(launch, "_bind", lambda *a, **k: (_ for _ in ()).throw(AssertionError("general path")))
+        with fat.compile_hints(num_stages=3):
+            launch(torch.zeros(4), 4)
+            assert fat.current_hints() == {"num_stages": 3}  # the caller's block is back after the launch
+        assert seen[-1][1]["num_stages"] == 3 and launch.search_count == searches
         launch(torch.zeros(4), 4)
-        assert fat.current_hints() == {"num_stages": 3}  # the caller's block is back after the launch
-    assert seen[-1][1]["num_stages"] == 3 and launch.search_count == searches
-    launch(torch.zeros(4), 4)
-    assert "num_stages" not in seen[-1][1]
-    monkeypatch.undo()
+        assert "num_stages" not in seen[-1][1]
     with fat.compile_hints(num_stages=5):
         launch(torch.zeros(4), 4)  # another block value misses and searches
     assert launch.search_count == searches + 1
