@@ -55,6 +55,7 @@ def test_report_rmsnorm_for_gfx942_and_sm90(tmp_path):
     assert "compiled for sm_90" in out and "warps/SM" in out and "distinct binar" in out
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA or ROCm GPU (the CPU test above runs "
                                                           "the same command under the interpreter)")
 def test_tune_rmsnorm_on_the_gpu_searches_and_stores(tmp_path):

@@ -97,6 +97,7 @@ def test_installed_template_reports_for_sm90(venv):
     assert len({r["binary_sha256"] for r in rows}) == 4
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not __import__("torch").cuda.is_available() or getattr(__import__("torch").version, "hip", None),
                     reason="needs an NVIDIA GPU (the sm_90 report test above cross-compiles on the CPU)")
 def test_report_binary_is_the_binary_a_launch_builds(venv):

@@ -92,6 +92,7 @@ def test_bad_stream_spelling_is_named():
         streams.resolve_stream(-1, torch.device("meta"))
 
 
+@pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA/ROCm GPU; CPU routing is covered above")
 def test_real_cuda_streams_are_used_for_the_search_and_the_run():
     side = torch.cuda.Stream()
