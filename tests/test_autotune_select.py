@@ -316,3 +316,19 @@ def test_events_name_where_each_config_came_from(pm, counting_bench):
     kinds = [(e["event"], e.get("source")) for e in seen]
     assert kinds == [("select", "search"), ("search_start", None)] + [("candidate", None)] * 3 + [
         ("search_end", None), ("select", "search")]
+
+
+def test_list_and_dict_key_values_key_winners(pm, counting_bench):
+    bench = counting_bench()
+
+    @fat.autotune(configs=SPACE, key=["dims", "opts"], do_bench=bench, plugin_manager=pm, name="t_listkey")
+    def launch(dims, opts, BLOCK=None):
+        return BLOCK
+
+    launch([4, 8], {"mode": "a"})
+    launch([4, 8], {"mode": "a"})
+    launch(dims=[4, 8], opts={"mode": "a"})
+    assert launch.search_count == 1
+    launch([4, 16], {"mode": "a"})
+    launch([4, 8], {"mode": "b"})
+    assert launch.search_count == 3

@@ -38,6 +38,10 @@ def key_value(value: Any) -> Any:
         return value
     if is_tensor(value) or (hasattr(value, "dtype") and hasattr(value, "shape")):
         return tuple(value.shape)
+    if isinstance(value, (list, tuple)):
+        return tuple(map(key_value, value))
+    if isinstance(value, dict):
+        return tuple(sorted((str(k), key_value(v)) for k, v in value.items()))
     return value
 
 
