@@ -470,8 +470,10 @@ def key(args):
     {unpack} = args
     stack = getattr(local, "stack", None)
     try:
-        return {key_expr}
-    except TypeError:  # an unhashable key value
+        k = {key_expr}
+        hash(k)
+        return k
+    except TypeError:  # an unhashable key value: such calls keep the general path
         return None
 
 def fast(args):
