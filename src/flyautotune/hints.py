@@ -20,23 +20,24 @@ RANGE_HINTS = frozenset({"waves_per_eu"})
 _local = threading.local()
 
 
-def _check_int(name: str, value: Any, what: str = "value") -> int:
+_NON_NEGATIVE = "expected a non-negative int (0 keeps the kernel's own setting)"
+_RANGE_FORMS = "a non-negative int, a (min, max) pair of ints, or a 'min,max' string"
+
+
+def _check_int(name: str, value: Any, label: str | None = None) -> int:
+    label = label or f"value {value!r}"
     if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(
-            f"compile hint {name!r}: {what} {value!r} is a {type(value).__name__}; "
-            f"expected a non-negative int (0 keeps the kernel's own setting)"
-        )
+        raise TypeError(f"compile hint {name!r}: {label} is a {type(value).__name__}; {_NON_NEGATIVE}")
     if value < 0:
-        raise ValueError(
-            f"compile hint {name!r}: {what} {value!r} is negative; "
-            f"expected a non-negative int (0 keeps the kernel's own setting)"
-        )
+        raise ValueError(f"compile hint {name!r}: {label} is negative; {_NON_NEGATIVE}")
     return value
 
 
 def normalize_hint(name: str, value: Any) -> Any:
     """Validate one hint value; return its canonical (hashable) form.
 
+    Range hints (``waves_per_eu``) accept an int, a ``(min, max)`` pair or a
+    ``"min,max"`` string and come back as an int or a ``(min, max)`` tuple.
     Raises ``TypeError``/``ValueError`` naming the hint and the value.
     """
     if not isinstance(name, str) or not name.isidentifier():
@@ -46,20 +47,20 @@ def normalize_hint(name: str, value: Any) -> Any:
     if name in RANGE_HINTS and isinstance(value, (tuple, list, str)):
         if isinstance(value, str):
             parts = [p.strip() for p in value.split(",")]
+            if len(parts) != 2:
+                raise ValueError(f"compile hint {name!r}: {value!r} is not a 'min,max' string; expected {_RANGE_FORMS}")
             try:
                 pair = [int(p) for p in parts]
             except ValueError:
                 raise ValueError(
-                    f"compile hint {name!r}: {value!r} is not 'min,max' with integer parts"
+                    f"compile hint {name!r}: {value!r} has non-integer parts; expected {_RANGE_FORMS}"
                 ) from None
         else:
             pair = list(value)
         if len(pair) != 2:
-            raise ValueError(
-                f"compile hint {name!r}: {value!r} must be a (min, max) pair of non-negative ints"
-            )
-        lo = _check_int(name, pair[0], "minimum")
-        hi = _check_int(name, pair[1], "maximum")
+            raise ValueError(f"compile hint {name!r}: {value!r} is not a (min, max) pair; expected {_RANGE_FORMS}")
+        lo = _check_int(name, pair[0], f"minimum {pair[0]!r} of {value!r}")
+        hi = _check_int(name, pair[1], f"maximum {pair[1]!r} of {value!r}")
         if lo > hi:
             raise ValueError(f"compile hint {name!r}: minimum {lo} > maximum {hi} in {value!r}")
         return (lo, hi)

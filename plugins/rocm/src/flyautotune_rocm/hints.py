@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional, Tuple
 
+from flyautotune.hints import normalize_hint
+
 from . import arch as _arch
 
 #: Triton HIP options (``HIPOptions``) that make sense to tune per config.
@@ -29,69 +31,43 @@ MAXNREG_REASON = (
     "on gfx90a/gfx942/gfx950); use waves_per_eu to bound registers through occupancy"
 )
 
-_WPE_FORMS = "a non-negative int, a (min, max) pair of ints, or a 'min,max' string"
-
-
 def waves_per_eu_range(value: Any, arch: Optional[str] = None) -> Optional[Tuple[int, int]]:
     """The ``(min, max)`` waves-per-EU range a hint asks for, or None to keep the kernel's own.
 
     ``None`` and ``0`` (or ``(0, 0)``) return None. An int ``N`` means exactly
-    ``N`` (``(N, N)``). With ``arch``, a value above the chip's wave slots is
-    rejected, because LLVM would ignore it with only a warning.
+    ``N`` (``(N, N)``). The spellings (int, pair, ``"min,max"``) are parsed by
+    the core (``flyautotune.hints.normalize_hint``); this adds ROCm's rules: a
+    range needs a minimum of at least 1, and with ``arch`` a value above the
+    chip's wave slots is rejected, because LLVM would ignore it with only a warning.
 
     :raises TypeError: for a bool, float or other non-int value.
     :raises ValueError: for a negative value, min > max, a malformed string, a
         zero minimum with a positive maximum, or a value over the chip's limit.
     """
-    if value is None:
+    norm = normalize_hint("waves_per_eu", value)
+    if norm is None:
         return None
-    original = value
-    if isinstance(value, str):
-        parts = [p.strip() for p in value.split(",")]
-        if len(parts) != 2:
-            raise ValueError(f"compile hint 'waves_per_eu': {original!r} is not a 'min,max' string; expected {_WPE_FORMS}")
-        try:
-            value = (int(parts[0]), int(parts[1]))
-        except ValueError:
-            raise ValueError(
-                f"compile hint 'waves_per_eu': {original!r} has non-integer parts; expected {_WPE_FORMS}"
-            ) from None
-    if isinstance(value, (tuple, list)):
-        if len(value) != 2:
-            raise ValueError(f"compile hint 'waves_per_eu': {original!r} is not a (min, max) pair; expected {_WPE_FORMS}")
-        lo, hi = (_check_count(v, original) for v in value)
-        if lo > hi:
-            raise ValueError(f"compile hint 'waves_per_eu': minimum {lo} > maximum {hi} in {original!r}")
+    if isinstance(norm, tuple):
+        lo, hi = norm
         if hi == 0:
             return None
         if lo == 0:
             raise ValueError(
-                f"compile hint 'waves_per_eu': {original!r} has minimum 0 with maximum {hi}; "
+                f"compile hint 'waves_per_eu': {value!r} has minimum 0 with maximum {hi}; "
                 f"a range needs a minimum >= 1 (use 0 alone to keep the kernel's own setting)"
             )
     else:
-        lo = hi = _check_count(value, original)
+        lo = hi = norm
         if lo == 0:
             return None
     if arch is not None:
         limit = _arch.max_waves_per_eu(arch)
         if hi > limit:
             raise ValueError(
-                f"compile hint 'waves_per_eu': {original!r} exceeds the {limit} wave slots per SIMD of "
+                f"compile hint 'waves_per_eu': {value!r} exceeds the {limit} wave slots per SIMD of "
                 f"{_arch.base_arch(arch)}; LLVM would ignore it (accepted: 0..{limit})"
             )
     return (lo, hi)
-
-
-def _check_count(value: Any, original: Any) -> int:
-    if isinstance(value, bool) or not isinstance(value, int):
-        raise TypeError(
-            f"compile hint 'waves_per_eu': {original!r} contains {value!r} "
-            f"({type(value).__name__}); expected {_WPE_FORMS}"
-        )
-    if value < 0:
-        raise ValueError(f"compile hint 'waves_per_eu': {original!r} is negative; expected {_WPE_FORMS}")
-    return value
 
 
 def validate_rocm_hints(hints: Mapping[str, Any], target: Any) -> None:
