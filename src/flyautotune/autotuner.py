@@ -12,6 +12,7 @@ import platform
 import sys
 import threading
 import time
+import weakref
 from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequence
 
 from . import events, hints as _hints, keys, streams
@@ -116,8 +117,9 @@ def lower_compile_hints(ir: Any = None, target: Optional[Target] = None, hints: 
 
 # -- targets and backend key axes ---------------------------------------------
 
-_target_cache: dict = {}
-_axes_cache: dict = {}
+# Per plugin manager (weakly: a manager's id can be reused once it is collected).
+_target_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
+_axes_cache: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()
 
 
 def target_for(device: Any = None, pm: Any = None) -> Target:
@@ -133,8 +135,9 @@ def target_for(device: Any = None, pm: Any = None) -> Target:
     torch = sys.modules.get("torch")
     if isinstance(device, str) and torch is not None:
         device = torch.device(device)
-    cache_key = (id(pm), str(device))
-    target = _target_cache.get(cache_key)
+    per_pm = _target_cache.setdefault(pm, {})
+    cache_key = str(device)
+    target = per_pm.get(cache_key)
     if target is None:
         target = pm.hook.flyautotune_target(device=device)
         if target is None:
@@ -144,7 +147,7 @@ def target_for(device: Any = None, pm: Any = None) -> Target:
             )
         if not isinstance(target, Target):
             raise TypeError(f"flyautotune_target returned {target!r} for {device}; expected a flyautotune.Target")
-        _target_cache[cache_key] = target
+        per_pm[cache_key] = target
     return target
 
 
@@ -153,8 +156,8 @@ def backend_axes(target: Target, pm: Any = None) -> dict:
     from .plugins import plugin_manager
 
     pm = pm or plugin_manager()
-    cache_key = (id(pm), target)
-    axes = _axes_cache.get(cache_key)
+    per_pm = _axes_cache.setdefault(pm, {})
+    axes = per_pm.get(target)
     if axes is None:
         axes = {}
         # pluggy returns results last-registered first; merge oldest first so
@@ -162,7 +165,7 @@ def backend_axes(target: Target, pm: Any = None) -> dict:
         for part in reversed(pm.hook.flyautotune_cache_key(target=target)):
             if part:
                 axes.update({str(k): v for k, v in part.items()})
-        _axes_cache[cache_key] = axes
+        per_pm[target] = axes
     return dict(axes)
 
 
@@ -178,9 +181,11 @@ def clear_caches() -> None:
 class _Plan:
     """A picked config, prepared once so a cache hit does no merging."""
 
-    __slots__ = ("config", "target", "source", "kwargs", "layers", "launch", "hit")
+    __slots__ = ("config", "target", "source", "kwargs", "layers", "launch", "hit", "key")
 
-    def __init__(self, config: Config, target: Target, source: str, snapshot: tuple, pm: Any) -> None:
+    def __init__(self, config: Config, target: Target, source: str, snapshot: tuple, pm: Any,
+                 key: Optional[str] = None) -> None:
+        self.key = key
         self.config = config
         self.target = target
         self.source = source
@@ -251,6 +256,7 @@ class Autotuner:
         )
         self._defaults = {n: p.default for n, p in params.items() if p.default is not p.empty}
         self._has_stream = "stream" in params
+        self._stream_pos = self._positional.index("stream") if "stream" in self._positional else 1 << 30
         self._var_kw_names = tuple(n for n, p in params.items() if p.kind is p.VAR_KEYWORD)
         if not (callable(configs) or isinstance(configs, (list, tuple))):
             raise TypeError(f"autotune: configs must be a list of Config or a callable, got {configs!r}")
@@ -259,7 +265,7 @@ class Autotuner:
                 if not isinstance(c, Config):
                     raise TypeError(f"autotune: configs must hold flyautotune.Config objects, got {c!r}")
         self.configs = configs
-        self.key = tuple([key] if isinstance(key, str) else key)
+        self.key = _names("key", key)
         for k in self.key:
             if k not in params and not self._var_kw:
                 raise ValueError(
@@ -274,6 +280,8 @@ class Autotuner:
         self.default = default
         self.prune_configs_by = prune_configs_by
         self.do_bench = do_bench
+        if hints is not None and not isinstance(hints, Mapping):
+            raise TypeError(f"autotune: hints= must be a mapping of hint name -> value, got {hints!r}")
         self.hints = _hints.normalize_hints(hints)
         self._hint_base = _hints.merge_hints(self.hints)
         for arg, value in (("warmup", warmup), ("rep", rep)):
@@ -281,13 +289,14 @@ class Autotuner:
                 raise ValueError(f"autotune: {arg} must be an int >= {0 if arg == 'warmup' else 1}, got {value!r}")
         self.warmup = warmup
         self.rep = rep
-        self._packs = packs
-        self._source_files = tuple(keys.source_files(fn)) + tuple(source_files)
+        self._packs = packs if callable(packs) else _paths("packs", packs)
+        self._source_files = tuple(keys.source_files(fn)) + _paths("source_files", source_files)
         self.source_fingerprint = keys.file_fingerprint(self._source_files)
         self._pm = plugin_manager
         self._memo: dict = {}
         self._memo_dir: Any = _raw_env(_CACHE_DIR_KEY)
         self._locks: dict = {}
+        self._refused: set = set()  # keys whose stored/shipped winner the launcher refused
         self._locks_guard = threading.Lock()
         self._space_fp: Optional[str] = None
         if not callable(configs):
@@ -300,7 +309,7 @@ class Autotuner:
         self._fast_ok = not (self._var_pos or self._var_kw)
 
     def _check_names(self, what: str, names: Iterable[str]) -> tuple:
-        names = tuple([names] if isinstance(names, str) else names)
+        names = _names(what, names)
         for n in names:
             if n not in self._sig.parameters:
                 raise ValueError(
@@ -330,7 +339,9 @@ class Autotuner:
     # -- binding and keys ------------------------------------------------------
     def _bind(self, args: tuple, kwargs: dict) -> _Call:
         if self._var_pos:
-            named = dict(self._sig.bind(*args, **kwargs).arguments)
+            bound = self._sig.bind(*args, **kwargs)
+            bound.apply_defaults()
+            named = dict(bound.arguments)
         else:
             if len(args) > len(self._positional):
                 raise TypeError(
@@ -340,6 +351,13 @@ class Autotuner:
             if args:
                 named.update(zip(self._positional, args))
             if kwargs:
+                if not self._var_kw:
+                    unknown = [k for k in kwargs if k not in self._sig.parameters]
+                    if unknown:
+                        raise TypeError(
+                            f"{self.name}: unexpected keyword argument {unknown[0]!r}; "
+                            f"{getattr(self.fn, '__name__', self.fn)} takes {', '.join(self._params)}"
+                        )
                 named.update(kwargs)
         order = self._params
         if self._var_kw:
@@ -402,12 +420,33 @@ class Autotuner:
         plan = self._select(call)
         if not kwargs and self._fast_ok:
             self._remember_fast(args, plan, fast_key)
-        if self.reset_to_zero:
-            self._zero(call)
         stream = call.named.get("stream") if self._has_stream else None
         if stream is not None:
             stream = streams.resolve_stream(stream, call.device)
-        return self._run_plan(plan, call, stream)
+        # An omitted stream stays None: the launch's own "current stream", which
+        # is where the zeroing below runs too.
+        with streams.on_stream(stream):
+            if self.reset_to_zero:
+                self._zero(call)
+            try:
+                return self._run_plan(plan, call, stream)
+            except IncompatibleConfigError as exc:
+                if plan.source not in ("store", "pack"):
+                    raise
+                self._forget(plan, exc)
+        return self._call(args, kwargs)
+
+    def _forget(self, plan: "_Plan", exc: BaseException) -> None:
+        """A stored/shipped winner the launcher refused: drop it and choose again."""
+        from . import store as _store
+
+        log.warning("%s: the %s winner %s no longer fits the kernel (%s); dropping it", self.name,
+                    plan.source, plan.config, exc)
+        self._refused.add(plan.key)
+        if plan.source == "store":
+            _store.get_store().delete(self.name, plan.key)
+        self._memo = {k: v for k, v in self._memo.items() if v is not plan}
+        self._fast_memo.clear()
 
     # -- the generated cache-hit path ----------------------------------------------------
     #
@@ -445,7 +484,7 @@ class Autotuner:
             return None
         tensor_cls = keys.tensor_type()
         types = tuple(map(type, args))
-        tensors = [i for i, a in enumerate(args) if tensor_cls is not None and type(a) is tensor_cls]
+        tensors = [i for i, a in enumerate(args) if tensor_cls is not None and isinstance(a, tensor_cls)]
         key_idx = []
         for k in self.key:
             if k not in names:
@@ -462,8 +501,9 @@ class Autotuner:
         # The open compile_hints block's key leads: hints are part of every key.
         key_expr = "(" + ", ".join(["(stack[-1].key if stack else ())"] + parts) + ",)"
         unpack = (", ".join(f"a{i}" for i in range(n)) + ("," if n == 1 else "")) if n else "_"
-        zero = "".join(f"    a{names.index(z)}.zero_()\n" for z in self.reset_to_zero if z in names)
-        if len(zero.splitlines()) != len(self.reset_to_zero):
+        zero = "".join(f"    if a{names.index(z)} is not None:\n        a{names.index(z)}.zero_()\n"
+                       for z in self.reset_to_zero if z in names)
+        if sum(z in names for z in self.reset_to_zero) != len(self.reset_to_zero):
             return None
         src = f"""
 def key(args):
@@ -535,8 +575,8 @@ def fast(args):
                 self._last = plan.hit
                 return plan
             target = target_for(call.device, self.pm)
-            config, source = self._select_cold(call, target, snapshot, forced)
-            plan = self._memo[mkey] = _Plan(config, target, source, snapshot, self._pm)
+            config, source, key = self._select_cold(call, target, snapshot, forced)
+            plan = self._memo[mkey] = _Plan(config, target, source, snapshot, self._pm, key)
             self._last = _Last(config, source)
         with self._locks_guard:  # the memo answers from now on; waiters hold their own reference
             self._locks.pop(mkey, None)
@@ -555,51 +595,57 @@ def fast(args):
         kd = self.key_dict(call, target, snapshot)
         key = keys.canonical_json(kd)
         if not forced:
-            store = _store.get_store()
-            entry = store.get(self.name, key)
-            if entry is not None and self._space_fp is not None and entry.provenance.get("space") not in (
-                None, self._space_fp
-            ):
-                log.info("%s: the config space changed since the stored winner; searching again", self.name)
-                entry = None
-            if entry is not None:
-                config = self._usable(entry, call, target, snapshot, "store")
-                if config is not None:
-                    self._emit_select(call, key, config, "store")
-                    return config, "store"
-                store.delete(self.name, key)
-            pack_entry = _store.find_in_packs(self._pack_paths(), self.name, key)
-            if pack_entry is not None:
-                config = self._usable(pack_entry, call, target, snapshot, "pack")
-                if config is not None:
-                    self._emit_select(call, key, config, "pack")
-                    return config, "pack"
+            if key not in self._refused:  # winners a launcher refused are not offered again
+                store = _store.get_store()
+                entry = store.get(self.name, key)
+                space_changed = (entry is not None and self.default is None and self._space_fp is not None
+                                 and entry.provenance.get("space") not in (None, self._space_fp))
+                if space_changed:
+                    # No default to fall back on: a miss searches, and stored timings of
+                    # unchanged candidates are reused. (With a default, the old winner
+                    # still beats the default until a forced search.)
+                    log.info("%s: the config space changed since the stored winner; searching again", self.name)
+                elif entry is not None:
+                    config = self._usable(entry, call, target, snapshot, "store")
+                    if config is not None:
+                        self._emit_select(call, key, config, "store")
+                        return config, "store", key
+                    store.delete(self.name, key)
+                if not space_changed:
+                    pack_entry = _store.find_in_packs(self._pack_paths(), self.name, key)
+                    if pack_entry is not None:
+                        config = self._usable(pack_entry, call, target, snapshot, "pack")
+                        if config is not None:
+                            self._emit_select(call, key, config, "pack")
+                            return config, "pack", key
             if self.default is not None:
                 config = self.default(**call.named)
                 if not isinstance(config, Config):
                     raise TypeError(f"{self.name}: default() returned {config!r}; expected a flyautotune.Config")
                 self._check_routable([config], call, target, snapshot)
                 self._emit_select(call, key, config, "default")
-                return config, "default"
-        config = self._search(call, target, snapshot, kd, key, forced)
+                return config, "default", key
+        config = self._search(call, target, snapshot, kd, key, forced or key in self._refused)
         self._emit_select(call, key, config, "search")
-        return config, "search"
+        return config, "search", key
 
     def _pack_paths(self) -> list:
         packs = self._packs() if callable(self._packs) else self._packs
-        return list(packs)
+        return list(_paths("packs", packs))
 
     def _usable(self, entry: Any, call: _Call, target: Target, snapshot: tuple, where: str) -> Optional[Config]:
         """A stored/shipped winner, or None when it no longer fits this kernel."""
         try:
             config = Config.from_dict(entry.config)
-            self._check_routable([config], call, target, snapshot)
+            self._check_fits([config], target, snapshot)
         except (IncompatibleConfigError, TypeError, ValueError) as exc:
             log.warning(
                 "%s: dropping the %s winner %s for this key: it no longer fits the kernel (%s); "
                 "using the default instead", self.name, where, entry.config, exc,
             )
             return None
+        # The caller's own mistake is reported to the caller; the winner stays.
+        self._check_caller([config], call)
         return config
 
     def _emit_select(self, call: _Call, key: str, config: Config, source: str) -> None:
@@ -608,15 +654,25 @@ def fast(args):
 
     # -- validation -------------------------------------------------------------------
     def _check_routable(self, configs: Sequence[Config], call: _Call, target: Target, snapshot: tuple) -> None:
-        """Fail before any benchmark on a kwarg nothing consumes or a hint the backend rejects."""
+        """Fail before any benchmark on a kwarg nothing consumes, a tuned argument
+        the caller also passed, or a hint the backend rejects."""
+        self._check_caller(configs, call)
+        self._check_fits(configs, target, snapshot)
+
+    def _check_caller(self, configs: Sequence[Config], call: _Call) -> None:
+        given = set(call.kwargs).union(self._positional[:len(call.args)])
+        for config in configs:
+            for name in config.kwargs:
+                if name in given:
+                    raise IncompatibleConfigError(
+                        f"{self.name}: config {config!r} sets {name!r}, which the caller also passed "
+                        f"({name}={call.named.get(name)!r}); leave tuned arguments to the tuner"
+                    )
+
+    def _check_fits(self, configs: Sequence[Config], target: Target, snapshot: tuple) -> None:
         base = dict(snapshot)
         for config in configs:
             for name in config.kwargs:
-                if name in call.kwargs:
-                    raise IncompatibleConfigError(
-                        f"{self.name}: config {config!r} sets {name!r}, which the caller also passed "
-                        f"({name}={call.kwargs[name]!r}); leave tuned arguments to the tuner"
-                    )
                 if name not in self._sig.parameters and not self._var_kw:
                     raise IncompatibleConfigError(
                         f"{self.name}: config {config!r} sets {name!r}, which nothing consumes: "
@@ -644,14 +700,17 @@ def fast(args):
         local.stack = plan.layers.copy()
         local.launch = plan.launch
         try:
-            kwargs = call.kwargs
+            args, kwargs = call.args, call.kwargs
             if plan.kwargs:
                 kwargs = {**kwargs, **plan.kwargs}
             if stream is not None and self._has_stream:
-                kwargs["stream"] = stream
+                if self._stream_pos < len(args):  # passed positionally: replace it there
+                    args = args[:self._stream_pos] + (stream,) + args[self._stream_pos + 1:]
+                else:
+                    kwargs = {**kwargs, "stream": stream}
             if plan.config.pre_hook is not None:
                 plan.config.pre_hook({**call.named, **kwargs})
-            return self.fn(*call.args, **kwargs)
+            return self.fn(*args, **kwargs)
         finally:
             local.stack = old_stack if old_stack is not None else []
             local.launch = old_launch
@@ -722,7 +781,8 @@ def fast(args):
                 if events.enabled():
                     events.emit("candidate", tuner=self.name, key=key, index=i, total=len(configs),
                                 config=_config_repr(config), ms=None, error=err, reused=reused)
-        setup()  # the caller sees one clean run: restore inputs touched by the reps
+        with streams.on_stream(stream):
+            setup()  # the caller sees one clean run: restore inputs touched by the reps
         duration = time.perf_counter() - t0
         ok = [(t["ms"], i) for i, t in enumerate(timings) if t["ms"] is not None]
         if not ok:
@@ -752,6 +812,8 @@ def fast(args):
                     fn=fn, setup=setup, target=target, stream=stream, warmup=self.warmup, rep=self.rep
                 )
         if ms is None:
+            if self.do_bench is not None:
+                raise TypeError(f"do_bench returned None; it must return the time of one launch in milliseconds")
             raise LookupError(f"no flyautotune_benchmark plugin times {target.backend} targets")
         ms = float(ms)
         if not ms == ms or ms < 0:  # NaN or negative: a broken benchmarker
@@ -765,6 +827,30 @@ def fast(args):
         if obj is None:
             return self
         return functools.partial(self.__call__, obj)
+
+
+def _names(what: str, names: Any) -> tuple:
+    """``key=``-style arguments: one name or an iterable of names."""
+    if isinstance(names, str):
+        return (names,)
+    try:
+        out = tuple(names)
+    except TypeError:
+        raise TypeError(f"autotune: {what}= must be an argument name or a list of names, got {names!r}") from None
+    for n in out:
+        if not isinstance(n, str):
+            raise TypeError(f"autotune: {what}= must hold argument names (str), got {n!r} in {names!r}")
+    return out
+
+
+def _paths(what: str, paths: Any) -> tuple:
+    """``packs=``/``source_files=``: one path or an iterable of paths."""
+    if isinstance(paths, (str, os.PathLike)):
+        return (paths,)
+    try:
+        return tuple(paths)
+    except TypeError:
+        raise TypeError(f"autotune: {what}= must be a path or a list of paths, got {paths!r}") from None
 
 
 def _first(pair: tuple) -> Any:

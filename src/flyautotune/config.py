@@ -50,12 +50,13 @@ class Config:
         for name in KNOWN_HINTS:
             if name in kwargs:
                 value = normalize_hint(name, kwargs.pop(name))
-                if name in hints and hints[name] != value:
+                if hints.get(name) is not None and value is not None and hints[name] != value:
                     raise ValueError(
                         f"Config: hint {name!r} given twice with different values "
                         f"({value!r} and compile_hints[{name!r}]={hints[name]!r})"
                     )
-                hints[name] = value
+                if value is not None or name not in hints:
+                    hints[name] = value
         if pre_hook is not None and not callable(pre_hook):
             raise TypeError(f"Config: pre_hook must be callable, got {pre_hook!r}")
         for name, value in kwargs.items():

@@ -9,6 +9,7 @@ compiler lowers them (``flyautotune_lower_compile_hints``).
 
 from __future__ import annotations
 
+import math
 import threading
 from typing import Any, Mapping
 
@@ -67,6 +68,8 @@ def normalize_hint(name: str, value: Any) -> Any:
     if name in KNOWN_HINTS:
         return _check_int(name, value)
     # Backend-specific hints: any scalar; the owning backend validates meaning.
+    if isinstance(value, float) and not math.isfinite(value):
+        raise ValueError(f"compile hint {name!r}: value {value!r} is not a finite number")
     if isinstance(value, (bool, int, float, str)):
         return value
     raise TypeError(

@@ -1,0 +1,133 @@
+"""Edge cases of the call path: each was a bug once."""
+
+import pytest
+import torch
+
+import flyautotune as fat
+from flyautotune import store as fat_store
+
+TWO = [fat.Config(B=1), fat.Config(B=2)]
+
+
+def test_reset_to_zero_argument_may_be_none_on_cache_hits(pm, counting_bench):
+    @fat.autotune(configs=TWO, key=["n"], reset_to_zero=["out"], do_bench=counting_bench(), plugin_manager=pm,
+                  name="e_none_out")
+    def launch(x, n, out, B=None):
+        return B
+
+    for _ in range(3):
+        assert launch(torch.zeros(2), 2, None) in (1, 2)
+
+
+def test_tensor_subclasses_key_by_dtype_on_every_path(pm, counting_bench):
+    @fat.autotune(configs=TWO, key=["n"], do_bench=counting_bench(), plugin_manager=pm, name="e_param")
+    def launch(w, n, B=None):
+        return B
+
+    p32 = torch.nn.Parameter(torch.zeros(4))
+    p64 = torch.nn.Parameter(torch.zeros(4, dtype=torch.float64))
+    launch(p32, 4)
+    launch(p32, 4)
+    launch(p64, 4)
+    assert launch.search_count == 2
+
+
+def test_a_callers_mistake_keeps_the_stored_winner(pm, counting_bench):
+    @fat.autotune(configs=TWO, key=["n"], do_bench=counting_bench(), plugin_manager=pm, name="e_keep")
+    def launch(n, B=None):
+        return B
+
+    launch(3)
+    fresh = fat.autotune(configs=TWO, key=["n"], do_bench=counting_bench(), plugin_manager=pm,
+                         name="e_keep")(launch.fn)
+    with pytest.raises(fat.IncompatibleConfigError, match="which the caller also passed"):
+        fresh(3, B=8)
+    with pytest.raises(fat.IncompatibleConfigError, match=r"'B', which the caller also passed \(B=8\)"):
+        fresh(3, 8)  # positionally too
+    assert len(fat_store.get_store().entries("e_keep")) == 1
+
+
+def test_single_path_strings_are_paths_not_characters(pm, counting_bench, tmp_path):
+    src = tmp_path / "extra_kernel.py"
+    src.write_text("x = 1\n")
+
+    def launch(n, B=None):
+        return B
+
+    a = fat.autotune(configs=TWO, key=["n"], plugin_manager=pm, source_files=str(src), packs=str(tmp_path / "p.json"))(launch)
+    src.write_text("x = 2\n")
+    b = fat.autotune(configs=TWO, key=["n"], plugin_manager=pm, source_files=str(src))(launch)
+    assert a.source_fingerprint != b.source_fingerprint
+    assert a._pack_paths() == [str(tmp_path / "p.json")]
+
+
+def test_a_positional_stream_is_passed_once(pm, counting_bench):
+    seen = []
+
+    @fat.autotune(configs=TWO, key=["n"], do_bench=counting_bench(), plugin_manager=pm, name="e_stream_pos")
+    def launch(n, stream=None, B=None):
+        seen.append(stream)
+        return B
+
+    assert launch(4, 0) in (1, 2)  # raw 0 on the CPU: no stream
+    assert launch(4, None) in (1, 2)
+
+
+def test_a_launcher_refusing_a_stored_winner_falls_back_to_the_default(pm, counting_bench, caplog):
+    tuned = fat.autotune(configs=TWO, key=["n"], do_bench=counting_bench(cost=lambda i: float(3 - i)),
+                         plugin_manager=pm, name="e_refuse")(lambda n, B=None: B)
+    assert tuned(5) == 2
+
+    def strict(n, B=None):
+        if B == 2:
+            raise fat.IncompatibleConfigError("B=2 needs a newer driver")
+        return B
+
+    again = fat.autotune(configs=TWO, key=["n"], plugin_manager=pm, name="e_refuse",
+                         default=lambda **kw: fat.Config(B=1))(strict)
+    with caplog.at_level("WARNING", logger="flyautotune"):
+        assert again(5) == 1
+    assert "B=2 needs a newer driver" in caplog.text
+    assert again.last_source == "default"
+    assert fat_store.get_store().entries("e_refuse") == []
+
+
+def test_a_changed_space_keeps_the_winner_when_there_is_a_default(pm, counting_bench):
+    fat.autotune(configs=TWO, key=["n"], do_bench=counting_bench(cost=lambda i: float(3 - i)), plugin_manager=pm,
+                 name="e_space")(lambda n, B=None: B)(5)
+    grown = fat.autotune(configs=TWO + [fat.Config(B=3)], key=["n"], plugin_manager=pm, name="e_space",
+                         default=lambda **kw: fat.Config(B=1))(lambda n, B=None: B)
+    assert grown(5) == 2 and grown.last_source == "store"
+
+
+def test_var_positional_launch_keeps_its_defaults(pm, counting_bench):
+    @fat.autotune(configs=TWO, key=["M"], do_bench=counting_bench(), plugin_manager=pm, name="e_varpos")
+    def launch(x, *rest, M=4, B=None):
+        return (M, B)
+
+    assert launch(1)[0] == 4
+
+
+@pytest.mark.parametrize(
+    "kwargs, exc, message",
+    [
+        ({"key": None}, TypeError, "key= must be an argument name or a list of names, got None"),
+        ({"packs": 5}, TypeError, "packs= must be a path or a list of paths, got 5"),
+        ({"hints": ["num_warps"]}, TypeError, r"hints= must be a mapping of hint name -> value, got \['num_warps'\]"),
+    ],
+)
+def test_decorator_arguments_are_named(kwargs, exc, message):
+    with pytest.raises(exc, match=message):
+        fat.autotune(configs=TWO, **kwargs)(lambda n, B=None: B)
+
+
+def test_call_and_value_errors_are_named(pm):
+    launch = fat.autotune(configs=TWO, key=["n"], plugin_manager=pm, name="e_msgs",
+                          do_bench=lambda fn, setup=None: None)(lambda n, B=None: B)
+    with pytest.raises(TypeError, match="unexpected keyword argument 'N'; <lambda> takes n, B"):
+        launch(n=3, N=4)
+    with pytest.raises(fat.AutotuneError, match="do_bench returned None; it must return the time"):
+        launch(3)
+    with pytest.raises(ValueError, match="'kpack': value nan is not a finite number"):
+        fat.Config(compile_hints={"kpack": float("nan")})
+    assert fat.Config(num_warps=4, compile_hints={"num_warps": None}).hints == {"num_warps": 4}
