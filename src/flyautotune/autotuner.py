@@ -415,11 +415,11 @@ class Autotuner:
                 return fast(args)
         return self._call(args, kwargs)
 
-    def _call(self, args: tuple, kwargs: dict, fast_key: Any = None) -> Any:
+    def _call(self, args: tuple, kwargs: dict) -> Any:
         call = self._bind(args, kwargs)
         plan = self._select(call)
         if not kwargs and self._fast_ok:
-            self._remember_fast(args, plan, fast_key)
+            self._remember_fast(args, plan)
         stream = call.named.get("stream") if self._has_stream else None
         if stream is not None:
             stream = streams.resolve_stream(stream, call.device)
@@ -459,7 +459,7 @@ class Autotuner:
     # Anything unusual (keywords, other types, FLYAUTOTUNE set, a moved cache
     # dir) takes the general path, which also fills this one.
 
-    def _remember_fast(self, args: tuple, plan: "_Plan", fast_key: Any) -> None:
+    def _remember_fast(self, args: tuple, plan: "_Plan") -> None:
         if plan.config.pre_hook is not None:
             return
         if _raw_env(_FORCE_KEY) is not None:
@@ -739,12 +739,12 @@ def fast(args):
         self.search_count += 1
         device = call.device
         stream = streams.resolve_stream(call.named.get("stream") if self._has_stream else None, device)
-        timing_kd = dict(kd)
-        timing_key = keys.canonical_json(timing_kd)
+        # Timings are pooled under the winner's key: the key holds no config-space
+        # fingerprint, so a grown space finds the timings of its old candidates.
+        timing_key = key
         store = _store.get_store()
         known = {} if forced else store.get_timings(self.name, timing_key)
-        restore = [(n, call.named[n]) for n in self.restore_value if call.named.get(n) is not None]
-        saved = [(t, t.clone()) for _, t in restore]
+        saved = [(t, t.clone()) for t in map(call.named.get, self.restore_value) if t is not None]
 
         def setup() -> None:
             for t, s in saved:
@@ -752,7 +752,8 @@ def fast(args):
             self._zero(call)
 
         t0 = time.perf_counter()
-        events.emit("search_start", tuner=self.name, key=key, candidates=len(configs)) if events.enabled() else None
+        if events.enabled():
+            events.emit("search_start", tuner=self.name, key=key, candidates=len(configs))
         log.info("%s: searching %d configs on %s/%s", self.name, len(configs), target.backend, target.arch)
         timings: list = []
         failures: list = []
