@@ -133,6 +133,7 @@ CHILD = textwrap.dedent(
     def launch(x, n, B=None):
         return B
 
+    print("ready", flush=True)
     sys.stdin.readline()  # start together
     print(json.dumps({"winner": launch(torch.zeros(3), 3), "source": launch.last_source}))
     """
@@ -149,9 +150,8 @@ def test_two_processes_tuning_one_cold_key(tmp_path, isolated_store):
     env = dict(os.environ, FLYAUTOTUNE_CACHE_DIR=str(isolated_store))
     procs = [subprocess.Popen([sys.executable, str(script)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
                               stderr=subprocess.PIPE, text=True, env=env) for _ in range(2)]
-    import time
-
-    time.sleep(3.0)  # let both import torch before they race
+    for p in procs:  # both have imported everything: the race starts at "go"
+        assert p.stdout.readline().strip() == "ready", p.stderr.read()
     outs = []
     for p in procs:
         p.stdin.write("go\n")

@@ -28,12 +28,25 @@ import time
 import flyautotune as fat
 
 
+_ran = {}
+
+
 def _launch(x, out, n, BLOCK=None):
     if BLOCK == 3:
         raise ValueError("BLOCK=3 does not divide the rows")
-    time.sleep(0.0005 * (5 - BLOCK))  # BLOCK=4 is the fastest, by construction
+    _ran["BLOCK"] = BLOCK
     out[:] = [v * 2.0 for v in x]
     return out
+
+
+def _bench(fn, setup=None):
+    # A fixed cost per config (BLOCK=4 fastest, by construction): the winner
+    # must not depend on how loaded the machine running the tests is.
+    if setup is not None:
+        setup()
+    time.sleep(0.001)
+    fn()
+    return {1: 4.0, 2: 3.0, 4: 1.0}[_ran["BLOCK"]]
 
 
 _tuned = fat.autotune(
@@ -41,8 +54,7 @@ _tuned = fat.autotune(
     key=["n"],
     name="clidemo",
     default=lambda n, **_: fat.Config(BLOCK=1),
-    warmup=1,
-    rep=3,
+    do_bench=_bench,
 )(_launch)
 
 
@@ -310,10 +322,8 @@ def test_plot_builtin_renderer_draws_every_bar():
         pos += 12 + length
     raw = zlib.decompress(idat)
     assert len(raw) == height * (1 + 3 * width)
-    pixels = raw.replace(b"\x00", b"")  # crude: colours present anywhere in the image
     assert bytes((44, 160, 44)) in raw  # the winner's green bar
     assert bytes((31, 119, 180)) in raw  # another candidate's blue bar
-    assert pixels
 
 
 @pytest.mark.skipif(__import__("importlib").util.find_spec("matplotlib") is None,

@@ -61,18 +61,6 @@ def test_single_path_strings_are_paths_not_characters(pm, counting_bench, tmp_pa
     assert a._pack_paths() == [str(tmp_path / "p.json")]
 
 
-def test_a_positional_stream_is_passed_once(pm, counting_bench):
-    seen = []
-
-    @fat.autotune(configs=TWO, key=["n"], do_bench=counting_bench(), plugin_manager=pm, name="e_stream_pos")
-    def launch(n, stream=None, B=None):
-        seen.append(stream)
-        return B
-
-    assert launch(4, 0) in (1, 2)  # raw 0 on the CPU: no stream
-    assert launch(4, None) in (1, 2)
-
-
 def test_a_launcher_refusing_a_stored_winner_falls_back_to_the_default(pm, counting_bench, caplog):
     tuned = fat.autotune(configs=TWO, key=["n"], do_bench=counting_bench(cost=lambda i: float(3 - i)),
                          plugin_manager=pm, name="e_refuse")(lambda n, B=None: B)

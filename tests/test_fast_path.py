@@ -78,10 +78,15 @@ def test_hint_blocks_key_the_fast_path_and_survive_it(pm, counting_bench, monkey
     assert launch.search_count == searches + 1
 
 
-def test_keywords_take_the_general_path(pm, counting_bench):
+def test_keywords_take_the_general_path(pm, counting_bench, monkeypatch):
     launch, seen, _ = primed(pm, counting_bench, name="t_fast_kw")
+    binds = []
+    real_bind = launch._bind
+    monkeypatch.setattr(launch, "_bind", lambda *a: binds.append(a) or real_bind(*a))
     launch(x=torch.zeros(4), n=4)
-    assert launch.last_source == "memory"
+    assert launch.last_source == "memory" and len(binds) == 1
+    launch(torch.zeros(4), 4)
+    assert len(binds) == 1  # the positional spelling stays on the generated path
 
 
 def test_reset_to_zero_on_the_fast_path(pm, counting_bench):

@@ -93,7 +93,7 @@ def test_disabled_plugin_is_not_loaded(site, monkeypatch):
     pm = fat.build_plugin_manager()
     assert pm.disabled == ("fatplug_off", "something_else")
     assert "fatplug_off" not in sys.modules
-    assert pm.adopter_registry.names() == ["on"] or "off" not in pm.adopter_registry.names()
+    assert "on" in pm.adopter_registry.names() and "off" not in pm.adopter_registry.names()
     with pytest.raises(KeyError, match="no adopter named 'off'"):
         pm.get_adopter("off")
 

@@ -88,6 +88,18 @@ def test_every_spelling_routes_to_setup_reps_and_final_run(pm, fake_streams, spe
         assert final.label == expected_label
 
 
+def test_a_positional_stream_reaches_the_launch_once(pm, fake_streams):
+    pm.register(MetaBackend())
+    seen = []
+
+    @fat.autotune(configs=[fat.Config(B=1), fat.Config(B=2)], key=["n"], plugin_manager=pm, name="t_stream_pos")
+    def launch(x, n, stream=None, B=None):
+        seen.append(stream)
+
+    launch(torch.zeros(4, device="meta"), 4, FakeStream("mine"))
+    assert [s.label for s in seen] == ["mine"] * 3  # two reps and the real call
+
+
 def test_bad_stream_spelling_is_named():
     with pytest.raises(TypeError, match=r"stream='fast': expected a torch stream object"):
         streams.resolve_stream("fast", torch.device("meta"))
