@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Sequence, Union
+from typing import Any, Callable, Optional
 
 import attrs
 
@@ -26,41 +26,31 @@ def _optional_callable(instance, attribute, value):
         raise TypeError(f"Adopter.{attribute.name} must be callable or None, got {value!r}")
 
 
-def _configs(instance, attribute, value):
-    if callable(value):
-        return
-    if not isinstance(value, (list, tuple)) or not all(isinstance(c, Config) for c in value):
+def _tuner(instance, attribute, value):
+    if not (callable(value) and callable(getattr(value, "select", None)) and hasattr(value, "configs")):
         raise TypeError(
-            f"Adopter.configs must be a list of flyautotune.Config or a callable returning one, got {value!r}"
+            f"Adopter.tuner must be a flyautotune.Autotuner (an @autotune-decorated launch), got {value!r}"
         )
-
-
-def _str_tuple(value: Any) -> tuple:
-    if isinstance(value, str):
-        return (value,)
-    return tuple(value)
 
 
 @attrs.frozen
 class Adopter:
-    """A kernel registered with flyautotune.
+    """A kernel registered with flyautotune: a name and its tuned launch.
 
-    :param name: unique name (``"rmsnorm"``).
-    :param factory: ``factory(**specialization) -> launcher``; builds (and
-        caches) the kernel for one specialization.
-    :param specialize: ``specialize(*args, **kwargs) -> dict`` maps a call's
-        arguments to the factory's specialization (shape, dtype, ...).
-    :param configs: the search space: a list of ``Config`` or a callable
-        ``configs(**named_args) -> list`` evaluated only when a search runs.
-    :param default: ``default(**named_args) -> Config``: the zero-search pick.
-    :param key: names of the call arguments that key a winner.
-    :param knobs: names of the structural kwargs the factory consumes.
-    :param entry: the tuned callable (``rmsnorm_autotuned``), if any.
+    :param name: unique name (``"rmsnorm"``); equals the tuner's ``name=``, so
+        ``flyautotune show/export/clear`` find its winners.
+    :param tuner: the ``Autotuner`` (an ``@autotune``-decorated launch): it
+        holds the config space, the default and the key, declared once.
+    :param entry: the user-facing tuned callable (``rmsnorm_autotuned``), if
+        it differs from the tuner.
+    :param tuner_args: ``tuner_args(*entry_args, **entry_kwargs) -> (args,
+        kwargs)`` maps an ``entry`` call to the tuner's own arguments (what
+        ``entry`` prepares before its tuned launch); needed when ``entry`` is set.
     :param distribution: the distribution that registered it (filled by the
         registry when known).
     :param example: ``example(shape: tuple, dtype: str, device) -> (args, kwargs)``
-        builds inputs for command-line tuning and reports; optional.
-    :param bytes_moved: ``bytes_moved(*args, **kwargs) -> int`` for GB/s; optional.
+        builds inputs for ``entry`` for command-line tuning and reports; optional.
+    :param bytes_moved: ``bytes_moved(*entry_args, **entry_kwargs) -> int`` for GB/s; optional.
     :param compile_spec: ``compile_spec(shape: tuple, dtype: str, config: Config,
         target=None) -> (kernel, signature: dict, constexprs: dict[, extra])``
         describing the Triton kernel a config builds, for static cross-compiled
@@ -71,20 +61,47 @@ class Adopter:
     """
 
     name: str = attrs.field(validator=_name)
-    factory: Callable[..., Any] = attrs.field(validator=_callable)
-    specialize: Optional[Callable[..., dict]] = attrs.field(default=None, validator=_optional_callable)
-    configs: Union[Sequence[Config], Callable[..., Sequence[Config]]] = attrs.field(
-        default=(), validator=_configs
-    )
-    default: Optional[Callable[..., Config]] = attrs.field(default=None, validator=_optional_callable)
-    key: tuple = attrs.field(default=(), converter=_str_tuple)
-    knobs: tuple = attrs.field(default=(), converter=_str_tuple)
+    tuner: Any = attrs.field(validator=_tuner)
     entry: Optional[Callable[..., Any]] = attrs.field(default=None, validator=_optional_callable)
+    tuner_args: Optional[Callable[..., tuple]] = attrs.field(default=None, validator=_optional_callable)
     distribution: Optional[str] = attrs.field(default=None)
     example: Optional[Callable[..., Any]] = attrs.field(default=None, validator=_optional_callable)
     bytes_moved: Optional[Callable[..., int]] = attrs.field(default=None, validator=_optional_callable)
     compile_spec: Optional[Callable[..., Any]] = attrs.field(default=None, validator=_optional_callable)
     description: str = attrs.field(default="")
+
+    def __attrs_post_init__(self) -> None:
+        if self.entry is not None and self.tuner_args is None:
+            raise TypeError(f"Adopter({self.name!r}): entry= needs tuner_args= to map an entry call to the "
+                            f"tuner's arguments")
+
+    @property
+    def configs(self) -> Any:
+        """The tuner's config space (a list, or a callable of the call's arguments)."""
+        return self.tuner.configs
+
+    @property
+    def default(self) -> Optional[Callable[..., Config]]:
+        """The tuner's zero-search default."""
+        return self.tuner.default
+
+    @property
+    def key(self) -> tuple:
+        """The tuner's key argument names."""
+        return self.tuner.key
+
+    def call(self) -> Callable[..., Any]:
+        """The callable users run: ``entry`` or the tuner itself."""
+        return self.entry if self.entry is not None else self.tuner
+
+    def bind(self, *args: Any, **kwargs: Any) -> tuple:
+        """``(tuner_args, tuner_kwargs)`` for a call of :meth:`call` with these arguments."""
+        if self.entry is None:
+            return args, kwargs
+        out = self.tuner_args(*args, **kwargs)
+        if not (isinstance(out, tuple) and len(out) == 2):
+            raise TypeError(f"Adopter({self.name!r}).tuner_args returned {out!r}; expected (args, kwargs)")
+        return tuple(out[0]), dict(out[1])
 
 
 class DuplicateAdopterError(ValueError):

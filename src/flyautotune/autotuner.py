@@ -18,6 +18,7 @@ from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Sequenc
 from . import events, hints as _hints, keys, streams
 from .config import Config
 from .target import Target
+from .tuning.selection import Selection
 
 log = logging.getLogger("flyautotune")
 
@@ -181,11 +182,12 @@ def clear_caches() -> None:
 class _Plan:
     """A picked config, prepared once so a cache hit does no merging."""
 
-    __slots__ = ("config", "target", "source", "kwargs", "layers", "launch", "hit", "key")
+    __slots__ = ("config", "target", "source", "kwargs", "layers", "launch", "hit", "key", "timings")
 
     def __init__(self, config: Config, target: Target, source: str, snapshot: tuple, pm: Any,
-                 key: Optional[str] = None) -> None:
+                 key: Optional[str] = None, timings: tuple = ()) -> None:
         self.key = key
+        self.timings = timings
         self.config = config
         self.target = target
         self.source = source
@@ -302,6 +304,7 @@ class Autotuner:
         if not callable(configs):
             self._space_fp = keys.canonical_json([c.to_dict() if c.pre_hook is None else repr(c) for c in configs])
         self._last = _Last(None, None)
+        self._search_timings: dict = {}
         self.search_count = 0
         # Generated cache-hit paths, one per positional arity (see _build_fast).
         self._fast: dict = {}
@@ -556,7 +559,19 @@ def fast(args):
         """The config a call with these arguments would run (tuning if needed), without launching it."""
         return self._select(self._bind(args, kwargs)).config
 
-    def _select(self, call: _Call) -> "_Plan":
+    def select(self, *args: Any, force: bool = False, **kwargs: Any) -> Selection:
+        """Pick the config a call with these arguments runs (tuning if needed), without launching it.
+
+        :param force: search afresh and replace the stored winner (as ``FLYAUTOTUNE=1`` does).
+        :returns: a :class:`Selection`: config, source, key and the search's timings.
+        """
+        call = self._bind(args, kwargs)
+        before = self._memo.get(self._memo_key(call, self._snapshot()))
+        plan = self._select(call, force=force)
+        source = "memory" if plan is before else plan.source
+        return Selection(plan.config, source, plan.key, plan.timings)
+
+    def _select(self, call: _Call, force: bool = False) -> "_Plan":
         cache_dir = _raw_env(_CACHE_DIR_KEY)
         if cache_dir != self._memo_dir:
             self._memo = {}
@@ -565,18 +580,20 @@ def fast(args):
         snapshot = self._snapshot()
         mkey = self._memo_key(call, snapshot)
         plan = self._memo.get(mkey)
-        if plan is not None and (plan.source == "search" or _raw_env(_FORCE_KEY) is None or not force_search()):
+        if not force and plan is not None and (
+                plan.source == "search" or _raw_env(_FORCE_KEY) is None or not force_search()):
             self._last = plan.hit
             return plan
-        forced = force_search()
+        forced = force or force_search()
         with self._lock_for(mkey):
             plan = self._memo.get(mkey)
-            if plan is not None and (not forced or plan.source == "search"):
+            if plan is not None and not force and (not forced or plan.source == "search"):
                 self._last = plan.hit
                 return plan
             target = target_for(call.device, self.pm)
             config, source, key = self._select_cold(call, target, snapshot, forced)
-            plan = self._memo[mkey] = _Plan(config, target, source, snapshot, self._pm, key)
+            timings = tuple(self._search_timings.pop(key, ())) if source == "search" else ()
+            plan = self._memo[mkey] = _Plan(config, target, source, snapshot, self._pm, key, timings)
             self._last = _Last(config, source)
         with self._locks_guard:  # the memo answers from now on; waiters hold their own reference
             self._locks.pop(mkey, None)
@@ -795,6 +812,7 @@ def fast(args):
         if events.enabled():
             events.emit("search_end", tuner=self.name, key=key, winner=_config_repr(winner), ms=best_ms,
                         duration_s=duration, candidates=timings)
+        self._search_timings[key] = timings
         if winner.pre_hook is None:
             provenance = _provenance(target, kd, duration, self._space_fp)
             store.put(self.name, key, timing_key, winner.to_dict(),

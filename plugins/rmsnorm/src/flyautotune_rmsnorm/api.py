@@ -206,7 +206,7 @@ def launch(x, weight, out, M, N, dtype, eps, sx, sy, stream=None,
     return out
 
 
-_tuned_launch = fat.autotune(
+tuned_launch = fat.autotune(
     configs=space.configs,
     key=["M", "N", "dtype"],
     name="rmsnorm",
@@ -254,18 +254,19 @@ def rmsnorm_autotuned(x, weight, eps: float = 1e-6, out=None, stream=None):
     if M == 0:
         return result
     if stream is None:
-        _tuned_launch(x2, w, y, M, N, ds, eps, sx, sy)
+        tuned_launch(x2, w, y, M, N, ds, eps, sx, sy)
     else:
-        _tuned_launch(x2, w, y, M, N, ds, eps, sx, sy, stream=stream)
+        tuned_launch(x2, w, y, M, N, ds, eps, sx, sy, stream=stream)
     return result
 
 
 # -- adopter helpers ----------------------------------------------------------------
 
 
-def specialize(x, weight, *args, **kwargs) -> dict:
-    """The factory specialization of a call: ``N`` and ``dtype_str``."""
-    return {"N": int(x.shape[-1]), "dtype_str": dtype_str(x.dtype)}
+def tuner_args(x, weight, eps: float = 1e-6, out=None, stream=None) -> tuple:
+    """``(args, kwargs)`` of the tuned launch a ``rmsnorm_autotuned`` call makes."""
+    x2, w, y, M, N, sx, sy, ds, result, eps = _check(x, weight, eps, out)
+    return (x2, w, y, M, N, ds, eps, sx, sy), ({} if stream is None else {"stream": stream})
 
 
 def example(shape, dtype, device) -> tuple:

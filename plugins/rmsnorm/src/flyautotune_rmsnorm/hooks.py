@@ -4,8 +4,7 @@ from __future__ import annotations
 
 import flyautotune as fat
 
-from . import api, space
-from .factory import make_launcher
+from . import api
 
 
 @fat.hookimpl
@@ -13,13 +12,9 @@ def flyautotune_register_adopters(register):
     register(
         fat.Adopter(
             name="rmsnorm",
-            factory=make_launcher,
-            specialize=api.specialize,
-            configs=space.configs,
-            default=space.default,
-            key=("M", "N", "dtype"),
-            knobs=space.KNOBS,
+            tuner=api.tuned_launch,
             entry=api.rmsnorm_autotuned,
+            tuner_args=api.tuner_args,
             example=api.example,
             bytes_moved=api.bytes_moved,
             compile_spec=api.compile_spec,

@@ -1,0 +1,1 @@
+"""The tuning pipeline: decorator, selection, search and the generated cache-hit path."""
