@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 import flyautotune as fat
-from flyautotune import autotuner as _autotuner
+import flyautotune as _fat_caches
 from flyautotune import plugins as _plugins
 
 
@@ -25,10 +25,10 @@ def pm():
     """A fresh manager with the built-ins and no installed plugins."""
     manager = fat.build_plugin_manager(entry_points=False)
     old = _plugins.set_plugin_manager(manager)
-    _autotuner.clear_caches()
+    _fat_caches.clear_caches()
     yield manager
     _plugins.set_plugin_manager(old)
-    _autotuner.clear_caches()
+    _fat_caches.clear_caches()
 
 
 class CountingBench:

@@ -63,7 +63,7 @@ def test_stale_winner_degrades_to_default_and_is_dropped(pm, counting_bench, cap
     with caplog.at_level("WARNING", logger="flyautotune"):
         assert new(torch.zeros(2), 2) == 8
     assert new.last_source == "default"
-    assert "dropping the store winner" in caplog.text and "'BLOCK', which nothing consumes" in caplog.text
+    assert "ignoring the stored winner" in caplog.text and "BLOCK=2, which is not one of the tuner's tunable names" in caplog.text
     assert fat_store.get_store().entries("t_stale") == []
 
 
@@ -111,8 +111,20 @@ def test_cache_dir_change_is_honoured_on_the_next_call(pm, counting_bench, tmp_p
     launch(torch.zeros(2), 2)
     assert launch.search_count == 1
     monkeypatch.setenv("FLYAUTOTUNE_CACHE_DIR", str(tmp_path / "elsewhere"))
+    fat.clear_caches()  # a value changed in place is noticed after clear_caches (a new variable without it)
     launch(torch.zeros(2), 2)
     assert launch.search_count == 2  # a new, empty store: the memory front was dropped too
+
+
+def test_a_cache_dir_set_after_the_first_call_is_noticed(pm, counting_bench, tmp_path, monkeypatch):
+    monkeypatch.delenv("FLYAUTOTUNE_CACHE_DIR")
+    monkeypatch.setenv("HOME", str(tmp_path / "home"))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "xdg"))
+    launch = tuner(pm, counting_bench(), [fat.Config(BLOCK=1), fat.Config(BLOCK=2)], "t_dirs_new")
+    launch(torch.zeros(2), 2)
+    monkeypatch.setenv("FLYAUTOTUNE_CACHE_DIR", str(tmp_path / "elsewhere"))
+    launch(torch.zeros(2), 2)  # a new variable: noticed on the fast path without clear_caches
+    assert launch.search_count == 2
 
 
 CHILD = textwrap.dedent(

@@ -12,10 +12,12 @@ def specs():
     return {n: f for n, f in vars(hookspecs).items() if n.startswith("flyautotune_") and callable(f)}
 
 
-def test_there_are_six_hooks():
+def test_the_contract_has_ten_hooks():
     assert sorted(specs()) == sorted([
         "flyautotune_target", "flyautotune_validate_hints", "flyautotune_lower_compile_hints",
         "flyautotune_cache_key", "flyautotune_benchmark", "flyautotune_register_adopters",
+        "flyautotune_store", "flyautotune_tuning_event", "flyautotune_report_targets",
+        "flyautotune_compile_report",
     ])
 
 

@@ -58,7 +58,7 @@ def test_single_path_strings_are_paths_not_characters(pm, counting_bench, tmp_pa
     src.write_text("x = 2\n")
     b = fat.autotune(configs=TWO, key=["n"], plugin_manager=pm, source_files=str(src))(launch)
     assert a.source_fingerprint != b.source_fingerprint
-    assert a._pack_paths() == [str(tmp_path / "p.json")]
+    assert a._packs == (str(tmp_path / "p.json"),)
 
 
 def test_a_launcher_refusing_a_stored_winner_falls_back_to_the_default(pm, counting_bench, caplog):
@@ -114,7 +114,7 @@ def test_call_and_value_errors_are_named(pm):
                           do_bench=lambda fn, setup=None: None)(lambda n, B=None: B)
     with pytest.raises(TypeError, match="unexpected keyword argument 'N'; <lambda> takes n, B"):
         launch(n=3, N=4)
-    with pytest.raises(fat.AutotuneError, match="do_bench returned None; it must return the time"):
+    with pytest.raises(fat.AutotuneError, match="do_bench for B=1 returned None; expected the time of one launch"):
         launch(3)
     with pytest.raises(ValueError, match="'kpack': value nan is not a finite number"):
         fat.Config(compile_hints={"kpack": float("nan")})

@@ -27,7 +27,7 @@ def test_hits_skip_binding_and_still_see_hints_and_target(pm, counting_bench, mo
     def no_bind(*a, **k):
         raise AssertionError("the general path ran")
 
-    monkeypatch.setattr(launch, "_bind", no_bind)
+    monkeypatch.setattr(launch.sig, "bind", no_bind)
     assert launch(torch.ones(4), 4) == 2
     assert launch.last_source == "memory"
     assert seen[-1][1] == {"num_warps": 8} and seen[-1][2].backend == "cpu"
@@ -66,7 +66,7 @@ def test_hint_blocks_key_the_fast_path_and_survive_it(pm, counting_bench, monkey
         launch(torch.zeros(4), 4)  # fills the fast path for this block's key
     searches = launch.search_count
     with monkeypatch.context() as m:
-        m.setattr(launch, "_bind", lambda *a, **k: (_ for _ in ()).throw(AssertionError("general path")))
+        m.setattr(launch.sig, "bind", lambda *a, **k: (_ for _ in ()).throw(AssertionError("general path")))
         with fat.compile_hints(num_stages=3):
             launch(torch.zeros(4), 4)
             assert fat.current_hints() == {"num_stages": 3}  # the caller's block is back after the launch
@@ -81,8 +81,8 @@ def test_hint_blocks_key_the_fast_path_and_survive_it(pm, counting_bench, monkey
 def test_keywords_take_the_general_path(pm, counting_bench, monkeypatch):
     launch, seen, _ = primed(pm, counting_bench, name="t_fast_kw")
     binds = []
-    real_bind = launch._bind
-    monkeypatch.setattr(launch, "_bind", lambda *a: binds.append(a) or real_bind(*a))
+    real_bind = launch.sig.bind
+    monkeypatch.setattr(launch.sig, "bind", lambda *a: binds.append(a) or real_bind(*a))
     launch(x=torch.zeros(4), n=4)
     assert launch.last_source == "memory" and len(binds) == 1
     launch(torch.zeros(4), 4)

@@ -43,20 +43,15 @@ HOOKS = """
 import flyautotune as fat
 
 
+@fat.autotune(configs=[fat.Config(SCALE=s) for s in (1, 2)], key=["n"], name="user_scale",
+              default=lambda **named: fat.Config(SCALE=1))
 def _launch(x, n, SCALE=None):
     return [v * SCALE for v in x]
 
 
 @fat.hookimpl
 def flyautotune_register_adopters(register):
-    register(fat.Adopter(
-        name="user_scale",
-        factory=lambda **spec: _launch,
-        configs=[fat.Config(SCALE=s) for s in (1, 2)],
-        default=lambda **named: fat.Config(SCALE=1),
-        key=["n"],
-        knobs=["SCALE"],
-    ))
+    register(fat.Adopter(name="user_scale", tuner=_launch))
 """
 
 
@@ -89,7 +84,7 @@ def test_pip_installed_adopter_package_is_seen_by_a_fresh_interpreter(tmp_path):
         """
         import flyautotune as fat
         a = fat.get_adopter("user_scale")
-        print(a.name, a.distribution, sorted(a.knobs))
+        print(a.name, a.distribution, sorted(a.tuner.resolve_config([1, 2], 2).kwargs))
         """
     )
     out = subprocess.run([str(python), "-c", probe], capture_output=True, text=True)

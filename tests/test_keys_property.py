@@ -4,6 +4,7 @@ import torch
 from hypothesis import given, settings, strategies as st
 
 import flyautotune as fat
+from flyautotune.tuning.binding import memo_key
 from flyautotune import keys
 
 
@@ -12,11 +13,11 @@ from flyautotune import keys
 def test_memo_key_ignores_keyword_order(order, m, n):
     tuner = fat.Autotuner(lambda a, b, c, d, BLOCK=None: None, [fat.Config(BLOCK=1)], key=["a", "b"])
     values = {"a": m, "b": n, "c": torch.zeros(m, n), "d": torch.zeros(n)}
-    reference = tuner._memo_key(tuner._bind((), values), ())
+    reference = memo_key(tuner.name, tuner.key, tuner.sig.bind((), values), ())
     shuffled = {k: values[k] for k in order}
-    assert tuner._memo_key(tuner._bind((), shuffled), ()) == reference
+    assert memo_key(tuner.name, tuner.key, tuner.sig.bind((), shuffled), ()) == reference
     positional = tuple(values[k] for k in "abcd")
-    assert tuner._memo_key(tuner._bind(positional, {}), ()) == reference
+    assert memo_key(tuner.name, tuner.key, tuner.sig.bind(positional, {}), ()) == reference
 
 
 @settings(max_examples=50, deadline=None)

@@ -22,7 +22,7 @@ import flyautotune as fat
 
 @fat.hookimpl
 def flyautotune_register_adopters(register):
-    register(fat.Adopter(name="{name}", factory=lambda **kw: None, configs=[fat.Config(B=1)]))
+    register(fat.Adopter(name="{name}", tuner=fat.autotune(configs=[fat.Config(B=1)], name="{name}")(lambda B=None: B)))
 """
 
 
@@ -54,9 +54,10 @@ def test_duplicate_adopter_names_name_both_distributions(site):
 
 
 def test_in_process_duplicate_is_an_error_too(pm):
-    pm.register_adopter(fat.Adopter(name="mine", factory=lambda **kw: None))
+    tuner = fat.autotune(configs=[fat.Config(B=1)], name="mine")(lambda B=None: B)
+    pm.register_adopter(fat.Adopter(name="mine", tuner=tuner))
     with pytest.raises(fat.DuplicateAdopterError, match="'mine' is registered twice"):
-        pm.register_adopter(fat.Adopter(name="mine", factory=lambda **kw: None))
+        pm.register_adopter(fat.Adopter(name="mine", tuner=tuner))
 
 
 def test_misspelled_hookimpl_fails_at_start_up_with_a_suggestion(site):
@@ -137,9 +138,15 @@ def test_target_values_are_validated():
 
 
 def test_adopter_fields_are_validated():
-    with pytest.raises(TypeError, match="Adopter.factory must be callable"):
-        fat.Adopter(name="x", factory=3)
+    tuner = fat.autotune(configs=[fat.Config(B=1)], key=["n"], name="x",
+                         default=lambda **kw: fat.Config(B=1))(lambda n, B=None: B)
+    with pytest.raises(TypeError, match="Adopter.tuner must be a flyautotune.Autotuner"):
+        fat.Adopter(name="x", tuner=lambda: None)
     with pytest.raises(ValueError, match="Adopter.name must be an identifier-like string"):
-        fat.Adopter(name="a b", factory=lambda: None)
-    with pytest.raises(TypeError, match="Adopter.configs must be a list of flyautotune.Config"):
-        fat.Adopter(name="x", factory=lambda: None, configs=[{"B": 1}])
+        fat.Adopter(name="a b", tuner=tuner)
+    with pytest.raises(TypeError, match="entry= needs tuner_args="):
+        fat.Adopter(name="x", tuner=tuner, entry=lambda n: tuner(n))
+    ad = fat.Adopter(name="x", tuner=tuner, entry=lambda v: tuner(v * 2), tuner_args=lambda v: ((v * 2,), {}))
+    # declared once: the adopter reads the tuner's space, default and key
+    assert ad.configs == [fat.Config(B=1)] and ad.key == ("n",) and ad.default(n=1) == fat.Config(B=1)
+    assert ad.bind(3) == ((6,), {})

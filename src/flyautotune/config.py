@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any, Callable, Mapping, Optional
 
 import attrs
@@ -15,6 +16,14 @@ def _freeze(value: Any) -> Any:
     if isinstance(value, list):
         return tuple(_freeze(v) for v in value)
     return value
+
+
+def _nonfinite(value: Any) -> bool:
+    if isinstance(value, float):
+        return not math.isfinite(value)
+    if isinstance(value, (list, tuple)):
+        return any(map(_nonfinite, value))
+    return False
 
 
 def _thaw(value: Any) -> Any:
@@ -60,6 +69,8 @@ class Config:
         if pre_hook is not None and not callable(pre_hook):
             raise TypeError(f"Config: pre_hook must be callable, got {pre_hook!r}")
         for name, value in kwargs.items():
+            if _nonfinite(value):
+                raise ValueError(f"Config: kwarg {name}={value!r} is not a finite number")
             try:
                 hash(_freeze(value))
             except TypeError:

@@ -1,4 +1,6 @@
-"""Compile hints: typed validation, thread-local nesting, detached snapshots.
+"""Compile hints: typed validation, merging and their hashable key form.
+
+The thread-local ``compile_hints`` blocks live in :mod:`flyautotune.context`.
 
 A hint is a request to the compiler (``waves_per_eu``, ``maxnreg``,
 ``num_warps``, ``num_stages``, or a backend-specific name). ``None`` inherits,
@@ -10,16 +12,12 @@ compiler lowers them (``flyautotune_lower_compile_hints``).
 from __future__ import annotations
 
 import math
-import threading
 from typing import Any, Mapping
 
 #: Hints the core knows and type-checks; other names pass to the backends.
 KNOWN_HINTS = ("waves_per_eu", "maxnreg", "num_warps", "num_stages")
 #: Hints that also accept a ``(min, max)`` pair or a ``"min,max"`` string.
 RANGE_HINTS = frozenset({"waves_per_eu"})
-
-_local = threading.local()
-
 
 _NON_NEGATIVE = "expected a non-negative int (0 keeps the kernel's own setting)"
 _RANGE_FORMS = "a non-negative int, a (min, max) pair of ints, or a 'min,max' string"
@@ -100,66 +98,6 @@ def merge_hints(*layers: Mapping[str, Any] | None) -> dict:
             if value is not None:
                 merged[name] = value
     return merged
-
-
-class Frame:
-    """One open ``compile_hints`` block: the merged snapshot so far and its key form."""
-
-    __slots__ = ("merged", "key")
-
-    def __init__(self, merged: dict) -> None:
-        self.merged = merged
-        self.key = hint_key(merged)
-
-
-def _stack() -> list:
-    stack = getattr(_local, "stack", None)
-    if stack is None:
-        stack = _local.stack = []
-    return stack
-
-
-def push(layer: Mapping[str, Any]) -> Frame:
-    """Open a block over this thread's current snapshot (``layer`` already normalized)."""
-    stack = _stack()
-    base = stack[-1].merged if stack else None
-    frame = Frame(merge_hints(base, layer))
-    stack.append(frame)
-    return frame
-
-
-class compile_hints:
-    """Thread-local compile hints for everything compiled inside the block.
-
-    ``with compile_hints(waves_per_eu=2) as snapshot: ...`` — blocks nest: an
-    inner block shallow-merges over the outer ones (later non-None wins,
-    ``None`` inherits). ``snapshot`` is a copy of the merged hints in force.
-    Values are validated when the block is created.
-    """
-
-    __slots__ = ("_layer",)
-
-    def __init__(self, **hints: Any) -> None:
-        self._layer = normalize_hints(hints)
-
-    def __enter__(self) -> dict:
-        return dict(push(self._layer).merged)
-
-    def __exit__(self, *exc: Any) -> None:
-        _stack().pop()
-
-
-def current_hints() -> dict:
-    """The merged hint snapshot of this thread's open ``compile_hints`` blocks (a copy)."""
-    stack = getattr(_local, "stack", None)
-    return dict(stack[-1].merged) if stack else {}
-
-
-def current_key() -> tuple:
-    """The hashable key form of ``current_hints()`` without copying it: what a
-    launcher caches lowered compile options by."""
-    stack = getattr(_local, "stack", None)
-    return stack[-1].key if stack else ()
 
 
 def hint_key(hints: Mapping[str, Any]) -> tuple:

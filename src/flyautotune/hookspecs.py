@@ -83,6 +83,7 @@ def flyautotune_benchmark(
     warmup: int,
     rep: int,
     rotations: Sequence[Callable[[], Any]],
+    cutoff_ms: Optional[float],
 ) -> Any:
     """Time one candidate.
 
@@ -102,6 +103,8 @@ def flyautotune_benchmark(
         (``rotations[0]`` is ``fn``); launching them round-robin keeps the
         inputs cold in the caches, as real use does. Empty when the launch
         cannot be rotated.
+    :param cutoff_ms: when the first timed launch takes longer than this,
+        stop and report that launch (the candidate cannot win), or ``None``.
     :returns: the time of one launch in milliseconds (a float), or a
         :class:`flyautotune.Measurement` with its spread and method, or
         ``None`` when this plugin does not own ``target``. Stops at first

@@ -156,7 +156,7 @@ def build_plugin_manager(
     if builtins:
         from . import builtin
 
-        for name, plugin in builtin.BUILTIN_PLUGINS:
+        for name, plugin in builtin.builtin_plugins():
             if not pm.is_blocked(name):
                 pm.register(plugin, name=name)
                 pm.plugin_infos[name] = PluginInfo(name, "flyautotune", _version(), plugin.__name__, builtin=True)

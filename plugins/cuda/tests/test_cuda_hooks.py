@@ -131,7 +131,7 @@ def test_env_changes_change_the_key(monkeypatch):
 
 
 def test_cache_key_merges_into_the_core_axes(pm):
-    from flyautotune.autotuner import backend_axes, clear_caches
+    from flyautotune.targets import backend_axes, clear as clear_caches
 
     clear_caches()
     axes = backend_axes(SM90, pm)

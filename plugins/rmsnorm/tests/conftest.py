@@ -6,7 +6,7 @@ import pytest
 import torch
 
 import flyautotune as fat
-from flyautotune import autotuner as _autotuner
+import flyautotune as _fat_caches
 from flyautotune import plugins as _plugins
 from flyautotune_rmsnorm import api
 
@@ -29,13 +29,13 @@ def fresh_pm():
     def build(*plugins):
         pm = fat.build_plugin_manager(plugins=plugins)
         made.append(_plugins.set_plugin_manager(pm))
-        _autotuner.clear_caches()
+        _fat_caches.clear_caches()
         api.clear_caches()
         return pm
 
     yield build
     if made:
         _plugins.set_plugin_manager(made[0])
-    _autotuner.clear_caches()
+    _fat_caches.clear_caches()
 
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 import flyautotune as fat
-from flyautotune.hints import current_key as current_hint_key
+from flyautotune import current_hint_key
 
 from . import factory as _factory_mod
 from . import kernel as _kernel_mod

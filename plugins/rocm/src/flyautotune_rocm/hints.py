@@ -9,7 +9,7 @@ from __future__ import annotations
 
 from typing import Any, Mapping, Optional, Tuple
 
-from flyautotune.hints import normalize_hint
+from flyautotune import normalize_hint
 
 from . import arch as _arch
 

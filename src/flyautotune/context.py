@@ -1,0 +1,150 @@
+"""The one thread-local context: open ``compile_hints`` blocks, the target of
+the launch running on this thread, and ``lower_compile_hints``.
+
+Nothing else reads or writes the thread-local state; the tuning pipeline runs
+a launch through :func:`launch_with`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import threading
+from typing import Any, Callable, Iterator, Mapping, Optional
+
+from . import hints as _hints
+from .target import Target
+
+_local = threading.local()
+
+
+class Frame:
+    """One layer of hints in force: the merged snapshot and its key form."""
+
+    __slots__ = ("merged", "key")
+
+    def __init__(self, merged: dict) -> None:
+        self.merged = merged
+        self.key = _hints.hint_key(merged)
+
+
+def _stack() -> list:
+    stack = getattr(_local, "stack", None)
+    if stack is None:
+        stack = _local.stack = []
+    return stack
+
+
+class compile_hints:
+    """Thread-local compile hints for everything compiled inside the block.
+
+    ``with compile_hints(waves_per_eu=2) as snapshot: ...`` — blocks nest: an
+    inner block shallow-merges over the outer ones (later non-None wins,
+    ``None`` inherits). ``snapshot`` is a copy of the merged hints in force.
+    Values are validated when the block is created.
+    """
+
+    __slots__ = ("_layer",)
+
+    def __init__(self, **hints: Any) -> None:
+        self._layer = _hints.normalize_hints(hints)
+
+    def __enter__(self) -> dict:
+        stack = _stack()
+        frame = Frame(_hints.merge_hints(stack[-1].merged if stack else None, self._layer))
+        stack.append(frame)
+        return dict(frame.merged)
+
+    def __exit__(self, *exc: Any) -> None:
+        _stack().pop()
+
+
+def current_hints() -> dict:
+    """The merged hint snapshot in force on this thread (a copy)."""
+    stack = getattr(_local, "stack", None)
+    return dict(stack[-1].merged) if stack else {}
+
+
+def current_hint_key() -> tuple:
+    """The hashable form of ``current_hints()`` without copying it: what a
+    launcher caches lowered compile options by."""
+    stack = getattr(_local, "stack", None)
+    return stack[-1].key if stack else ()
+
+
+def open_hints() -> Optional[dict]:
+    """The merged snapshot of the caller's open blocks (not a copy), or None."""
+    stack = getattr(_local, "stack", None)
+    return stack[-1].merged if stack else None
+
+
+def launch_with(layers: list, launch: tuple, fn: Callable[..., Any], args: tuple, kwargs: dict) -> Any:
+    """Run ``fn(*args, **kwargs)`` with exactly ``layers`` as this thread's hints
+    and ``launch = (target, plugin_manager)`` as its launch; restore both after.
+
+    The launch sees the effective snapshot only (a fresh list: it may nest
+    blocks of its own); the caller's blocks are back when it returns.
+    """
+    local = _local
+    stack = getattr(local, "stack", None)
+    old = getattr(local, "launch", None)
+    local.launch = launch
+    if layers or stack:
+        local.stack = layers.copy()
+        try:
+            return fn(*args, **kwargs)
+        finally:
+            local.stack = stack if stack is not None else []
+            local.launch = old
+    try:
+        return fn(*args, **kwargs)
+    finally:
+        local.launch = old
+
+
+def current_target() -> Optional[Target]:
+    """The target of the launch running on this thread (inside a tuned call), else None."""
+    launch = getattr(_local, "launch", None)
+    return launch[0] if launch else None
+
+
+@contextlib.contextmanager
+def target_context(target: Target, plugin_manager: Any = None) -> Iterator[Target]:
+    """Make ``current_target()`` (and ``lower_compile_hints``' default target)
+    return ``target`` inside the block — for compiling outside a tuned launch,
+    e.g. cross-compiled reports. Nests; thread-local."""
+    if not isinstance(target, Target):
+        raise TypeError(f"target_context: expected a flyautotune.Target, got {target!r}")
+    old = getattr(_local, "launch", None)
+    _local.launch = (target, plugin_manager)
+    try:
+        yield target
+    finally:
+        _local.launch = old
+
+
+def lower_compile_hints(ir: Any = None, target: Optional[Target] = None, hints: Optional[Mapping] = None) -> Any:
+    """Ask the backend to materialize the current hint snapshot onto ``ir``.
+
+    :param ir: an MLIR module (returned changed in place), a Triton kernel or
+        ``None`` (a dict of compile options comes back).
+    :param target: defaults to the target of the tuned launch running now.
+    :param hints: defaults to ``current_hints()`` (the effective snapshot).
+    :returns: the backend's result; ``ir`` unchanged, or ``{}`` when ``ir`` is
+        None, if no backend lowers anything.
+    """
+    from .plugins import plugin_manager
+
+    if target is None:
+        target = current_target()
+        if target is None:
+            raise ValueError(
+                "lower_compile_hints: target=None outside a tuned launch; pass target= "
+                "(e.g. flyautotune.target_for(device))"
+            )
+    snapshot = current_hints() if hints is None else _hints.merge_hints(_hints.normalize_hints(hints))
+    launch = getattr(_local, "launch", None)
+    pm = (launch[1] if launch else None) or plugin_manager()
+    result = pm.hook.flyautotune_lower_compile_hints(ir=ir, hints=snapshot, target=target)
+    if result is None:
+        return {} if ir is None else ir
+    return result

@@ -1,0 +1,112 @@
+"""Is a config routable to this launch, and may a stored or shipped winner run at all?"""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Mapping, Optional, Sequence
+
+from .. import hints as _hints
+from ..config import Config
+from ..target import Target
+from .binding import Call, Signature
+
+
+class IncompatibleConfigError(ValueError):
+    """A config cannot be routed to this kernel (unknown kwarg, rejected hint).
+
+    Launchers may raise it for a config they cannot take; a stored winner that
+    raises it is dropped and the default is used instead.
+    """
+
+
+class UntrustedConfigError(IncompatibleConfigError):
+    """A stored or shipped winner sets something its tuner does not allow."""
+
+
+def check_caller(name: str, sig: Signature, configs: Sequence[Config], call: Call) -> None:
+    """A tuned argument the caller also passed is the caller's error."""
+    given = call.given(sig.positional)
+    for config in configs:
+        for arg in config.kwargs:
+            if arg in given:
+                raise IncompatibleConfigError(
+                    f"{name}: config {config!r} sets {arg!r}, which the caller also passed "
+                    f"({arg}={call.named.get(arg)!r}); leave tuned arguments to the tuner"
+                )
+
+
+def check_fits(name: str, sig: Signature, pm: Any, configs: Sequence[Config], target: Target,
+               snapshot: tuple) -> None:
+    """Every kwarg is consumed by the launch and every hint is accepted by the backend."""
+    base = dict(snapshot)
+    for config in configs:
+        for arg in config.kwargs:
+            if arg not in sig.sig.parameters and not sig.var_kw:
+                raise IncompatibleConfigError(
+                    f"{name}: config {config!r} sets {arg!r}, which nothing consumes: "
+                    f"{sig.fn_name} takes {', '.join(sig.params)}"
+                )
+        merged = _hints.merge_hints(base, config.hints)
+        try:
+            pm.hook.flyautotune_validate_hints(hints=merged, target=target)
+        except (TypeError, ValueError) as exc:
+            raise IncompatibleConfigError(
+                f"{name}: config {config!r} cannot be compiled for {target.backend}/{target.arch}: {exc}"
+            ) from exc
+
+
+def tunable_names(static: Optional[Sequence[Config]], default: Optional[Config]) -> Optional[frozenset]:
+    """The kwarg names a winner may set: those of the static space (and the default),
+    or None when the space is computed and there is no default to learn them from."""
+    names: set = set()
+    if static is not None:
+        for c in static:
+            names.update(c.kwargs)
+    if default is not None:
+        names.update(default.kwargs)
+    if static is None and default is None:
+        return None
+    return frozenset(names)
+
+
+def check_untrusted(name: str, sig: Signature, config: Config, *, tunable: Optional[frozenset],
+                    members: Optional[Sequence[Config]], validate: Any, named: Mapping[str, Any]) -> None:
+    """A winner from a store or pack may set only tunable names, to values the tuner accepts.
+
+    :param tunable: names a winner may set (None: any launch parameter with a default).
+    :param members: when known, the candidate space of this call: the winner must be one of them.
+    :param validate: the tuner's ``validate(config, **named)``, or None.
+    :raises UntrustedConfigError: naming what is not allowed.
+    """
+    for arg, value in config.kwargs.items():
+        if arg == "stream":
+            raise UntrustedConfigError(f"{name}: a stored winner may not set the launch stream ({arg}={value!r})")
+        param = sig.sig.parameters.get(arg)
+        if tunable is not None and arg not in tunable:
+            raise UntrustedConfigError(
+                f"{name}: the winner sets {arg}={value!r}, which is not one of the tuner's tunable names "
+                f"({', '.join(sorted(tunable)) or 'none'})"
+            )
+        if tunable is None and (param is None or param.default is param.empty):
+            raise UntrustedConfigError(f"{name}: the winner sets {arg}={value!r}, which is not a tunable "
+                                       f"parameter of {sig.fn_name} (only parameters with a default are)")
+        if not _plain(value):
+            raise UntrustedConfigError(f"{name}: the winner sets {arg}={value!r}; tuned values must be "
+                                       f"finite numbers, strings or booleans")
+    if members is not None and config not in members:
+        raise UntrustedConfigError(f"{name}: the winner {config} is not a member of the tuner's config space")
+    if validate is not None:
+        try:
+            ok = validate(config, **named)
+        except (TypeError, ValueError) as exc:
+            raise UntrustedConfigError(f"{name}: the winner {config} was refused by validate(): {exc}") from exc
+        if ok is False:
+            raise UntrustedConfigError(f"{name}: the winner {config} was refused by validate()")
+
+
+def _plain(value: Any) -> bool:
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, tuple):
+        return all(map(_plain, value))
+    return value is None or isinstance(value, (bool, int, str))

@@ -1,0 +1,330 @@
+"""``@autotune`` and the ``Autotuner`` it returns: the call paths and the memory of winners."""
+
+from __future__ import annotations
+
+import functools
+import logging
+import os
+import threading
+import weakref
+from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
+
+from .. import hints as _hints, keys, streams
+from ..config import Config
+from ..context import open_hints
+from ..targets import target_for
+from . import env, fastpath, lookup, verify
+from .binding import Call, Signature, memo_key, names_arg, optional_callable
+from .checks import IncompatibleConfigError, check_caller
+from .plan import Last, Plan, launch_stream, run_plan, zero
+from .selection import Selection
+
+log = logging.getLogger("flyautotune")
+
+
+def _paths(what: str, paths: Any) -> tuple:
+    """``packs=``/``source_files=``: one path or an iterable of paths."""
+    if isinstance(paths, (str, os.PathLike)):
+        return (paths,)
+    try:
+        return tuple(paths)
+    except TypeError:
+        raise TypeError(f"autotune: {what}= must be a path or a list of paths, got {paths!r}") from None
+
+
+class Autotuner:
+    """A launch callable wrapped with config selection; see :func:`autotune`."""
+
+    def __init__(
+        self,
+        fn: Callable[..., Any],
+        configs: Sequence[Config] | Callable[..., Sequence[Config]],
+        key: Iterable[str] = (),
+        name: Optional[str] = None,
+        default: Optional[Callable[..., Config]] = None,
+        prune_configs_by: Optional[Callable[..., Sequence[Config]]] = None,
+        restore_value: Iterable[str] = (),
+        reset_to_zero: Iterable[str] = (),
+        do_bench: Optional[Callable[..., float]] = None,
+        hints: Optional[Mapping[str, Any]] = None,
+        warmup: int = 5,
+        rep: int = 20,
+        packs: Iterable[str] | Callable[[], Iterable[str]] = (),
+        source_files: Iterable[str] = (),
+        plugin_manager: Any = None,
+        check: Any = True,
+        tolerance: Any = None,
+        validate: Optional[Callable[..., Any]] = None,
+        max_search_s: Optional[float] = None,
+    ) -> None:
+        if not callable(fn):
+            raise TypeError(f"autotune: the decorated object must be callable, got {fn!r}")
+        if name is not None and (not isinstance(name, str) or not name.strip()):
+            raise TypeError(f"autotune: name={name!r}; expected a non-empty string (the tuner's name in the store)")
+        self.fn = fn
+        functools.update_wrapper(self, fn)
+        self.name = name or f"{getattr(fn, '__module__', '?')}.{getattr(fn, '__qualname__', repr(fn))}"
+        self.sig = Signature(fn, self.name)
+        if not (callable(configs) or isinstance(configs, (list, tuple))):
+            raise TypeError(f"autotune: configs must be a list of Config or a callable, got {configs!r}")
+        if not callable(configs):
+            for c in configs:
+                if not isinstance(c, Config):
+                    raise TypeError(f"autotune: configs must hold flyautotune.Config objects, got {c!r}")
+        self.configs = configs
+        self.key = names_arg("key", key)
+        for k in self.key:
+            if k not in self.sig.sig.parameters and not self.sig.var_kw:
+                raise ValueError(f"autotune({self.name!r}): key argument {k!r} is not a parameter of "
+                                 f"{self.sig.describe()}")
+        self.restore_value = self._check_names("restore_value", restore_value)
+        self.reset_to_zero = self._check_names("reset_to_zero", reset_to_zero)
+        self.default = optional_callable("default", default)
+        self.prune_configs_by = optional_callable("prune_configs_by", prune_configs_by)
+        self.do_bench = optional_callable("do_bench", do_bench)
+        self.validate = optional_callable("validate", validate)
+        self.check = verify.check_arg(check)
+        self.tolerance = verify.tolerance_arg(tolerance)
+        if max_search_s is not None and (isinstance(max_search_s, bool) or not isinstance(max_search_s, (int, float))
+                                         or not max_search_s > 0):
+            raise ValueError(f"autotune: max_search_s={max_search_s!r}; expected seconds > 0, or None (no budget)")
+        self.max_search_s = max_search_s
+        if hints is not None and not isinstance(hints, Mapping):
+            raise TypeError(f"autotune: hints= must be a mapping of hint name -> value, got {hints!r}")
+        self.hints = _hints.normalize_hints(hints)
+        self._hint_base = _hints.merge_hints(self.hints)
+        for arg, value, least in (("warmup", warmup, 0), ("rep", rep, 1)):
+            if isinstance(value, bool) or not isinstance(value, int) or value < least:
+                raise ValueError(f"autotune: {arg} must be an int >= {least}, got {value!r}")
+        self.warmup = warmup
+        self.rep = rep
+        self._packs = packs if callable(packs) else _paths("packs", packs)
+        self._source_files = tuple(keys.source_files(fn)) + _paths("source_files", source_files)
+        self.source_fingerprint = keys.file_fingerprint(self._source_files)
+        self._pm = plugin_manager
+        self._space_fp: Optional[str] = None
+        if not callable(configs):
+            self._space_fp = keys.canonical_json([c.to_dict() if c.pre_hook is None else repr(c) for c in configs])
+        self._locks_guard = threading.Lock()
+        self._last = Last(None, None)
+        self.search_count = 0
+        self._fast_ok = not (self.sig.var_pos or self.sig.var_kw)
+        self.clear()
+        _TUNERS.add(self)
+
+    def _check_names(self, what: str, names: Iterable[str]) -> tuple:
+        names = names_arg(what, names)
+        for n in names:
+            if n not in self.sig.sig.parameters:
+                raise ValueError(f"autotune({self.name!r}): {what} names {n!r}, which is not a parameter of "
+                                 f"{self.sig.describe()}")
+        return names
+
+    def clear(self) -> None:
+        """Forget this process's winners, refusals and failures (the store is untouched)."""
+        self._memo: dict = {}
+        self._locks: dict = {}
+        self._refused: set = set()  # keys whose stored/shipped winner the launcher refused
+        self._failed: dict = {}  # keys whose every candidate failed: not searched again in this process
+        self._fast: dict = {}  # generated cache-hit paths, one per positional arity
+        self._fast_memo: dict = {}
+        self._env_size = env.environment_size()
+        self._cache_dir = env.cache_dir_setting()
+        self._forced = env.force_search()
+
+    @property
+    def last_source(self) -> Optional[str]:
+        """Where the last call's config came from: memory, store, pack, default or search."""
+        return self._last.source
+
+    @property
+    def last_config(self) -> Optional[Config]:
+        """The config the last call ran (or resolved)."""
+        return self._last.config
+
+    @property
+    def pm(self) -> Any:
+        if self._pm is None:
+            from ..plugins import plugin_manager
+
+            return plugin_manager()
+        return self._pm
+
+    def store(self) -> Any:
+        """The tuning store the plugins provide (``flyautotune_store``)."""
+        store = self.pm.hook.flyautotune_store()
+        if store is None:
+            raise LookupError("no flyautotune_store plugin provides a store (is flyautotune.store disabled?)")
+        return store
+
+    def find_in_packs(self, key: str) -> Any:
+        from .. import store as _store
+
+        packs = self._packs() if callable(self._packs) else self._packs
+        return _store.find_in_packs(list(_paths("packs", packs)), self.name, key)
+
+    def _snapshot(self) -> tuple:
+        merged = open_hints()
+        if not self._hint_base:
+            return _hints.hint_key(merged) if merged else ()
+        return _hints.hint_key(_hints.merge_hints(self._hint_base, merged))
+
+    # -- call paths ---------------------------------------------------------------------
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        if not kwargs:
+            fast = self._fast.get(len(args))
+            if fast is not None:
+                return fast(args)
+        return self._call(args, kwargs)
+
+    def _call(self, args: tuple, kwargs: dict) -> Any:
+        call = self.sig.bind(args, kwargs)
+        plan = self._select(call)
+        if plan.kwargs and (len(args) > plan.min_pos or not plan.kwargs.keys().isdisjoint(kwargs)):
+            check_caller(self.name, self.sig, [plan.config], call)  # the same answer as on a cold key
+        if not kwargs and self._fast_ok:
+            fastpath.remember(self, args, plan)
+        # An omitted stream stays None: the launch's own current stream, where the zeroing below runs too.
+        stream = launch_stream(self.sig, call)
+        with streams.on_stream(stream):
+            if self.reset_to_zero:
+                zero(self.reset_to_zero, call)
+            try:
+                return run_plan(self.fn, self.sig, plan, call, stream)
+            except IncompatibleConfigError as exc:
+                if plan.source not in ("store", "pack"):
+                    raise
+                self._forget(plan, exc)
+        return self._call(args, kwargs)
+
+    def _forget(self, plan: Plan, exc: BaseException) -> None:
+        """A stored/shipped winner the launcher refused: drop it (once, with a warning) and choose again."""
+        log.warning("%s: the %s winner %s no longer fits the kernel (%s); dropping it and using the default",
+                    self.name, plan.source, plan.config, exc)
+        self._refused.add(plan.key)
+        if plan.source == "store":
+            self.store().delete(self.name, plan.key)
+        self._memo = {k: v for k, v in self._memo.items() if v is not plan}
+        self._fast_memo.clear()
+
+    def resolve_config(self, *args: Any, **kwargs: Any) -> Config:
+        """The config a call with these arguments would run (tuning if needed), without launching it."""
+        return self._select(self.sig.bind(args, kwargs)).config
+
+    def select(self, *args: Any, force: bool = False, **kwargs: Any) -> Selection:
+        """Pick the config a call with these arguments runs (tuning if needed), without launching it.
+
+        :param force: search afresh and replace the stored winner (as ``FLYAUTOTUNE=1`` does).
+        :returns: a :class:`Selection`: config, source, key and the search's timings.
+        """
+        call = self.sig.bind(args, kwargs)
+        plan = self._select(call, force=bool(force))
+        if self._last.source == "memory":
+            return plan.selection.with_source("memory")
+        return plan.selection
+
+    def _refresh_env(self) -> bool:
+        """Re-read the core's variables after the environment changed; True when forced."""
+        size = env.environment_size()
+        if size != self._env_size:
+            self._env_size = size
+            self._forced = env.force_search()
+            cache_dir = env.cache_dir_setting()
+            if cache_dir != self._cache_dir:  # another store: this process's winners came from the old one
+                self._memo = {}
+                self._fast_memo.clear()
+                self._cache_dir = cache_dir
+            self._fast_memo.clear()  # a forced search must not be skipped by the fast path
+        return self._forced
+
+    def _select(self, call: Call, force: bool = False) -> Plan:
+        forced = self._refresh_env() or force
+        snapshot = self._snapshot()
+        mkey = memo_key(self.name, self.key, call, snapshot)
+        plan = self._memo.get(mkey)
+        if plan is not None and (not forced or (plan.source == "search" and not force)):
+            self._last = plan.hit
+            return plan
+        with self._lock_for(mkey):
+            plan = self._memo.get(mkey)
+            if plan is not None and (not forced or (plan.source == "search" and not force)):
+                self._last = plan.hit
+                return plan
+            target = target_for(call.device, self.pm)
+            selection = lookup.select_cold(self, call, target, snapshot, forced)
+            plan = Plan(selection.config, target, selection.source, snapshot, self._pm, selection.key, selection)
+            plan.min_pos = _min_pos(self.sig, plan.kwargs)
+            self._memo[mkey] = plan
+            self._last = Last(selection.config, selection.source)
+        with self._locks_guard:  # the memo answers from now on; waiters hold their own reference
+            self._locks.pop(mkey, None)
+        return plan
+
+    def _lock_for(self, mkey: tuple) -> threading.Lock:
+        with self._locks_guard:
+            lock = self._locks.get(mkey)
+            if lock is None:
+                lock = self._locks[mkey] = threading.Lock()
+            return lock
+
+    def __repr__(self) -> str:
+        return f"<flyautotune.Autotuner {self.name!r}>"
+
+    def __get__(self, obj: Any, objtype: Any = None) -> Any:
+        if obj is None:
+            return self
+        return functools.partial(self.__call__, obj)
+
+
+#: Every live tuner, so ``flyautotune.clear_caches()`` reaches their memories.
+_TUNERS: "weakref.WeakSet" = weakref.WeakSet()
+
+
+def clear_all() -> None:
+    """``clear()`` every live tuner."""
+    for tuner in list(_TUNERS):
+        tuner.clear()
+
+
+def _min_pos(sig: Signature, kwargs: dict) -> int:
+    """The first positional slot a tuned kwarg occupies (calls with fewer positional args cannot clash)."""
+    return min((sig.positional.index(k) for k in kwargs if k in sig.positional), default=1 << 30)
+
+
+def autotune(
+    configs: Sequence[Config] | Callable[..., Sequence[Config]],
+    key: Iterable[str] = (),
+    name: Optional[str] = None,
+    default: Optional[Callable[..., Config]] = None,
+    prune_configs_by: Optional[Callable[..., Sequence[Config]]] = None,
+    restore_value: Iterable[str] = (),
+    reset_to_zero: Iterable[str] = (),
+    do_bench: Optional[Callable[..., float]] = None,
+    **options: Any,
+) -> Callable[[Callable[..., Any]], Autotuner]:
+    """Decorate a launch callable with config selection.
+
+    :param configs: the search space, or a callable ``configs(**named_args)``
+        evaluated only when a search runs.
+    :param key: argument names whose values key a winner (a tensor gives its shape).
+    :param name: the tuner's name in the store (default: module.qualname).
+    :param default: ``default(**named_args) -> Config``, used on a miss without benchmarking.
+    :param prune_configs_by: ``prune(configs, **named_args) -> configs`` before a search.
+    :param restore_value: tensor args snapshotted once and restored before every rep.
+    :param reset_to_zero: tensor args zeroed before every rep and before the real call.
+    :param do_bench: ``do_bench(fn, setup=None) -> ms``; None = the backend's hook.
+    :param options: the other keyword arguments of :class:`Autotuner`: ``hints=``
+        persistent compile hints, ``warmup=``, ``rep=``, ``packs=`` shipped JSON
+        packs, ``source_files=`` extra files in the source fingerprint,
+        ``check=`` (True: compare each candidate's outputs with the default's;
+        False; or ``check(result, **named)``), ``tolerance=`` ((rtol, atol) or
+        per dtype), ``validate=`` (``validate(config, **named)`` for stored and
+        shipped winners), ``max_search_s=`` (a search's time budget),
+        ``plugin_manager=``.
+    """
+
+    def decorator(fn: Callable[..., Any]) -> Autotuner:
+        return Autotuner(fn, configs, key=key, name=name, default=default, prune_configs_by=prune_configs_by,
+                         restore_value=restore_value, reset_to_zero=reset_to_zero, do_bench=do_bench, **options)
+
+    return decorator

@@ -1,0 +1,99 @@
+"""The generated cache-hit path.
+
+A cache hit in the general path binds every argument by name and builds the
+sorted key: microseconds of Python. For the common spelling (positional
+arguments only, the same argument types as before) a function generated for
+that arity checks the types, builds a key of the key values, each tensor's
+dtype and raw strides (finer than the stored key, so never wrong) and the open
+compile_hints block's key, and launches the prepared plan through
+``context.launch_with``. Anything unusual (keywords, other types, a changed
+environment) takes the general path, which also fills this one.
+"""
+
+from __future__ import annotations
+
+import os
+from typing import Any, Optional
+
+from .. import context, keys
+
+#: Shapes that never repeat must not grow memory forever.
+MAX_ENTRIES = 4096
+
+
+def remember(tuner: Any, args: tuple, plan: Any) -> None:
+    """Make later calls with this arity, these types and this key take the fast path."""
+    if plan.config.pre_hook is not None or len(args) > plan.min_pos:
+        return
+    n = len(args)
+    fast = tuner._fast.get(n)
+    if fast is None:
+        fast = build(tuner, args)
+        if fast is None:
+            return
+        tuner._fast[n] = fast
+    key = fast.key(args)
+    if key is not None:
+        if len(tuner._fast_memo) > MAX_ENTRIES:
+            tuner._fast_memo.clear()
+        tuner._fast_memo[key] = plan
+
+
+def build(tuner: Any, args: tuple) -> Optional[Any]:
+    sig = tuner.sig
+    n = len(args)
+    names = sig.positional[:n]
+    if sig.has_stream and "stream" in names:
+        return None
+    tensor_cls = keys.tensor_type()
+    types = tuple(map(type, args))
+    tensors = [i for i, a in enumerate(args) if tensor_cls is not None and isinstance(a, tensor_cls)]
+    key_idx = []
+    for k in tuner.key:
+        if k not in names:
+            return None  # a key argument left to its default: the general path handles it
+        key_idx.append(names.index(k))
+    if sum(z in names for z in tuner.reset_to_zero) != len(tuner.reset_to_zero):
+        return None
+    parts = [f"a{i}.shape" if i in tensors else f"a{i}" for i in key_idx]
+    for i in tensors:
+        parts.append(f"a{i}.dtype")
+        parts.append(f"a{i}.stride()")
+    if tensors:
+        parts.append(f"a{tensors[0]}.device")
+    # The open compile_hints block's key leads: hints are part of every key.
+    key_expr = "(" + ", ".join(["hint_key()"] + parts) + ",)"
+    unpack = (", ".join(f"a{i}" for i in range(n)) + ("," if n == 1 else "")) if n else "_"
+    zero = "".join(f"    if a{names.index(z)} is not None:\n        a{names.index(z)}.zero_()\n"
+                   for z in tuner.reset_to_zero)
+    src = f"""
+def key(args):
+    {unpack} = args
+    try:
+        k = {key_expr}
+        hash(k)
+        return k
+    except TypeError:  # an unhashable key value: such calls keep the general path
+        return None
+
+def fast(args):
+    if tuple(map(type, args)) != types or len(environ) != tuner._env_size:
+        return tuner._call(args, {{}})
+    {unpack} = args
+    try:
+        plan = memo.get({key_expr})
+    except TypeError:
+        plan = None
+    if plan is None:
+        return tuner._call(args, {{}})
+    tuner._last = plan.hit
+{zero}    return launch_with(plan.layers, plan.launch, fn, args, plan.kwargs)
+"""
+    scope = {
+        "types": types, "environ": os.environ, "tuner": tuner, "memo": tuner._fast_memo, "fn": tuner.fn,
+        "hint_key": context.current_hint_key, "launch_with": context.launch_with,
+    }
+    exec(compile(src, f"<flyautotune fast path of {tuner.name}>", "exec"), scope)
+    fast = scope["fast"]
+    fast.key = scope["key"]
+    return fast

@@ -1,0 +1,177 @@
+"""Where a key's config comes from on a memory miss: store -> pack -> default -> search."""
+
+from __future__ import annotations
+
+import logging
+import platform
+import sys
+import time
+from typing import Any, Optional
+
+from .. import events, keys, streams
+from ..config import Config
+from ..target import Target
+from . import checks
+from .binding import Call, key_dict
+from .search import AutotuneError, Search, config_repr
+from .selection import Selection
+
+log = logging.getLogger("flyautotune")
+
+
+def candidates(t: Any, call: Call) -> list:
+    """The configs a search of this call tries (the space evaluated, then pruned)."""
+    configs = list(t.configs(**call.named) if callable(t.configs) else t.configs)
+    if t.prune_configs_by is not None and len(configs) > 1:
+        configs = list(t.prune_configs_by(configs, **call.named))
+    for c in configs:
+        if not isinstance(c, Config):
+            raise TypeError(f"{t.name}: configs must be flyautotune.Config objects, got {c!r}")
+    return configs
+
+
+def default_config(t: Any, call: Call) -> Optional[Config]:
+    if t.default is None:
+        return None
+    config = t.default(**call.named)
+    if not isinstance(config, Config):
+        raise TypeError(f"{t.name}: default() returned {config!r}; expected a flyautotune.Config")
+    return config
+
+
+def _emit(t: Any, key: str, config: Config, source: str) -> None:
+    events.emit(t.pm, "select", tuner=t.name, key=key, config=config_repr(config), source=source)
+
+
+def usable(t: Any, data: Any, call: Call, target: Target, snapshot: tuple, where: str) -> Optional[Config]:
+    """A stored/shipped winner, or None (with one warning) when it may not or cannot run."""
+    try:
+        config = Config.from_dict(data)
+        default = default_config(t, call) if t.default is not None else None
+        static = None if callable(t.configs) else t.configs
+        members = static
+        if members is None and t.validate is None and default is None:
+            members = candidates(t, call)  # nothing else says what is allowed: the space itself
+        tunable = checks.tunable_names(static if static is not None else members, default)
+        if default is not None and config == default:
+            members = None  # the default is always allowed
+        checks.check_untrusted(t.name, t.sig, config, tunable=tunable, members=members, validate=t.validate,
+                               named=call.named)
+        checks.check_fits(t.name, t.sig, t.pm, [config], target, snapshot)
+    except (checks.IncompatibleConfigError, TypeError, ValueError) as exc:
+        log.warning("%s: ignoring the %s winner %s for this key (%s); using the default instead",
+                    t.name, where, _short(data), exc)
+        return None
+    # The caller's own mistake is reported to the caller; the winner stays.
+    checks.check_caller(t.name, t.sig, [config], call)
+    return config
+
+
+def _short(data: Any) -> str:
+    text = repr(data)
+    return text if len(text) <= 200 else text[:200] + "..."
+
+
+def select_cold(t: Any, call: Call, target: Target, snapshot: tuple, forced: bool) -> Selection:
+    kd = key_dict(t.key, call, target, snapshot, t.pm, t.source_fingerprint)
+    key = keys.canonical_json(kd)
+    store = t.store()
+    if not forced:
+        if key not in t._refused:  # winners a launcher refused are not offered again
+            entry = store.get(t.name, key)
+            space_changed = (entry is not None and t.default is None and t._space_fp is not None
+                             and entry.provenance.get("space") not in (None, t._space_fp))
+            if space_changed:
+                # No default to fall back on: a miss searches, and stored timings of
+                # unchanged candidates are reused. (With a default, the old winner
+                # still beats the default until a forced search.)
+                log.info("%s: the config space changed since the stored winner; searching again", t.name)
+            elif entry is not None:
+                config = usable(t, entry.config, call, target, snapshot, "stored")
+                if config is not None:
+                    _emit(t, key, config, "store")
+                    return Selection(config, "store", key)
+                store.delete(t.name, key)
+            if not space_changed:
+                pack_entry = t.find_in_packs(key)
+                if pack_entry is not None:
+                    config = usable(t, pack_entry.config, call, target, snapshot, "shipped")
+                    if config is not None:
+                        _emit(t, key, config, "pack")
+                        return Selection(config, "pack", key)
+        if t.default is not None:
+            config = default_config(t, call)
+            checks.check_caller(t.name, t.sig, [config], call)
+            checks.check_fits(t.name, t.sig, t.pm, [config], target, snapshot)
+            _emit(t, key, config, "default")
+            return Selection(config, "default", key)
+    failed = t._failed.get(key)
+    if failed is not None and not forced:
+        raise failed  # every candidate failed for this key already in this process
+    try:
+        selection = search(t, call, target, snapshot, kd, key, forced or key in t._refused, store)
+    except AutotuneError as exc:
+        t._failed[key] = exc
+        raise
+    _emit(t, key, selection.config, "search")
+    return selection
+
+
+def search(t: Any, call: Call, target: Target, snapshot: tuple, kd: dict, key: str, forced: bool,
+           store: Any) -> Selection:
+    configs = candidates(t, call)
+    if not configs:
+        raise AutotuneError(f"{t.name}: the config space is empty for this call")
+    default = default_config(t, call)
+    checks.check_caller(t.name, t.sig, configs + ([default] if default is not None else []), call)
+    checks.check_fits(t.name, t.sig, t.pm, configs + ([default] if default is not None else []), target, snapshot)
+    distinct = list(dict.fromkeys(configs + ([default] if default is not None else [])))
+    if len(distinct) == 1:
+        config = distinct[0]
+        if forced and config.pre_hook is None:  # a forced search replaces the stored winner, even of one
+            store.put(t.name, key, key, config.to_dict(), [],
+                      provenance(target, kd, 0.0, t._space_fp, call.device))
+        return Selection(config, "search", key)
+    t.search_count += 1
+    stream = streams.resolve_stream(call.named.get("stream") if t.sig.has_stream else None, call.device)
+    # Timings are pooled under the winner's key: the key holds no config-space
+    # fingerprint, so a grown space finds the timings of its old candidates.
+    known = {} if forced else store.get_timings(t.name, key)
+    winner, rows, margin, noise, duration = Search(t, call, target, snapshot, key, configs, default, known,
+                                                   stream).run()
+    if winner.pre_hook is None:
+        prov = provenance(target, kd, duration, t._space_fp, call.device)
+        prov.update(margin=margin, noise=noise)
+        stored = [{k: v for k, v in r.items() if k in _STORED} for r in rows if isinstance(r["config"], dict)]
+        store.put(t.name, key, key, winner.to_dict(), stored, prov)
+    return Selection(winner, "search", key, tuple(rows), margin, noise)
+
+
+#: Per-candidate fields the store keeps.
+_STORED = ("config", "ms", "error")
+
+
+def provenance(target: Target, kd: dict, duration: float, space_fp: Optional[str], device: Any) -> dict:
+    from .. import __version__
+
+    return {
+        "device": device_name(device),
+        "target": target.to_dict(),
+        "toolchain": kd.get("backend", {}),
+        "flyautotune": __version__,
+        "when": time.time(),
+        "search_s": round(duration, 6),
+        "space": space_fp,
+    }
+
+
+def device_name(device: Any) -> str:
+    """The marketing name of a torch device (through torch's device module), or the host's processor."""
+    torch = sys.modules.get("torch")
+    kind = getattr(device, "type", "cpu")
+    if torch is not None and kind != "cpu":
+        try:
+            return str(torch.get_device_module(kind).get_device_name(device))
+        except Exception:  # a device module without names: fall back to the host
+            pass
+    return platform.processor() or platform.machine()

@@ -1,0 +1,306 @@
+"""A search: time every candidate, re-time the best few against the default,
+keep the default unless a challenger beats it by more than the measured noise,
+and reject candidates whose outputs disagree with the reference's."""
+
+from __future__ import annotations
+
+import logging
+import statistics
+import time
+from typing import Any, Optional
+
+from .. import events, keys, streams
+from ..config import Config
+from ..measurement import Measurement
+from . import verify
+from .binding import Call
+from .plan import Plan, run_plan, zero
+
+log = logging.getLogger("flyautotune")
+
+#: Challengers re-timed against the default after the first pass.
+FINALISTS = 3
+#: Interleaved re-timing rounds.
+ROUNDS = 3
+#: A candidate whose first timing exceeds this multiple of the best so far is cut short.
+CUTOFF = 3.0
+
+
+class AutotuneError(RuntimeError):
+    """Every candidate of a search failed; the message lists each failure."""
+
+
+def config_repr(config: Config) -> Any:
+    return config.to_dict() if config.pre_hook is None else repr(config)
+
+
+def relative_spread(samples: list) -> float:
+    """Half the range of the samples over their median: the noise one timing carries."""
+    if len(samples) < 2:
+        return 0.0
+    med = statistics.median(samples)
+    return (max(samples) - min(samples)) / 2 / med if med > 0 else 0.0
+
+
+class Candidate:
+    """One config of a search and everything measured about it."""
+
+    def __init__(self, config: Config, is_default: bool) -> None:
+        self.config = config
+        self.is_default = is_default
+        self.samples: list = []
+        self.measurement: Optional[Measurement] = None
+        self.error: Optional[str] = None
+        self.reused = False
+
+    @property
+    def ms(self) -> Optional[float]:
+        return statistics.median(self.samples) if self.samples else None
+
+    def noise(self) -> float:
+        spread = self.measurement.spread if self.measurement is not None and self.measurement.spread else 0.0
+        return max(relative_spread(self.samples), spread if len(self.samples) < 2 else 0.0)
+
+    def row(self) -> dict:
+        row = {"config": config_repr(self.config), "ms": self.ms, "error": self.error}
+        if self.measurement is not None:
+            row.update(spread=round(self.noise(), 6), method=self.measurement.method, reps=self.measurement.reps,
+                       rounds=len(self.samples))
+        if self.is_default:
+            row["default"] = True
+        return row
+
+
+class Search:
+    """The search of one key; ``run()`` returns ``(winner, rows, margin, noise)``."""
+
+    def __init__(self, tuner: Any, call: Call, target: Any, snapshot: tuple, key: str, configs: list,
+                 default: Optional[Config], known: dict, stream: Any) -> None:
+        self.t = tuner
+        self.call = call
+        self.target = target
+        self.snapshot = snapshot
+        self.key = key
+        self.stream = stream
+        self.known = known
+        self.t0 = time.perf_counter()
+        cands = [Candidate(c, c == default) for c in configs]
+        if default is not None and not any(c.is_default for c in cands):
+            cands.insert(0, Candidate(default, True))  # the default is always timed: it is what we protect
+        cands.sort(key=lambda c: not c.is_default)  # the default first: the reference and the bar
+        self.cands = cands
+        self.default = next((c for c in cands if c.is_default), None)
+        saved = [t for t in map(call.named.get, tuner.restore_value) if t is not None]
+        self._saved = [(t, t.clone()) for t in saved]
+        self.setup = self._setup if (self._saved or tuner.reset_to_zero) else None
+        self.rotations = self._rotations()
+        self._reference: Optional[list] = None
+        self._snapshot: Optional[verify.Snapshot] = None
+        self._written: list = []
+        self._checkable = all(getattr(t.device, "type", "") != "meta" for _, t in call.tensors)
+
+    # -- plumbing ---------------------------------------------------------------------
+    def _setup(self) -> None:
+        for t, s in self._saved:
+            t.copy_(s)
+        zero(self.t.reset_to_zero, self.call)
+
+    def _plan(self, config: Config) -> Plan:
+        return Plan(config, self.target, "search", self.snapshot, self.t._pm)
+
+    def _runner(self, config: Config, call: Call):
+        plan = self._plan(config)
+        fn, sig, stream = self.t.fn, self.t.sig, self.stream
+        return lambda: run_plan(fn, sig, plan, call, stream)
+
+    def _rotations(self) -> list:
+        """Copies of the call's tensors, so timing rotates over inputs that are cold in the caches."""
+        if self.setup is not None or not self.call.tensors or getattr(self.call.device, "type", "cpu") == "cpu":
+            return []
+        from .. import timing
+
+        per_set = sum(t.numel() * t.element_size() for _, t in self.call.tensors)
+        n = timing.rotation_count(self.call.device, per_set, target=self.target, pm=self.t.pm)
+        copies = [self.call]
+        for _ in range(1, n):
+            copies.append(self.t.sig.replaced(self.call, {k: v.clone() for k, v in self.call.tensors}))
+        return copies
+
+    def _emit(self, event: str, **fields: Any) -> None:
+        events.emit(self.t.pm, event, tuner=self.t.name, key=self.key, **fields)
+
+    def elapsed(self) -> float:
+        return time.perf_counter() - self.t0
+
+    def over_budget(self) -> bool:
+        return self.t.max_search_s is not None and self.elapsed() > self.t.max_search_s
+
+    # -- measuring --------------------------------------------------------------------
+    def measure(self, cand: Candidate, cutoff_ms: Optional[float] = None, result: Optional[list] = None
+                ) -> Measurement:
+        fn = self._runner(cand.config, self.call)
+        if result is not None:  # keep what the launch on the original inputs returned, for the output check
+            run = fn
+
+            def fn() -> Any:
+                out = run()
+                result[:] = [out]
+                return out
+
+        rotations = [fn] + [self._runner(cand.config, c) for c in self.rotations[1:]] if self.rotations else []
+        with streams.on_stream(self.stream):
+            if self.t.do_bench is not None:
+                raw = self.t.do_bench(fn, setup=self.setup)
+                return Measurement.coerce(raw, who=f"do_bench for {cand.config}")
+            raw = self.t.pm.hook.flyautotune_benchmark(
+                fn=fn, setup=self.setup, target=self.target, stream=self.stream, warmup=self.t.warmup,
+                rep=self.t.rep, rotations=rotations, cutoff_ms=cutoff_ms,
+            )
+        if raw is None:
+            raise LookupError(f"no flyautotune_benchmark plugin times {self.target.backend} targets")
+        return Measurement.coerce(raw, who=f"the {self.target.backend} benchmark for {cand.config}")
+
+    def prepare_check(self) -> None:
+        """Before a checked candidate runs: pristine inputs, and written outputs poisoned."""
+        if self.t.check is False or not self.call.tensors or not self._checkable:
+            return
+        import torch
+
+        with torch.no_grad():
+            if self._snapshot is None:
+                try:
+                    self._snapshot = verify.Snapshot(self.call.tensors)
+                except (NotImplementedError, RuntimeError) as exc:  # e.g. meta tensors: nothing to compare
+                    log.info("%s: outputs cannot be checked on these tensors (%s)", self.t.name, exc)
+                    self._checkable = False
+                    return
+            self._snapshot.restore()
+            if self._reference is not None and self.t.check is True:
+                verify.poison(self.call.tensors, self._written, self.t.restore_value)
+
+    def check(self, cand: Candidate, result: Any) -> Optional[str]:
+        """After ``cand`` ran (timed): why its outputs are wrong, or None. The first checked config is the reference."""
+        check = self.t.check
+        if check is False:
+            return None
+        if callable(check):
+            try:
+                ok = check(result, **self.call.named)
+            except Exception as exc:
+                return f"check() rejected it: {type(exc).__name__}: {exc}"
+            return "check() returned False" if ok is False else None
+        if not self.call.tensors or not self._checkable:
+            return None
+        got = verify.outputs(result, self.call.tensors, self._written)
+        if self._reference is None:
+            self._written = self._snapshot.changed()
+            self._reference = verify.clone(verify.outputs(result, self.call.tensors, self._written))
+            return None
+        return verify.compare(self._reference, got, self.t.tolerance)
+
+    def first_pass(self) -> None:
+        total = len(self.cands)
+        best: Optional[float] = None
+        for i, cand in enumerate(self.cands, 1):
+            if i > 1 and self.over_budget():
+                cand.error = "skipped: the search budget (max_search_s) ran out"
+                continue
+            cjson = keys.canonical_json(cand.config.to_dict()) if cand.config.pre_hook is None else None
+            prior = self.known.get(cjson) if cjson is not None else None
+            try:
+                if prior is not None and not cand.is_default:
+                    cand.measurement, cand.reused = Measurement(prior), True
+                else:
+                    self.prepare_check()
+                    held: list = []
+                    cand.measurement = self.measure(cand, cutoff_ms=None if best is None else best * CUTOFF,
+                                                    result=held)
+                    problem = self.check(cand, held[-1] if held else None)
+                    if problem is not None:
+                        cand.measurement = None
+                        raise _Rejected(f"rejected: {problem}")
+                cand.samples.append(cand.measurement.ms)
+                best = cand.ms if best is None else min(best, cand.ms)
+                log.info("%s: candidate %d/%d %s: %.4f ms (%s)%s", self.t.name, i, total, cand.config, cand.ms,
+                         cand.measurement.method or "timed", " (stored timing)" if cand.reused else "")
+            except Exception as exc:  # a failing candidate is reported and skipped
+                cand.error = str(exc) if isinstance(exc, _Rejected) else f"{type(exc).__name__}: {exc}"
+                cand.exc = exc
+                log.warning("%s: candidate %d/%d %s failed: %s", self.t.name, i, total, cand.config, cand.error)
+            self._emit("candidate", index=i, total=total, config=config_repr(cand.config), ms=cand.ms,
+                       error=cand.error, reused=cand.reused,
+                       **({} if cand.measurement is None else {"spread": cand.noise(),
+                                                               "method": cand.measurement.method}))
+
+    def rerank(self) -> None:
+        """Re-time the best few and the default in interleaved rounds (hook benchmarkers only)."""
+        if self.t.do_bench is not None or self.default is None or self.default.ms is None:
+            return
+        ok = sorted((c for c in self.cands if c.ms is not None and not c.is_default and not c.reused),
+                    key=lambda c: c.ms)
+        finalists = [self.default] + ok[:FINALISTS]
+        if len(finalists) < 2:
+            return
+        for r in range(ROUNDS):
+            if self.over_budget():
+                break
+            order = finalists[r % len(finalists):] + finalists[:r % len(finalists)]
+            for cand in order:
+                try:
+                    cand.samples.append(self.measure(cand).ms)
+                except Exception as exc:  # flaky on a re-run: it cannot be trusted to win
+                    cand.error = f"failed when re-timed: {type(exc).__name__}: {exc}"
+                    cand.samples.clear()
+                    finalists = [c for c in finalists if c is not cand]
+
+    def decide(self) -> tuple:
+        """``(winner, margin, noise)``: the default unless a challenger beats it by more than the noise."""
+        ok = [c for c in self.cands if c.ms is not None and c.error is None]
+        if not ok:
+            return None, None, None
+        best = min(ok, key=lambda c: c.ms)
+        d = self.default
+        if d is None or d.ms is None or d.error is not None or best is d:
+            return best, (0.0 if best is d else None), (d.noise() if best is d else None)
+        gain = (d.ms - best.ms) / d.ms
+        noise = (best.noise() ** 2 + d.noise() ** 2) ** 0.5
+        if gain > noise:
+            return best, gain, noise
+        return d, 0.0, noise
+
+    def run(self) -> tuple:
+        n = len(self.cands)
+        self._emit("search_start", candidates=n)
+        log.info("%s: searching %d configs on %s/%s", self.t.name, n, self.target.backend, self.target.arch)
+        try:
+            self.first_pass()
+            self.rerank()
+        finally:
+            if self._snapshot is not None:
+                import torch
+
+                with torch.no_grad():
+                    self._snapshot.restore()
+            with streams.on_stream(self.stream):
+                if self.setup is not None:
+                    self.setup()  # the caller sees one clean run: restore inputs touched by the reps
+        winner, margin, noise = self.decide()
+        rows = [c.row() for c in self.cands]
+        duration = self.elapsed()
+        if winner is None:
+            listing = "; ".join(f"{c.config}: {c.error}" for c in self.cands)
+            last = next((getattr(c, "exc", None) for c in reversed(self.cands) if getattr(c, "exc", None)), None)
+            raise AutotuneError(f"{self.t.name}: all {n} configs failed: {listing}") from last
+        if margin is not None:
+            log.info("%s: winner %s (%.4f ms) after %.2f s; %s", self.t.name, winner.config, winner.ms, duration,
+                     "default kept" if winner.is_default else
+                     f"{margin:.2%} faster than the default (noise band {noise:.2%})")
+        else:
+            log.info("%s: winner %s (%.4f ms) after %.2f s", self.t.name, winner.config, winner.ms, duration)
+        self._emit("search_end", winner=config_repr(winner.config), ms=winner.ms, duration_s=duration,
+                   candidates=rows, margin=margin, noise=noise)
+        return winner.config, rows, margin, noise, duration
+
+
+class _Rejected(Exception):
+    """A candidate whose outputs disagree with the reference's."""
