@@ -73,6 +73,11 @@ def resolve_stream(stream: Any, device: Any) -> Any:
     """Normalize a launch-stream spelling for ``device`` (see module docstring)."""
     if isinstance(stream, bool):
         raise TypeError(f"stream={stream!r}: expected a stream object, a raw stream pointer (int) or None")
+    if stream is not None and not isinstance(stream, int) and not (
+            hasattr(stream, "stream_id") or hasattr(stream, "device_index")):
+        raise TypeError(
+            f"stream={stream!r}: expected a torch stream object, a raw stream pointer (int) or None"
+        )
     if device_module(device) is None:
         if stream in (None, 0):
             return None
@@ -85,10 +90,6 @@ def resolve_stream(stream: Any, device: Any) -> Any:
         if stream < 0:
             raise ValueError(f"stream={stream!r}: a raw stream pointer must be >= 0 (0 = the device's default stream)")
         return default_stream(device) if stream == 0 else external_stream(stream, device)
-    if not (hasattr(stream, "stream_id") or hasattr(stream, "device_index")):
-        raise TypeError(
-            f"stream={stream!r}: expected a torch stream object, a raw stream pointer (int) or None"
-        )
     return stream
 
 
