@@ -1,4 +1,6 @@
-"""Launch streams: all four spellings reach setup, every rep and the final run."""
+"""Launch streams: all four spellings reach setup, every rep and the final run, through the device module."""
+
+import contextlib
 
 import pytest
 import torch
@@ -8,12 +10,36 @@ from flyautotune import streams
 
 
 class FakeStream:
-    def __init__(self, label):
+    def __init__(self, label, device=torch.device("meta")):
         self.label = label
-        self.cuda_stream = id(self)
+        self.device = device
+        self.stream_id = id(self)
 
     def __repr__(self):
         return f"FakeStream({self.label})"
+
+
+class FakeModule:
+    """What ``torch.get_device_module`` returns for the fake device: streams, and a record of the ones made current."""
+
+    def __init__(self, device):
+        self.current = FakeStream("current", device)
+        self.default = FakeStream("default", device)
+        self.entered = []
+
+    def current_stream(self, device=None):
+        return self.current
+
+    def default_stream(self, device=None):
+        return self.default
+
+    def ExternalStream(self, pointer, device=None):
+        return FakeStream(f"external:{pointer}", device)
+
+    @contextlib.contextmanager
+    def stream(self, s):
+        self.entered.append(s)
+        yield
 
 
 class MetaBackend:
@@ -38,29 +64,16 @@ class MetaBackend:
 
 
 @pytest.fixture
-def fake_streams(monkeypatch):
-    current, default = FakeStream("current"), FakeStream("default")
-    monkeypatch.setattr(streams, "current_stream", lambda device: current)
-    monkeypatch.setattr(streams, "default_stream", lambda device: default)
-    monkeypatch.setattr(streams, "external_stream", lambda ptr, device: FakeStream(f"external:{ptr}"))
-    monkeypatch.setattr(streams, "on_stream", _recording_on_stream)
-    _entered.clear()
-    return current, default
-
-
-_entered = []
-
-
-def _recording_on_stream(stream):
-    import contextlib
-
-    _entered.append(stream)
-    return contextlib.nullcontext()
+def fake_module(monkeypatch):
+    """The meta device gets a device module with streams (torch registers none for it)."""
+    module = FakeModule(torch.device("meta"))
+    monkeypatch.setattr(streams, "device_module",
+                        lambda device: module if getattr(device, "type", None) == "meta" else None)
+    return module
 
 
 @pytest.mark.parametrize("spelling", ["omitted", "object", "raw0", "rawptr"])
-def test_every_spelling_routes_to_setup_reps_and_final_run(pm, fake_streams, spelling):
-    current, default = fake_streams
+def test_every_spelling_routes_to_setup_reps_and_final_run(pm, fake_module, spelling):
     backend = MetaBackend()
     pm.register(backend)
     launched = []
@@ -78,7 +91,7 @@ def test_every_spelling_routes_to_setup_reps_and_final_run(pm, fake_streams, spe
     assert [s.label for s in backend.bench_streams] == [expected_label] * 2
     # the reps of both candidates, the restore after the search, and (given a
     # stream) the final run; an omitted stream leaves the final run on the current one
-    entered = [s.label for s in _entered if s is not None]
+    entered = [s.label for s in fake_module.entered]
     assert entered == [expected_label] * (3 if spelling == "omitted" else 4)
     bench_runs, final = launched[:-1], launched[-1]
     assert [s.label for s in bench_runs] == [expected_label] * 2
@@ -88,7 +101,7 @@ def test_every_spelling_routes_to_setup_reps_and_final_run(pm, fake_streams, spe
         assert final.label == expected_label
 
 
-def test_a_positional_stream_reaches_the_launch_once(pm, fake_streams):
+def test_a_positional_stream_reaches_the_launch_once(pm, fake_module):
     pm.register(MetaBackend())
     seen = []
 
@@ -126,3 +139,59 @@ def test_real_cuda_streams_are_used_for_the_search_and_the_run():
     assert seen[-1][0] == side
     launch(x, 4, stream=0)
     assert seen[-1][0] == torch.cuda.default_stream()
+
+
+# -- other torch devices: through the device module, never through the GPU module of another vendor ---------
+
+@pytest.fixture
+def xpu(monkeypatch):
+    """torch's real registry, with its xpu module's streams faked and the default GPU module unusable."""
+    module = FakeModule(torch.device("xpu", 0))
+    for name in ("current_stream", "stream"):
+        monkeypatch.setattr(torch.xpu, name, getattr(module, name))
+
+    def boom(*args, **kwargs):
+        raise AssertionError("a search on an xpu device touched the wrong device module")
+
+    gpu = torch.get_device_module("cuda")
+    for name in ("current_stream", "default_stream", "ExternalStream", "stream"):
+        monkeypatch.setattr(gpu, name, boom)
+    return module
+
+
+def test_an_xpu_device_resolves_and_enters_its_own_streams(xpu):
+    dev = torch.device("xpu", 0)
+    assert streams.device_module(dev) is torch.xpu
+    current = streams.resolve_stream(None, dev)
+    assert current is xpu.current
+    with streams.on_stream(current):
+        pass
+    assert xpu.entered == [current]
+    # torch.xpu has no default stream and no external pointers: say so instead of guessing
+    with pytest.raises(ValueError, match=r"stream=0: torch.xpu has no default_stream"):
+        streams.resolve_stream(0, dev)
+
+
+def test_devices_without_streams_get_none(monkeypatch):
+    monkeypatch.setattr(torch.get_device_module("cuda"), "current_stream",
+                        lambda *a: pytest.fail("looked up a GPU stream for a stream-less device"))
+    for dev in (torch.device("cpu"), torch.device("meta"), None, "cpu"):
+        assert streams.device_module(dev) is None
+        assert streams.resolve_stream(None, dev) is None
+        assert streams.resolve_stream(0, dev) is None
+    with pytest.raises(ValueError, match=r"stream=1234: a raw stream pointer needs a GPU device"):
+        streams.resolve_stream(1234, torch.device("meta"))
+
+
+def test_a_search_on_a_meta_device_runs_without_a_device_module(pm, monkeypatch):
+    monkeypatch.setattr(torch.get_device_module("cuda"), "current_stream",
+                        lambda *a: pytest.fail("a meta-device search looked up a GPU stream"))
+    backend = MetaBackend()
+    pm.register(backend)
+
+    @fat.autotune(configs=[fat.Config(B=1), fat.Config(B=2)], key=["n"], plugin_manager=pm, name="t_meta_search")
+    def launch(x, n, B=None, stream=None):
+        pass
+
+    launch(torch.zeros(4, device="meta"), 4)
+    assert backend.bench_streams == [None, None]

@@ -4,12 +4,12 @@ so a third-party plugin can replace any of it."""
 from __future__ import annotations
 
 import platform
-import statistics
 import sys
-import time
 from typing import Any, Callable, Optional
 
+from . import timing
 from ._markers import hookimpl
+from .measurement import Measurement
 from .target import Target
 
 
@@ -46,26 +46,15 @@ class PerfCounterBenchmark:
         stream: Any,
         warmup: int,
         rep: int,
-    ) -> Optional[float]:
+    ) -> Optional[Measurement]:
         if target.backend != "cpu":
             return None
-        return perf_counter_bench(fn, setup, warmup=warmup, rep=rep)
+        return timing.benchmark(fn, setup=setup, warmup=warmup, rep=rep, method="wall", warm=False)
 
 
 def perf_counter_bench(fn, setup=None, *, warmup: int = 1, rep: int = 5) -> float:
     """Median milliseconds of ``fn()`` timed with ``time.perf_counter``."""
-    for _ in range(max(warmup, 0)):
-        if setup is not None:
-            setup()
-        fn()
-    times = []
-    for _ in range(max(rep, 1)):
-        if setup is not None:
-            setup()
-        t0 = time.perf_counter()
-        fn()
-        times.append((time.perf_counter() - t0) * 1e3)
-    return statistics.median(times)
+    return timing.benchmark(fn, setup=setup, warmup=warmup, rep=rep, method="wall", warm=False).ms
 
 
 class DefaultKeyAxes:

@@ -1,107 +1,93 @@
-"""The event-timed benchmark: what runs inside the timed region and what does not."""
-
-import types
+"""The CUDA benchmark hook: the core's timing engine on the launch stream (a fake device module on CPU)."""
 
 import pytest
 import torch
 
-from flyautotune_cuda import bench
+import flyautotune as fat
+from flyautotune import streams, timing
+from flyautotune.measurement import Measurement
+from flyautotune.timing import clocks, events
+from flyautotune.timing.testing import FakeGpu, Flush
+from flyautotune_cuda import bench, hooks
 
-
-class FakeCuda:
-    """Records the order of GPU-side work a benchmark enqueues (no GPU needed)."""
-
-    def __init__(self):
-        self.log = []
-        self.clock = 0.0
-        fake = self
-
-        class Event:
-            def __init__(self, enable_timing=False):
-                self.t = None
-
-            def record(self, stream=None):
-                fake.log.append("event")
-                self.t = fake.clock
-
-            def elapsed_time(self, other):
-                return other.t - self.t
-
-        class Stream:
-            device = torch.device("cuda", 0)
-
-            def synchronize(self):
-                fake.log.append("sync")
-
-        self.Event = Event
-        self.stream_obj = Stream()
-        self.cuda = types.SimpleNamespace(
-            Event=Event,
-            current_stream=lambda: self.stream_obj,
-            stream=lambda s: _Null(),
-            _sleep=lambda cycles: self.log.append(("sleep", cycles)),
-            get_device_properties=lambda i: types.SimpleNamespace(L2_cache_size=1 << 20),
-            current_device=lambda: 0,
-        )
-
-    def torch(self):
-        return types.SimpleNamespace(cuda=self.cuda, int8="int8", device=torch.device,
-                                     empty=lambda n, dtype, device: _Buf(self))
-
-
-class _Null:
-    def __enter__(self):
-        return self
-
-    def __exit__(self, *exc):
-        return False
-
-
-class _Buf:
-    def __init__(self, fake):
-        self.fake = fake
-
-    def zero_(self):
-        self.fake.log.append("flush")
+H100 = fat.Target("cuda", "sm_90", 32)
 
 
 @pytest.fixture
-def fake(monkeypatch):
-    f = FakeCuda()
-    monkeypatch.setattr(bench, "_torch", f.torch)
-    monkeypatch.setattr(bench, "_flush_buffers", {})
-    return f
+def gpu(monkeypatch):
+    """torch's GPU module, as the engine sees it, replaced by a fake one."""
+    fake = FakeGpu(name="cuda")
+    monkeypatch.setattr(streams, "device_module", lambda device: fake if getattr(device, "type", None) == "cuda" else None)
+    monkeypatch.setattr(events, "flush_buffer", lambda device, module: Flush(fake))
+    monkeypatch.setattr(clocks, "make_work", lambda device: lambda: fake.launch(50.0, "warm"))
+    clocks.forget()
+    return fake
 
 
-def test_only_fn_is_between_the_events_and_setup_runs_before_every_launch(fake):
-    def fn():
-        fake.log.append("fn")
-        fake.clock += 2.0  # 2 ms of "GPU time"
-
-    def setup():
-        fake.log.append("setup")
-        fake.clock += 100.0  # slow setup: must not be counted
-
-    ms = bench.cuda_benchmark(fn, setup, warmup=2, rep=6, batches=3)
-    assert ms == pytest.approx(2.0)
-    timed = fake.log[fake.log.index(next(e for e in fake.log if isinstance(e, tuple))):]
-    # each batch: a GPU-side backlog, then (setup, flush, event, fn, event) per launch, then a sync
-    batch = [timed[0]] + ["setup", "flush", "event", "fn", "event"] * 2 + ["sync"]
-    assert timed == batch * 3
-    assert fake.log.count("fn") == 2 + 6
+def test_the_hook_times_graph_replays_over_the_rotations_on_the_launch_stream(gpu):
+    mine = gpu.Stream(device=torch.device("cuda", 0), label="launch")
+    rot = [lambda i=i: gpu.launch(0.02, f"copy{i}") for i in range(3)]
+    m = hooks.flyautotune_benchmark(fn=rot[0], setup=None, target=H100, stream=mine, warmup=2, rep=5, rotations=rot)
+    assert isinstance(m, Measurement)
+    assert (m.method, m.reps) == ("graph", 5) and m.ms == pytest.approx(0.02)
+    assert gpu.captured_on == ["launch"]
+    assert {s for label, s in gpu.launched_on if label != "warm"} == {"launch"}
+    assert gpu.log.index("warm") < gpu.log.index("copy0")  # clocks warmed before anything is timed
 
 
-def test_backlog_covers_the_host_enqueue_time(fake):
-    bench.cuda_benchmark(lambda: fake.log.append("fn"), None, warmup=2, rep=4, batches=2, flush_l2=False)
-    sleeps = [e[1] for e in fake.log if isinstance(e, tuple)]
-    assert len(sleeps) == 2 and all(c >= 50 * bench._SLEEP_CYCLES_PER_US for c in sleeps)
-    assert "flush" not in fake.log
+def test_setup_makes_the_hook_time_events_with_a_flush_and_the_reason(gpu):
+    done = []
+    m = hooks.flyautotune_benchmark(fn=lambda: gpu.launch(1.5), setup=lambda: done.append(1), target=H100,
+                                    stream=gpu.Stream(device=torch.device("cuda", 0), label="launch"),
+                                    warmup=1, rep=4, rotations=())
+    assert m.method == "events" and m.ms == pytest.approx(1.5)
+    assert "setup runs before every launch" in m.note
+    assert gpu.log.count("flush") >= 4 and len(done) >= 4
 
 
-def test_median_of_batches_drops_an_outlier_batch(fake):
-    times = iter([1.0] * 2 + [1.0, 1.0, 50.0, 1.0, 1.0])  # warm-ups, then 5 batches of one launch
+def test_the_cutoff_reaches_the_hook_through_the_callers_context(gpu):
+    with timing.cutoff_after(1.0):
+        m = hooks.flyautotune_benchmark(fn=lambda: gpu.launch(30.0), setup=None, target=H100,
+                                        stream=gpu.Stream(device=torch.device("cuda", 0)), warmup=5, rep=20,
+                                        rotations=())
+    assert m.method == "cutoff" and gpu.log.count("fn") == 2
 
-    def fn():
-        fake.clock += next(times)
 
-    assert bench.cuda_benchmark(fn, None, warmup=2, rep=5, batches=5) == pytest.approx(1.0)
+def test_cuda_benchmark_keeps_returning_milliseconds(gpu):
+    ms = bench.cuda_benchmark(lambda: gpu.launch(0.25), stream=gpu.Stream(device=torch.device("cuda", 0)), rep=3)
+    assert isinstance(ms, float) and ms == pytest.approx(0.25)
+
+
+def test_other_backends_are_left_to_other_plugins(gpu):
+    assert hooks.flyautotune_benchmark(fn=lambda: None, setup=None, target=fat.Target("rocm", "gfx942", 64),
+                                       stream=None, warmup=1, rep=1, rotations=()) is None
+    assert gpu.log == []
+
+
+# -- on a real NVIDIA GPU -------------------------------------------------------------------------------
+
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.version.hip is not None,
+                    reason="needs an NVIDIA CUDA GPU; the fake-device tests above cover the same paths on CPU")
+def test_real_graph_timing_over_rotated_inputs_tracks_the_work():
+    xs = [torch.randn(1 << 22, device="cuda") for _ in range(timing.rotation_count(torch.device("cuda"), 32 << 20))]
+    ys = [torch.empty_like(x) for x in xs]
+    rot = [lambda x=x, y=y: torch.mul(x, 2.0, out=y) for x, y in zip(xs, ys)]
+    stream = torch.cuda.Stream()
+    m = bench.benchmark(rot[0], stream=stream, rotations=rot, rep=10)
+    assert m.method == "graph" and m.spread is not None and m.ms > 0
+    slow = bench.benchmark(lambda: torch.cuda._sleep(1_000_000), stream=stream, rep=5)
+    events_ms = bench.benchmark(lambda: torch.cuda._sleep(1_000_000), setup=lambda: None, stream=stream, rep=5)
+    assert slow.method == "graph" and events_ms.method == "events"
+    assert slow.ms == pytest.approx(events_ms.ms, rel=0.2)
+
+
+@pytest.mark.gpu
+@pytest.mark.skipif(not torch.cuda.is_available() or torch.version.hip is not None,
+                    reason="needs an NVIDIA CUDA GPU; the fake-device tests above cover the same paths on CPU")
+def test_real_capture_failure_falls_back_to_events():
+    x = torch.ones(16, device="cuda")
+    m = bench.benchmark(lambda: x.sum().item(), rep=3)  # .item() synchronizes: not capturable
+    assert m.method == "events" and "graph capture failed" in m.note

@@ -10,9 +10,10 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
-from typing import Any, Callable, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from flyautotune import Target, hookimpl
+from flyautotune.measurement import Measurement
 
 from . import bench as _bench
 from .hints import check_hints, triton_options
@@ -160,7 +161,8 @@ def flyautotune_benchmark(
     stream: Any,
     warmup: int,
     rep: int,
-) -> Optional[float]:
+    rotations: Sequence[Callable[[], Any]],
+) -> Optional[Measurement]:
     if target.backend != BACKEND:
         return None
-    return _bench.cuda_benchmark(fn, setup, stream=stream, warmup=warmup, rep=rep)
+    return _bench.benchmark(fn, setup, stream=stream, warmup=warmup, rep=rep, rotations=rotations)

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
-from typing import Any, Mapping, Optional
+from typing import Any, Callable, Mapping, Optional, Sequence
 
 from flyautotune import Target, hookimpl
+from flyautotune.measurement import Measurement
 
+from . import bench as _bench
 from .hints import validate_rocm_hints
 from .keys import cache_key_axes
 from .mlir import is_mlir_module, lower_module_hints
@@ -45,3 +47,18 @@ def flyautotune_lower_compile_hints(ir: Any, hints: Mapping[str, Any], target: T
 @hookimpl
 def flyautotune_cache_key(target: Target) -> Optional[dict]:
     return cache_key_axes(target) if _ours(target) else None
+
+
+@hookimpl
+def flyautotune_benchmark(
+    fn: Callable[[], Any],
+    setup: Optional[Callable[[], Any]],
+    target: Target,
+    stream: Any,
+    warmup: int,
+    rep: int,
+    rotations: Sequence[Callable[[], Any]],
+) -> Optional[Measurement]:
+    if not _ours(target):
+        return None
+    return _bench.benchmark(fn, setup, stream=stream, warmup=warmup, rep=rep, rotations=rotations)

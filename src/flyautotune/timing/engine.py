@@ -1,0 +1,182 @@
+"""``benchmark()``: the time of one launch, taken the way real use runs it.
+
+On a device with graph capture and no per-launch setup: warm the clocks, then
+graph replays of round-robin launches over rotated inputs (``"graph"``). When
+capture fails, or ``setup`` must run between launches: per-launch device events
+(``"events"``), with a cache flush when there are no rotated inputs, and the
+reason in ``Measurement.note``. On a device without a device module (CPU): the
+host clock (``"wall"``). A launch slower than the cutoff is timed once
+(``"cutoff"``).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import math
+import sys
+import threading
+from typing import Any, Callable, Iterator, Optional, Sequence
+
+from .. import streams
+from ..measurement import Measurement
+from . import clocks, events, graph, wall
+
+METHODS = ("graph", "events", "wall")
+_local = threading.local()
+
+
+@contextlib.contextmanager
+def cutoff_after(ms: Optional[float]) -> Iterator[None]:
+    """Within the block, :func:`benchmark` calls on this thread cut a launch slower than ``ms`` short.
+
+    For callers that reach the engine through a plugin hook (which has no cutoff
+    argument). None lifts the cutoff. Nests; the innermost value wins.
+    """
+    _check_cutoff(ms)
+    previous = getattr(_local, "cutoff", None)
+    _local.cutoff = ms
+    try:
+        yield
+    finally:
+        _local.cutoff = previous
+
+
+def current_cutoff() -> Optional[float]:
+    """The cutoff set by the innermost :func:`cutoff_after` on this thread, or None."""
+    return getattr(_local, "cutoff", None)
+
+
+def _check_cutoff(ms: Any) -> None:
+    if ms is not None and (isinstance(ms, bool) or not isinstance(ms, (int, float))
+                           or not math.isfinite(ms) or ms <= 0):
+        raise ValueError(f"cutoff_ms={ms!r}: expected a finite time in milliseconds > 0, or None")
+
+
+def _check_args(fn, warmup, rep, rotations, method) -> list:
+    if not callable(fn):
+        raise TypeError(f"benchmark: fn={fn!r}: expected a callable that runs one launch")
+    for arg, value, low in (("warmup", warmup, 0), ("rep", rep, 1)):
+        if isinstance(value, bool) or not isinstance(value, int) or value < low:
+            raise ValueError(f"benchmark: {arg}={value!r}: expected an int >= {low}")
+    if method is not None and method not in METHODS:
+        raise ValueError(f"benchmark: method={method!r}: expected one of {', '.join(METHODS)} or None (automatic)")
+    launches = list(rotations or ())
+    bad = [r for r in launches if not callable(r)]
+    if bad:
+        raise TypeError(f"benchmark: rotations contains {bad[0]!r}: expected callables, each one launch")
+    return launches
+
+
+def _default_device(stream: Any) -> Any:
+    if stream is not None and not isinstance(stream, int):
+        return getattr(stream, "device", None)
+    accelerator = getattr(sys.modules.get("torch"), "accelerator", None)
+    if accelerator is not None and accelerator.is_available():
+        return accelerator.current_accelerator()
+    return None
+
+
+def _checked(ms: Any, name: str, how: str) -> float:
+    """A timing the device reported, as a positive float, or a clear error naming the candidate."""
+    if isinstance(ms, bool) or not isinstance(ms, (int, float)) or not math.isfinite(ms) or ms < 0:
+        raise ValueError(f"{name}: {how} timing gave {ms!r} ms; the device clock returned no usable time")
+    return ms if ms > 1e-6 else 1e-6  # shorter than the clock's tick: report the tick, never 0
+
+
+def _cut(first: float, cutoff: float, how: str) -> Measurement:
+    return Measurement(first, None, "cutoff", 1,
+                       f"cut short after one timed launch ({how}): {first:.4g} ms > cutoff {cutoff:.4g} ms")
+
+
+def benchmark(
+    fn: Callable[[], Any],
+    *,
+    setup: Optional[Callable[[], Any]] = None,
+    stream: Any = None,
+    device: Any = None,
+    warmup: int = 5,
+    rep: int = 20,
+    rotations: Sequence[Callable[[], Any]] = (),
+    cutoff_ms: Optional[float] = None,
+    method: Optional[str] = None,
+    warm: bool = True,
+    module: Any = None,
+    name: str = "candidate",
+) -> Measurement:
+    """The time of one ``fn()`` launch, with its spread and how it was taken.
+
+    :param fn: runs one launch on the current stream (or on ``stream``).
+    :param setup: untimed before every timed launch; forces event timing.
+    :param stream: the launch stream (a stream object, a raw pointer, or None =
+        the device's current stream).
+    :param device: the torch device; None = the stream's device, else the
+        current accelerator, else the host.
+    :param warmup: untimed launches before event or host timing.
+    :param rep: graph replays, or timed launches (event and host timing).
+    :param rotations: the same launch over distinct input copies (``rotations[0]``
+        is ``fn``), launched round-robin; empty = ``fn`` alone.
+    :param cutoff_ms: when the first timed launch takes longer, stop there and
+        return it with method ``"cutoff"``; None = :func:`current_cutoff`.
+    :param method: force ``"graph"`` (still falls back to events when capture
+        fails), ``"events"`` or ``"wall"``; None = automatic.
+    :param warm: warm the clocks first (once per process and device, again after idling).
+    :param module: the device module to use; None = ``torch.get_device_module(device)``.
+    :param name: names the candidate in error messages.
+    :returns: a :class:`flyautotune.Measurement` (``ms`` > 0 and finite,
+        ``spread`` >= 0, ``method``, ``reps``, ``note``).
+    """
+    launches = _check_args(fn, warmup, rep, rotations, method)
+    cutoff = current_cutoff() if cutoff_ms is None else cutoff_ms
+    _check_cutoff(cutoff)
+    device = device if device is not None else _default_device(stream)
+    module = module if module is not None else (None if method == "wall" else streams.device_module(device))
+    if setup is not None or not launches:
+        launches = [fn]  # setup prepares fn's own tensors, not the copies'
+    if module is None:
+        return _host(launches, setup, warmup, rep, cutoff, name)
+    if stream is None:
+        stream = module.current_stream(device)
+    elif isinstance(stream, int):
+        stream = streams.resolve_stream(stream, device)
+    with module.stream(stream):
+        if warm:
+            clocks.warm_clocks(device, module, stream=stream)
+        if setup is not None:
+            setup()
+        fn()  # untimed: compilation and lazy initialisation
+        if setup is not None:
+            setup()
+        first = _checked(events.time_one(fn, module, stream), name, "event")
+        clocks.mark_busy(device)
+        if cutoff is not None and first > cutoff:
+            return _cut(first, cutoff, "events")
+        note = ""
+        if method in (None, "graph"):
+            if setup is not None:
+                note = "setup runs before every launch, so launches are timed one by one with events"
+            elif not graph.can_capture(module):
+                note = f"{getattr(module, '__name__', 'the device module')} has no graph capture; timed with events"
+            else:
+                try:
+                    ms, spread, reps, per = graph.time_graph(launches, module=module, stream=stream,
+                                                             device=device, rep=rep, est_ms=first)
+                except graph.CaptureError as exc:
+                    note = f"{exc}; timed with events"
+                else:
+                    clocks.mark_busy(device)
+                    copies = f"{len(launches)} input copies" if len(launches) > 1 else "1 input set (no rotations)"
+                    return Measurement(_checked(ms, name, "graph"), spread, "graph", reps,
+                                       f"{per} launches per replay over {copies}")
+        flush = events.flush_buffer(device, module) if len(launches) == 1 else None
+        ms, spread, reps = events.time_events(launches, module=module, stream=stream, setup=setup, flush=flush,
+                                              warmup=warmup, rep=rep, est_ms=first)
+        clocks.mark_busy(device)
+    return Measurement(_checked(ms, name, "event"), spread, "events", reps, note)
+
+
+def _host(launches, setup, warmup, rep, cutoff, name) -> Measurement:
+    ms, spread, reps = wall.time_wall(launches, setup=setup, warmup=warmup, rep=rep, cutoff_ms=cutoff)
+    ms = _checked(ms, name, "host clock")
+    if cutoff is not None and reps == 1 and ms > cutoff:
+        return _cut(ms, cutoff, "host clock")
+    return Measurement(ms, spread, "wall", reps)

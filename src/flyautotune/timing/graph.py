@@ -1,0 +1,134 @@
+"""Timing a launch as graph replays of round-robin launches over rotated inputs.
+
+One graph holds many launches back to back, over distinct copies of the inputs
+(so each launch reads cold memory, as in real use); replaying it runs them with
+no host in between. Device events around each replay give one sample; the time
+of one launch is the median replay over the launches per replay.
+"""
+
+from __future__ import annotations
+
+import inspect
+import math
+from typing import Any, Callable, Sequence
+
+from . import stats
+
+#: A replay should run at least this long, so event resolution and replay overhead vanish.
+MIN_REPLAY_MS = 1.0
+#: The most launches captured into one graph.
+MAX_LAUNCHES = 512
+#: A replay this many times faster than one eager launch means the launch escaped the capture.
+_ESCAPE_RATIO = 100.0
+
+
+class CaptureError(RuntimeError):
+    """The launch cannot be timed from a graph (capture failed or captured nothing)."""
+
+
+def graph_class(module: Any) -> Any:
+    """The device module's graph class (``<MODULE>Graph``, e.g. the one ``module.graph`` captures into), or None."""
+    prefix = getattr(module, "__name__", "").rsplit(".", 1)[-1].upper()
+    return getattr(module, prefix + "Graph", None) or getattr(module, "Graph", None)
+
+
+def can_capture(module: Any) -> bool:
+    """True when ``module`` has graph capture (a graph class and a ``graph`` context)."""
+    return graph_class(module) is not None and callable(getattr(module, "graph", None))
+
+
+def launches_per_replay(n_copies: int, est_ms: float, *, min_replay_ms: float = MIN_REPLAY_MS,
+                        max_launches: int = MAX_LAUNCHES) -> int:
+    """Launches in one graph: enough for ``min_replay_ms``, a whole number of rounds over the copies."""
+    wanted = math.ceil(min_replay_ms / max(est_ms, 1e-4))
+    wanted = min(max(wanted, n_copies), max(max_launches, n_copies))
+    return n_copies * math.ceil(wanted / n_copies)
+
+
+def _is_default(module: Any, stream: Any, device: Any) -> bool:
+    default = getattr(module, "default_stream", None)
+    if default is None:
+        return True  # unknown: capture on a side stream, never on a possibly special stream
+    try:
+        return stream == default(device)
+    except Exception:
+        return True
+
+
+def _capture_context(module: Any, graph: Any, stream: Any):
+    kwargs = {"stream": stream}
+    try:
+        if "capture_error_mode" in inspect.signature(module.graph).parameters:
+            # Only this thread's unsafe calls break the capture; other threads keep working.
+            kwargs["capture_error_mode"] = "thread_local"
+    except (TypeError, ValueError):
+        pass
+    return module.graph(graph, **kwargs)
+
+
+def time_graph(
+    launches: Sequence[Callable[[], Any]],
+    *,
+    module: Any,
+    stream: Any,
+    device: Any,
+    rep: int,
+    est_ms: float,
+) -> tuple:
+    """Capture round-robin ``launches`` into one graph and time ``rep`` replays on ``stream``.
+
+    :returns: ``(ms, spread, replays, launches_per_replay)``: ms of one launch
+        (median replay / launches), relative interquartile range over replays.
+    :raises CaptureError: with the reason, when capture fails or records nothing.
+    """
+    cls = graph_class(module)
+    if cls is None or not callable(getattr(module, "graph", None)):
+        raise CaptureError(f"{getattr(module, '__name__', module)} has no graph capture")
+    n = len(launches)
+    per = launches_per_replay(n, est_ms)
+    side = _is_default(module, stream, device)
+    capture_stream = module.Stream(device=device) if side else stream
+    try:
+        if side:
+            capture_stream.wait_stream(stream)
+        # Warm every copy on the capture stream first: lazy initialisations must not happen inside the capture.
+        with module.stream(capture_stream):
+            for launch in launches:
+                launch()
+        capture_stream.synchronize()
+        graph = cls()
+        with _capture_context(module, graph, capture_stream):
+            for i in range(per):
+                launches[i % n]()
+    except Exception as exc:
+        _settle(module, device)
+        raise CaptureError(f"graph capture failed: {type(exc).__name__}: {exc}") from exc
+    try:
+        with module.stream(stream):
+            if side:
+                stream.wait_stream(capture_stream)
+            graph.replay()  # untimed: the first replay uploads the graph
+            marks = [module.Event(enable_timing=True) for _ in range(rep + 1)]
+            marks[0].record(stream)
+            for i in range(rep):
+                graph.replay()
+                marks[i + 1].record(stream)
+            marks[-1].synchronize()
+        samples = [a.elapsed_time(b) / per for a, b in zip(marks, marks[1:])]
+    finally:
+        reset = getattr(graph, "reset", None)
+        if reset is not None:
+            reset()
+    ms = stats.median(samples)
+    if ms * _ESCAPE_RATIO < est_ms:
+        raise CaptureError(f"a graph replay took {ms:.6f} ms per launch, far less than one eager launch "
+                           f"({est_ms:.6f} ms): the launch did not run inside the capture")
+    return ms, stats.relative_iqr(samples), rep, per
+
+
+def _settle(module: Any, device: Any) -> None:
+    """Let a failed capture's stream drain so the fallback starts clean."""
+    try:
+        module.synchronize(device)
+    except Exception:  # the capture error is what the caller reports
+        pass
