@@ -58,7 +58,8 @@ class MetaBackend:
         if target.backend != "fake":
             return None
         self.bench_streams.append(stream)
-        setup()
+        if setup is not None:  # nothing to restore or zero: no setup
+            setup()
         fn()
         return 1.0
 

@@ -203,5 +203,5 @@ def test_no_rotations_on_the_host_and_bad_sizes_are_named():
 
 def test_the_builtin_cpu_benchmark_returns_a_wall_measurement(pm):
     m = pm.hook.flyautotune_benchmark(fn=lambda: None, setup=None, target=fat.Target("cpu", "x86_64", 1),
-                                      stream=None, warmup=1, rep=3, rotations=())
+                                      stream=None, warmup=1, rep=3, rotations=(), cutoff_ms=None)
     assert isinstance(m, Measurement) and m.method == "wall" and m.reps == 3 and m.spread is not None

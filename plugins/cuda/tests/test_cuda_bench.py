@@ -27,7 +27,7 @@ def gpu(monkeypatch):
 def test_the_hook_times_graph_replays_over_the_rotations_on_the_launch_stream(gpu):
     mine = gpu.Stream(device=torch.device("cuda", 0), label="launch")
     rot = [lambda i=i: gpu.launch(0.02, f"copy{i}") for i in range(3)]
-    m = hooks.flyautotune_benchmark(fn=rot[0], setup=None, target=H100, stream=mine, warmup=2, rep=5, rotations=rot)
+    m = hooks.flyautotune_benchmark(fn=rot[0], setup=None, target=H100, stream=mine, warmup=2, rep=5, rotations=rot, cutoff_ms=None)
     assert isinstance(m, Measurement)
     assert (m.method, m.reps) == ("graph", 5) and m.ms == pytest.approx(0.02)
     assert gpu.captured_on == ["launch"]
@@ -39,7 +39,7 @@ def test_setup_makes_the_hook_time_events_with_a_flush_and_the_reason(gpu):
     done = []
     m = hooks.flyautotune_benchmark(fn=lambda: gpu.launch(1.5), setup=lambda: done.append(1), target=H100,
                                     stream=gpu.Stream(device=torch.device("cuda", 0), label="launch"),
-                                    warmup=1, rep=4, rotations=())
+                                    warmup=1, rep=4, rotations=(), cutoff_ms=None)
     assert m.method == "events" and m.ms == pytest.approx(1.5)
     assert "setup runs before every launch" in m.note
     assert gpu.log.count("flush") >= 4 and len(done) >= 4
@@ -49,7 +49,7 @@ def test_the_cutoff_reaches_the_hook_through_the_callers_context(gpu):
     with timing.cutoff_after(1.0):
         m = hooks.flyautotune_benchmark(fn=lambda: gpu.launch(30.0), setup=None, target=H100,
                                         stream=gpu.Stream(device=torch.device("cuda", 0)), warmup=5, rep=20,
-                                        rotations=())
+                                        rotations=(), cutoff_ms=None)
     assert m.method == "cutoff" and gpu.log.count("fn") == 2
 
 
@@ -60,7 +60,7 @@ def test_cuda_benchmark_keeps_returning_milliseconds(gpu):
 
 def test_other_backends_are_left_to_other_plugins(gpu):
     assert hooks.flyautotune_benchmark(fn=lambda: None, setup=None, target=fat.Target("rocm", "gfx942", 64),
-                                       stream=None, warmup=1, rep=1, rotations=()) is None
+                                       stream=None, warmup=1, rep=1, rotations=(), cutoff_ms=None) is None
     assert gpu.log == []
 
 

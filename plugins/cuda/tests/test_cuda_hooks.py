@@ -143,10 +143,10 @@ def test_cache_key_merges_into_the_core_axes(pm):
 
 def test_benchmark_leaves_other_targets_to_other_plugins(pm):
     m = pm.hook.flyautotune_benchmark(fn=lambda: None, setup=None, target=fat.Target("cpu", "x86_64", 1),
-                                      stream=None, warmup=1, rep=3, rotations=())
+                                      stream=None, warmup=1, rep=3, rotations=(), cutoff_ms=None)
     assert m.method == "wall"  # the core's CPU timer answered
     assert hooks.flyautotune_benchmark(fn=lambda: None, setup=None, target=MI300, stream=None, warmup=1,
-                                       rep=1, rotations=()) is None
+                                       rep=1, rotations=(), cutoff_ms=None) is None
 
 
 def test_installed_plugin_is_found_through_its_entry_point():

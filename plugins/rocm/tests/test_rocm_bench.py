@@ -37,7 +37,7 @@ def test_a_rocm_target_reaches_a_benchmarker_that_times_on_the_launch_stream(hip
     pm = fat.build_plugin_manager(entry_points=False, plugins=[hooks])
     rot = [lambda i=i: hip.launch(0.04, f"copy{i}") for i in range(2)]
     m = pm.hook.flyautotune_benchmark(fn=rot[0], setup=None, target=gfx942, stream=launch_stream(hip),
-                                      warmup=2, rep=6, rotations=rot)
+                                      warmup=2, rep=6, rotations=rot, cutoff_ms=None)
     assert isinstance(m, Measurement)
     assert (m.method, m.reps) == ("graph", 6) and m.ms == pytest.approx(0.04)
     assert hip.captured_on == ["launch"]
@@ -48,7 +48,7 @@ def test_a_rocm_target_reaches_a_benchmarker_that_times_on_the_launch_stream(hip
 def test_a_hip_capture_failure_falls_back_to_events_on_the_launch_stream(hip, gfx942):
     hip.capture_error = "hipErrorStreamCaptureUnsupported"
     m = hooks.flyautotune_benchmark(fn=lambda: hip.launch(0.5), setup=None, target=gfx942,
-                                    stream=launch_stream(hip), warmup=1, rep=4, rotations=())
+                                    stream=launch_stream(hip), warmup=1, rep=4, rotations=(), cutoff_ms=None)
     assert m.method == "events" and m.ms == pytest.approx(0.5)
     assert "hipErrorStreamCaptureUnsupported" in m.note
     assert {s for label, s in hip.launched_on if label == "fn"} == {"launch"}
@@ -57,7 +57,7 @@ def test_a_hip_capture_failure_falls_back_to_events_on_the_launch_stream(hip, gf
 
 def test_other_backends_are_left_to_other_plugins(hip):
     assert hooks.flyautotune_benchmark(fn=lambda: None, setup=None, target=fat.Target("cuda", "sm_90", 32),
-                                       stream=None, warmup=1, rep=1, rotations=()) is None
+                                       stream=None, warmup=1, rep=1, rotations=(), cutoff_ms=None) is None
     assert hip.log == []
 
 

@@ -59,7 +59,7 @@ class Candidate:
 
     def noise(self) -> float:
         spread = self.measurement.spread if self.measurement is not None and self.measurement.spread else 0.0
-        return max(relative_spread(self.samples), spread if len(self.samples) < 2 else 0.0)
+        return max(relative_spread(self.samples), spread)
 
     def row(self) -> dict:
         row = {"config": config_repr(self.config), "ms": self.ms, "error": self.error}
@@ -115,12 +115,13 @@ class Search:
 
     def _rotations(self) -> list:
         """Copies of the call's tensors, so timing rotates over inputs that are cold in the caches."""
-        if self.setup is not None or not self.call.tensors or getattr(self.call.device, "type", "cpu") == "cpu":
+        if self.setup is not None or not self.call.tensors or getattr(self.call.device, "type", "cpu") in ("cpu",
+                                                                                                             "meta"):
             return []
         from .. import timing
 
         per_set = sum(t.numel() * t.element_size() for _, t in self.call.tensors)
-        n = timing.rotation_count(self.call.device, per_set, target=self.target, pm=self.t.pm)
+        n = timing.rotation_count(self.call.device, per_set)
         copies = [self.call]
         for _ in range(1, n):
             copies.append(self.t.sig.replaced(self.call, {k: v.clone() for k, v in self.call.tensors}))
@@ -260,8 +261,12 @@ class Search:
             return None, None, None
         best = min(ok, key=lambda c: c.ms)
         d = self.default
-        if d is None or d.ms is None or d.error is not None or best is d:
-            return best, (0.0 if best is d else None), (d.noise() if best is d else None)
+        if d is None or d.ms is None or d.error is not None:
+            return best, None, None
+        if best is d:  # the band is still reported, against the closest challenger
+            rest = [c for c in ok if c is not d]
+            runner = min(rest, key=lambda c: c.ms) if rest else d
+            return d, 0.0, (runner.noise() ** 2 + d.noise() ** 2) ** 0.5
         gain = (d.ms - best.ms) / d.ms
         noise = (best.noise() ** 2 + d.noise() ** 2) ** 0.5
         if gain > noise:

@@ -162,7 +162,8 @@ def flyautotune_benchmark(
     warmup: int,
     rep: int,
     rotations: Sequence[Callable[[], Any]],
+    cutoff_ms: Optional[float],
 ) -> Optional[Measurement]:
     if target.backend != BACKEND:
         return None
-    return _bench.benchmark(fn, setup, stream=stream, warmup=warmup, rep=rep, rotations=rotations)
+    return _bench.benchmark(fn, setup, stream=stream, warmup=warmup, rep=rep, rotations=rotations, cutoff_ms=cutoff_ms)

@@ -58,7 +58,8 @@ def flyautotune_benchmark(
     warmup: int,
     rep: int,
     rotations: Sequence[Callable[[], Any]],
+    cutoff_ms: Optional[float],
 ) -> Optional[Measurement]:
     if not _ours(target):
         return None
-    return _bench.benchmark(fn, setup, stream=stream, warmup=warmup, rep=rep, rotations=rotations)
+    return _bench.benchmark(fn, setup, stream=stream, warmup=warmup, rep=rep, rotations=rotations, cutoff_ms=cutoff_ms)

@@ -1,0 +1,124 @@
+"""The core's policies are plugins: a test replaces the store and receives every event through hooks,
+and a search on a ROCm target reaches a benchmarker that times on the launch stream."""
+
+import types
+
+import torch
+
+import flyautotune as fat
+from flyautotune import streams
+from flyautotune.timing import clocks, events as timing_events
+from flyautotune.timing.testing import FakeGpu, Flush
+
+
+class DictStore:
+    """The smallest store: winners and timings in dicts."""
+
+    def __init__(self):
+        self.winners, self.timings = {}, {}
+
+    def get(self, tuner, key):
+        return self.winners.get((tuner, key))
+
+    def get_timings(self, tuner, timing_key):
+        return dict(self.timings.get((tuner, timing_key), {}))
+
+    def put(self, tuner, key, timing_key, config, timings, provenance):
+        self.winners[(tuner, key)] = types.SimpleNamespace(config=config, timings=timings, provenance=provenance)
+
+    def delete(self, tuner, key):
+        self.winners.pop((tuner, key), None)
+
+    def entries(self, tuner=None):
+        return [v for (t, _), v in self.winners.items() if tuner in (None, t)]
+
+    def clear(self, tuner=None):
+        n = len(self.entries(tuner))
+        self.winners = {k: v for k, v in self.winners.items() if tuner not in (None, k[0])}
+        return n
+
+
+class StorePlugin:
+    def __init__(self):
+        self.store = DictStore()
+
+    @fat.hookimpl
+    def flyautotune_store(self):
+        return self.store
+
+
+class EventSink:
+    def __init__(self):
+        self.events = []
+
+    @fat.hookimpl
+    def flyautotune_tuning_event(self, event):
+        self.events.append(event)
+
+
+def test_a_plugin_store_and_an_event_plugin_replace_the_builtins(pm, counting_bench, isolated_store):
+    store, sink = StorePlugin(), EventSink()
+    pm.register(store)
+    pm.register(sink)
+
+    @fat.autotune(configs=[fat.Config(B=1), fat.Config(B=2)], key=["n"], plugin_manager=pm, name="h_store",
+                  do_bench=counting_bench(cost=lambda i: {1: 2.0, 2: 1.0}[i]))
+    def launch(x, n, B=None):
+        return B
+
+    assert launch(torch.zeros(2), 2) == 2
+    (entry,) = store.store.entries("h_store")
+    assert entry.config == {"kwargs": {"B": 2}, "compile_hints": {}}
+    assert [e["event"] for e in sink.events] == ["search_start", "candidate", "candidate", "search_end", "select"]
+    assert sink.events[-1]["source"] == "search"
+    assert not isolated_store.exists()  # the built-in SQLite store was never opened
+    launch.clear()
+    assert launch(torch.zeros(2), 2) == 2 and launch.last_source == "store"
+
+
+def test_a_broken_event_plugin_does_not_hide_events_from_the_others(pm, counting_bench, caplog):
+    class Broken:
+        @fat.hookimpl
+        def flyautotune_tuning_event(self, event):
+            raise RuntimeError("sink down")
+
+    sink = EventSink()
+    pm.register(Broken())
+    pm.register(sink)
+    t = fat.autotune(configs=[fat.Config(B=1)], key=["n"], plugin_manager=pm, name="h_broken",
+                     default=lambda **kw: fat.Config(B=1))(lambda x, n, B=None: B)
+    assert t(torch.zeros(2), 2) == 1
+    assert [e["event"] for e in sink.events] == ["select"] and "sink down" in caplog.text
+
+
+class MetaIsGfx942:
+    """A ROCm GPU stand-in: meta tensors belong to a gfx942 target."""
+
+    @fat.hookimpl(tryfirst=True)
+    def flyautotune_target(self, device):
+        if getattr(device, "type", None) == "meta":
+            return fat.Target("rocm", "gfx942", 64)
+
+
+def test_a_search_on_a_rocm_target_is_timed_on_the_launch_stream_and_stored(pm, monkeypatch):
+    from flyautotune_rocm import hooks as rocm_hooks
+
+    hip = FakeGpu(name="cuda", l2=4 << 20)
+    monkeypatch.setattr(streams, "device_module", lambda device: hip if device.type == "meta" else None)
+    monkeypatch.setattr(timing_events, "flush_buffer", lambda device, module: Flush(hip))
+    monkeypatch.setattr(clocks, "make_work", lambda device: lambda: hip.launch(50.0, "warm"))
+    clocks.forget()
+    pm.register(MetaIsGfx942())
+    pm.register(rocm_hooks)
+    side = hip.Stream(device=torch.device("meta"), label="launch")
+
+    @fat.autotune(configs=[fat.Config(B=1), fat.Config(B=2)], key=["n"], plugin_manager=pm, name="h_rocm")
+    def launch(x, n, B=None, stream=None):
+        hip.launch(0.01 * (3 - B), f"B{B}")  # B=2 is faster
+
+    sel = launch.select(torch.zeros(4, device="meta"), 4, stream=side, force=True)
+    assert sel.config == fat.Config(B=2)
+    assert {r["method"] for r in sel.timings} == {"graph"}
+    assert set(hip.captured_on) == {"launch"}
+    entry = launch.store().get("h_rocm", sel.key)
+    assert entry.config["kwargs"] == {"B": 2} and entry.provenance["target"]["arch"] == "gfx942"

@@ -1,0 +1,150 @@
+"""How a search decides: the default is protected within the measured noise, real wins are kept,
+wrong outputs are rejected, broken timings are named, the budget is honoured."""
+
+import threading
+
+import pytest
+import torch
+
+import flyautotune as fat
+from flyautotune.measurement import Measurement
+
+
+class FixedTimes:
+    """A CPU benchmark plugin: each config's time is a list of samples, one per timing call."""
+
+    def __init__(self, times):
+        self.times = {k: list(v) for k, v in times.items()}
+        self.calls = []
+
+    @fat.hookimpl(tryfirst=True)
+    def flyautotune_benchmark(self, fn, setup, target, stream, warmup, rep, rotations, cutoff_ms):
+        if setup is not None:
+            setup()
+        b = fn()
+        self.calls.append(b)
+        samples = self.times[b]
+        ms = samples.pop(0) if len(samples) > 1 else samples[0]
+        return Measurement(ms, spread=0.001, method="fixed", reps=rep)
+
+
+def tuner(pm, name, default=1, space=(1, 2, 3), **kw):
+    @fat.autotune(configs=[fat.Config(B=b) for b in space], key=["n"], plugin_manager=pm, name=name,
+                  default=(lambda **a: fat.Config(B=default)) if default else None, **kw)
+    def launch(x, n, B=None):
+        return B
+
+    return launch
+
+
+def test_a_challenger_inside_the_noise_keeps_the_default(pm):
+    # B=2 is 1.5% faster at the median, but its re-timings swing by +-3%: that is noise, not a win
+    pm.register(FixedTimes({1: [1.0, 1.0, 1.0, 1.0], 2: [0.97, 1.01, 0.95, 1.0], 3: [1.5]}))
+    sel = tuner(pm, "d_noise").select(torch.zeros(2), 2, force=True)
+    assert sel.config == fat.Config(B=1) and sel.source == "search"
+    assert sel.margin == 0.0 and sel.noise > 0.02
+    rows = {r["config"]["kwargs"]["B"]: r for r in sel.timings}
+    assert rows[1]["default"] and rows[2]["rounds"] == 4  # first pass + 3 interleaved rounds
+
+
+def test_a_real_win_over_the_default_is_chosen_and_its_margin_logged(pm, caplog):
+    pm.register(FixedTimes({1: [1.0], 2: [0.96], 3: [0.97]}))
+    with caplog.at_level("INFO", logger="flyautotune"):
+        sel = tuner(pm, "d_win").select(torch.zeros(2), 2, force=True)
+    assert sel.config == fat.Config(B=2)
+    assert sel.margin == pytest.approx(0.04, rel=1e-6) and sel.noise == pytest.approx(0.001 * 2 ** 0.5, rel=1e-3)
+    assert "4.00% faster than the default (noise band 0.14%)" in caplog.text
+
+
+def test_the_default_outside_the_space_is_timed_and_protected(pm):
+    bench = FixedTimes({1: [1.2], 2: [1.1], 9: [1.0]})
+    pm.register(bench)
+    sel = tuner(pm, "d_outside", default=9, space=(1, 2)).select(torch.zeros(2), 2, force=True)
+    assert sel.config == fat.Config(B=9) and 9 in bench.calls
+
+
+def test_a_candidate_that_writes_wrong_values_is_rejected_and_never_wins(pm, counting_bench, caplog):
+    @fat.autotune(configs=[fat.Config(BLOCK=b) for b in (2, 4)], key=["n"], plugin_manager=pm, name="d_wrong",
+                  default=lambda **a: fat.Config(BLOCK=2),
+                  do_bench=counting_bench(cost=lambda i: {1: 2.0, 2: 1.0}[i]))
+    def launch(x, out, n, BLOCK=None):
+        blocks = n // BLOCK  # BLOCK=4 skips the tail block: the last 2 elements are never written
+        for b in range(blocks if BLOCK == 4 else -(-n // BLOCK)):
+            out[b * BLOCK:(b + 1) * BLOCK] = x[b * BLOCK:(b + 1) * BLOCK] * 2
+        return out
+
+    x, out = torch.arange(6.0), torch.empty(6)
+    with caplog.at_level("WARNING"):
+        sel = launch.select(x, out, 6, force=True)
+    assert sel.config == fat.Config(BLOCK=2)  # the faster candidate was wrong
+    bad = next(r for r in sel.timings if r["config"]["kwargs"]["BLOCK"] == 4)
+    assert bad["ms"] is None and bad["error"].startswith("rejected: argument out differs from the reference")
+    assert "BLOCK=4 failed: rejected" in caplog.text
+    launch(x, out, 6)
+    assert torch.equal(out, x * 2)
+
+
+def test_output_checks_can_be_turned_off_or_given_a_reference(pm, counting_bench):
+    seen = []
+
+    def reference(result, x, n, **kw):
+        seen.append(result)
+        return result == 1  # only B=1 is "correct"
+
+    t = tuner(pm, "d_check", default=None, space=(1, 2), check=reference,
+              do_bench=counting_bench(cost=lambda i: {1: 2.0, 2: 1.0}[i]))
+    assert t.select(torch.zeros(2), 2, force=True).config == fat.Config(B=1) and seen == [1, 2]
+    off = tuner(pm, "d_off", default=None, space=(1, 2), check=False,
+                do_bench=counting_bench(cost=lambda i: {1: 2.0, 2: 1.0}[i]))
+    assert off.select(torch.zeros(2), 2, force=True).config == fat.Config(B=2)
+    with pytest.raises(TypeError, match="check='yes'; expected True"):
+        tuner(pm, "d_bad", check="yes")
+
+
+@pytest.mark.parametrize("bad", [float("nan"), -1.0, None, float("inf"), True, "1.5", 0.0])
+def test_a_broken_timing_names_the_candidate_and_the_search_goes_on(pm, bad, caplog):
+    values = {1: 2.0, 2: bad, 3: 1.0}
+    t = tuner(pm, "d_broken", default=None, do_bench=lambda fn, setup=None: values[fn()])
+    with caplog.at_level("WARNING"):
+        sel = t.select(torch.zeros(2), 2, force=True)
+    assert sel.config == fat.Config(B=3)
+    assert "candidate 2/3 B=2 failed: ValueError: do_bench for B=2 returned" in caplog.text
+
+
+def test_the_search_budget_stops_new_candidates_and_keeps_the_default(pm, monkeypatch):
+    import flyautotune.tuning.search as search_mod
+
+    clock = iter(range(0, 1000, 10))  # every perf_counter call advances 10 s
+    monkeypatch.setattr(search_mod.time, "perf_counter", lambda: float(next(clock)))
+    pm.register(FixedTimes({1: [1.0], 2: [0.5], 3: [0.4]}))
+    sel = tuner(pm, "d_budget", max_search_s=5).select(torch.zeros(2), 2, force=True)
+    assert sel.config == fat.Config(B=1)
+    skipped = [r for r in sel.timings if r["error"] and "budget" in r["error"]]
+    assert len(skipped) == 2
+    with pytest.raises(ValueError, match="max_search_s=0; expected seconds > 0"):
+        tuner(pm, "d_budget0", max_search_s=0)
+
+
+def test_a_failing_key_is_searched_once_by_many_threads(pm, counting_bench):
+    runs = []
+
+    @fat.autotune(configs=[fat.Config(B=1), fat.Config(B=2)], key=["n"], plugin_manager=pm, name="d_fail32",
+                  do_bench=counting_bench())
+    def launch(x, n, B=None):
+        runs.append(B)
+        raise RuntimeError("no such kernel")
+
+    errors = []
+
+    def call():
+        try:
+            launch(torch.zeros(2), 2)
+        except fat.AutotuneError as exc:
+            errors.append(exc)
+
+    threads = [threading.Thread(target=call) for _ in range(32)]
+    for th in threads:
+        th.start()
+    for th in threads:
+        th.join()
+    assert len(errors) == 32 and runs == [1, 2]
