@@ -1,0 +1,131 @@
+"""Does the tuner's winner hold in real use, and what does a cold search cost? (one CUDA GPU)
+
+For each shape: five forced searches, each in a fresh process (``FLYAUTOTUNE=1``, one
+``rmsnorm_autotuned`` call, as a user runs it); the first with an empty Triton cache
+(cold compile), the rest with a warm one. Then, in this process, every distinct winner
+and the default are timed the way real use runs them (CUDA-graph replay over inputs
+rotated past L2), interleaved over several rounds. Reports, per shape: the winners,
+the spread of their graph times (target: within 1%), tuned / default (target >= 0.99)
+and the wall time of the searching call (targets: <= 3 s cold, <= 1 s warm).
+
+    python bench/stability.py --out DIR [--shapes 4096x8192:bf16,256x8192:fp32]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+
+CHILD = r"""
+import json, sys, time
+import torch
+M, N, ds = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[ds]
+x = torch.randn(M, N, device="cuda", dtype=dt)
+w = torch.rand(N, device="cuda", dtype=dt) + 0.5
+torch.cuda.synchronize()
+t0 = time.perf_counter()
+from flyautotune_rmsnorm import rmsnorm_autotuned
+from flyautotune_rmsnorm.api import tuned_launch
+rmsnorm_autotuned(x, w)
+torch.cuda.synchronize()
+wall = time.perf_counter() - t0
+print(json.dumps({"config": tuned_launch.last_config.kwargs, "source": tuned_launch.last_source,
+                  "call_s": wall}))
+"""
+
+
+def run_child(M, N, ds, triton_cache, store):
+    env = dict(os.environ, FLYAUTOTUNE="1", TRITON_CACHE_DIR=triton_cache, FLYAUTOTUNE_CACHE_DIR=store)
+    out = subprocess.run([sys.executable, "-c", CHILD, str(M), str(N), ds], env=env, capture_output=True,
+                         text=True, timeout=300)
+    if out.returncode != 0:
+        raise RuntimeError(out.stderr[-2000:])
+    return json.loads(out.stdout.strip().splitlines()[-1])
+
+
+def graph_ms(M, N, ds, configs, rounds=5):
+    """Per-call ms of each config (a dict of kwargs), CUDA-graph replay over rotated inputs, interleaved."""
+    import torch
+    import triton
+
+    from flyautotune_rmsnorm.api import launch
+
+    dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[ds]
+    per = (2 * M * N + N) * dt.itemsize
+    count = max(1, min(32, -(-200_000_000 // per)))
+    xs = [torch.randn(M, N, device="cuda", dtype=dt) for _ in range(count)]
+    ys = [torch.empty_like(x) for x in xs]
+    w = torch.rand(N, device="cuda", dtype=dt) + 0.5
+    graphs = []
+    for cfg in configs:
+        def calls(cfg=cfg):
+            for x, y in zip(xs, ys):
+                launch(x, w, y, M, N, ds, 1e-6, N, N, None, **cfg)
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            calls()
+        torch.cuda.current_stream().wait_stream(s)
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g):
+            calls()
+        graphs.append(g)
+    samples = [[] for _ in configs]
+    for r in range(rounds):
+        for i, g in enumerate(graphs):
+            samples[i].append(triton.testing.do_bench(g.replay, warmup=5, rep=40, return_mode="median") / count)
+    return [statistics.median(s) for s in samples]
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=".")
+    ap.add_argument("--shapes", default="4096x8192:bf16,256x8192:fp32")
+    ap.add_argument("--runs", type=int, default=5)
+    args = ap.parse_args(argv)
+    from flyautotune_rmsnorm.space import default_config
+
+    results = []
+    for spec in args.shapes.split(","):
+        shape, ds = spec.split(":")
+        M, N = (int(v) for v in shape.split("x"))
+        cache = tempfile.mkdtemp(prefix="triton-")
+        runs = []
+        for i in range(args.runs):
+            store = tempfile.mkdtemp(prefix="fat-")
+            runs.append(run_child(M, N, ds, cache, store))  # run 0: an empty Triton cache
+            print(f"{spec} run {i}: {runs[-1]}", flush=True)
+        default = default_config(M, N, ds, "cuda").kwargs
+        distinct = []
+        for r in runs:
+            if r["config"] not in distinct:
+                distinct.append(r["config"])
+        times = graph_ms(M, N, ds, [default] + distinct)
+        by = {json.dumps(c, sort_keys=True): t for c, t in zip(distinct, times[1:])}
+        winner_ms = [by[json.dumps(r["config"], sort_keys=True)] for r in runs]
+        row = {"shape": spec, "default": default, "default_ms": times[0], "runs": runs, "winner_ms": winner_ms,
+               "winner_spread": max(winner_ms) / min(winner_ms) - 1,
+               "tuned_over_default": [times[0] / t for t in winner_ms],
+               "cold_call_s": runs[0]["call_s"], "warm_call_s": statistics.median(r["call_s"] for r in runs[1:])}
+        results.append(row)
+        print(json.dumps({k: v for k, v in row.items() if k != "runs"}), flush=True)
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "stability.json"), "w") as f:
+        json.dump(results, f, indent=1)
+    print("| shape | winners (graph ms) | spread | tuned/default (speed) | cold call s | warm call s |")
+    print("|---|---|---|---|---|---|")
+    for r in results:
+        print(f"| {r['shape']} | {', '.join(f'{t * 1e3:.1f}us' for t in r['winner_ms'])} | "
+              f"{r['winner_spread']:.2%} | {min(r['tuned_over_default']):.3f}-{max(r['tuned_over_default']):.3f} | "
+              f"{r['cold_call_s']:.2f} | {r['warm_call_s']:.2f} |")
+
+
+if __name__ == "__main__":
+    main()
