@@ -3,7 +3,7 @@
 Its "launch" times nothing: it returns a cost that depends on the row length and
 BLOCK, so the serial run and every Ray worker pick the same winner. It takes fp32
 and bf16 only. With ``SCALE_TOY_KILL`` set to a marker path, the first process that
-tunes a row of 13 elements creates the marker and kills itself (a crashed worker).
+tunes a row of 13 elements writes its pid to the marker and kills itself (a crashed worker).
 """
 
 from __future__ import annotations
@@ -44,7 +44,8 @@ def example(shape, dtype, device):
         raise ValueError(f"scale_toy: shape {shape} must have two dimensions (rows, n)")
     marker = os.environ.get(KILL_ENV)
     if marker and device != "meta" and shape[-1] == KILL_N and not os.path.exists(marker):
-        open(marker, "w").close()
+        with open(marker, "w") as f:
+            f.write(str(os.getpid()))
         os.kill(os.getpid(), signal.SIGKILL)
     return (torch.zeros(shape, dtype=tdt, device=device),), {}
 

@@ -95,10 +95,11 @@ def active() -> Optional[DistributedSettings]:
     return stack[-1] if stack else None
 
 
-def _fail(group: Any, why: str) -> Agreement:
+def _fail(group: Any, why: str, remember: bool = True) -> Agreement:
     with _broken_lock:
         first = id(group) not in _broken
-        _broken.setdefault(id(group), why)
+        if remember:
+            _broken.setdefault(id(group), why)
     if first:
         warnings.warn(f"flyautotune: ranks could not agree on a config ({why}); every rank runs the default "
                       f"config, and tuning does not use this process group again", RuntimeWarning, stacklevel=3)
@@ -162,9 +163,9 @@ def agree(*, key: str, n_candidates: int, time_some: Callable[[list], dict], dec
         import torch
         import torch.distributed as dist
     except ImportError:
-        return _fail(group, "torch.distributed is not available")
+        return _fail(group, "torch.distributed is not available", remember=False)
     if not (dist.is_available() and dist.is_initialized()):
-        return _fail(group, "torch.distributed is not initialized (call init_process_group first)")
+        return _fail(group, "torch.distributed is not initialized (call init_process_group first)", remember=False)
     with _broken_lock:
         broken = _broken.get(id(group))
     if broken is not None:
