@@ -106,3 +106,16 @@ def test_a_killed_worker_loses_only_its_key(tmp_path, local_ray, toy):
     dead_pid = local_ray.read_text()
     assert all(r.worker.split(":")[-1] != dead_pid for r in killed)  # retried in another process
     assert len(get_store().entries("scale_toy")) == 8
+
+
+def test_cli_ray_flag_uses_the_running_instance(tmp_path, local_ray, capsys):
+    import argparse
+
+    from flyautotune.scale import cli_plan
+
+    plan = plan_file(tmp_path, ["4x8", "2x100"])
+    parser = argparse.ArgumentParser(prog="flyautotune")
+    cli_plan.add_parser(parser.add_subparsers(dest="command"))
+    assert cli_plan.run(parser.parse_args(["plan", plan.path, "--ray"])) == 0
+    out = capsys.readouterr().out
+    assert "4 keys in" in out and "(ray, 2 CPU worker(s))" in out and "(4 winners)" in out
