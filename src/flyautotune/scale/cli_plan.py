@@ -38,6 +38,10 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     return p
 
 
+def _keys(n: int) -> str:
+    return f"{n} key" + ("" if n == 1 else "s")
+
+
 def _say(text: str = "") -> None:
     print(text, file=sys.stdout, flush=True)
 
@@ -63,8 +67,11 @@ def _engine(args: argparse.Namespace, plan: Any) -> tuple:
 def run(args: argparse.Namespace) -> int:
     """Run the ``plan`` command; returns the exit status (0 ok, 1 a key failed, 2 a bad plan)."""
     from .plan import PlanError, load_plan
-    from .runner import PlanProgress, run_serial, summary_table, write_pack
+    from .runner import PlanProgress, pick_device, run_serial, summary_table, write_pack
 
+    if pick_device(args.device) == "cpu":
+        # Before validation imports the plugins' kernels: @triton.jit reads it when it decorates.
+        os.environ.setdefault("TRITON_INTERPRET", "1")
     try:
         plan = load_plan(args.plan)
     except PlanError as exc:
@@ -73,13 +80,13 @@ def run(args: argparse.Namespace) -> int:
     if args.check:
         for key in plan.keys:
             _say(key.label())
-        _say(f"{len(plan.keys)} keys; the plan is valid")
+        _say(f"{_keys(len(plan.keys))}; the plan is valid")
         return 0
     use_ray, address, note = _engine(args, plan)
     if note:
         print(f"flyautotune plan: {note}", file=sys.stderr)
     progress = PlanProgress(len(plan.keys))
-    _say(f"plan {args.plan}: {len(plan.keys)} keys")
+    _say(f"plan {args.plan}: {_keys(len(plan.keys))}")
     if use_ray:
         from .ray_engine import run_ray
 

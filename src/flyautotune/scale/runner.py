@@ -155,7 +155,8 @@ def summary_table(result: PlanResult) -> str:
     counts = {}
     for r in result.results:
         counts[r.source] = counts.get(r.source, 0) + 1
-    lines.append(f"{len(result.results)} keys in {seconds(result.seconds)} ({result.engine}): "
+    n = len(result.results)
+    lines.append(f"{n} key{'' if n == 1 else 's'} in {seconds(result.seconds)} ({result.engine}): "
                  + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
     return "\n".join(lines)
 
@@ -183,9 +184,9 @@ def run_serial(plan: Plan, *, device: Optional[str] = None, force: Optional[bool
     opts = plan.options
     device = pick_device(device or opts.device)
     force = opts.force if force is None else force
-    pm = pm if pm is not None else plugin_manager_for(opts.plugins)
-    if device == "cpu":
+    if device == "cpu":  # before the plugins import their kernels: @triton.jit reads it when it decorates
         os.environ.setdefault("TRITON_INTERPRET", "1")
+    pm = pm if pm is not None else plugin_manager_for(opts.plugins)
     t0 = time.perf_counter()
     out = []
     for key in plan.keys:
