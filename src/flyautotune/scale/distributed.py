@@ -61,8 +61,9 @@ _broken_lock = threading.Lock()
 
 
 def _positive_timeout(instance: Any, attribute: Any, value: Any) -> None:
+    # A zero, negative or NaN bound would fail every collective; an infinite one could hang the job.
     if isinstance(value, bool) or not isinstance(value, (int, float)) or not (value > 0 and math.isfinite(value)):
-        raise ValueError(f"distributed(): timeout_s must be a positive number of seconds, got {value!r}")
+        raise ValueError(f"timeout_s must be a positive number of seconds, got {value!r}")
 
 
 @contextlib.contextmanager
@@ -159,6 +160,7 @@ def agree(*, key: str, n_candidates: int, time_some: Callable[[list], dict], dec
     :returns: an :class:`Agreement`; ``failed`` set (and one warning issued per
         group) when a collective failed or timed out.
     """
+    _positive_timeout(None, None, timeout_s)
     try:
         import torch
         import torch.distributed as dist

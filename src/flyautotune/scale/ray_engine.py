@@ -148,7 +148,8 @@ def run_ray(plan: Plan, *, address: Optional[str] = None, workers: Optional[int]
             # Keep one key per worker in flight, so the budget can stop new keys.
             while queue and len(pending) < slots:
                 i, key = queue.pop(0)
-                if opts.budget_s is not None and time.perf_counter() - t0 > opts.budget_s:
+                spent = time.perf_counter() - t0
+                if (results or pending) and opts.budget_s is not None and spent > opts.budget_s:
                     results[i] = KeyResult(key, "skipped", error=f"budget of {opts.budget_s:g} s spent")
                     _report(progress, results[i])
                     continue

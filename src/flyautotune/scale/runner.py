@@ -190,7 +190,7 @@ def run_serial(plan: Plan, *, device: Optional[str] = None, force: Optional[bool
     t0 = time.perf_counter()
     out = []
     for key in plan.keys:
-        if opts.budget_s is not None and time.perf_counter() - t0 > opts.budget_s:
+        if out and opts.budget_s is not None and time.perf_counter() - t0 > opts.budget_s:
             r = KeyResult(key, "skipped", error=f"budget of {opts.budget_s:g} s spent")
         else:
             r = tune_key(pm.get_adopter(key.adopter), key, device, force)
@@ -225,9 +225,9 @@ def merge_into_store(result: PlanResult, store: Any = None) -> int:
     from ..store import get_store
 
     store = store if store is not None else get_store()
+    searched = {(r.entry["tuner"], r.entry["key"]) for r in result.results if r.source == "search" and r.entry}
     n = 0
     for e in result.entries():
-        if any(r.source == "search" and r.entry and r.entry["key"] == e.key and r.entry["tuner"] == e.tuner
-               for r in result.results):
+        if (e.tuner, e.key) in searched:
             n += bool(store.put(e.tuner, e.key, e.timing_key or e.key, e.config, list(e.timings), e.provenance))
     return n
