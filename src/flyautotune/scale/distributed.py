@@ -108,12 +108,12 @@ def _fail(group: Any, why: str, remember: bool = True) -> Agreement:
 
 
 class _Bounded:
-    """Runs collectives on ``group`` with one deadline: each waits at most the time left."""
+    """Runs collectives on ``group`` against a deadline: each waits at most the time left."""
 
     def __init__(self, dist: Any, group: Any, timeout_s: float) -> None:
         self.dist, self.group = dist, group
-        self.deadline = time.monotonic() + timeout_s
         self.timeout_s = timeout_s
+        self.restart()
         backend = str(dist.get_backend(group)).lower()
         if backend == "gloo":
             self.device = "cpu"
@@ -121,6 +121,9 @@ class _Bounded:
             import torch
 
             self.device = torch.device("cuda", torch.cuda.current_device())
+
+    def restart(self) -> None:
+        self.deadline = time.monotonic() + self.timeout_s
 
     def wait(self, work: Any, what: str) -> None:
         left = self.deadline - time.monotonic()
@@ -156,7 +159,9 @@ def agree(*, key: str, n_candidates: int, time_some: Callable[[list], dict], dec
     :param stored: this rank's stored winner (``Config.to_dict()`` form) or None; only
         rank 0's counts, and it is broadcast.
     :param group: the process group (None: the default group).
-    :param timeout_s: the bound on all collectives of this call together.
+    :param timeout_s: the bound on each phase: the stored-winner broadcast, and the
+        gather after this rank timed its share (which includes waiting for slower
+        ranks to finish timing theirs).
     :returns: an :class:`Agreement`; ``failed`` set (and one warning issued per
         group) when a collective failed or timed out.
     """
@@ -192,6 +197,7 @@ def agree(*, key: str, n_candidates: int, time_some: Callable[[list], dict], dec
         except Exception as exc:  # this rank's share counts as failed; the others still gather
             log.warning("%s: timing candidates %s failed: %s: %s", key, mine, type(exc).__name__, exc)
             timed = {}
+        io.restart()  # this rank's own timing does not eat the bound; waiting for slower ranks does
         row = torch.full((n_candidates,), math.nan, dtype=torch.float64, device=io.device)
         for i in mine:
             ms = timed.get(i)
