@@ -1,0 +1,118 @@
+"""``flyautotune plan PLAN.toml``: tune a whole plan, serially or on Ray, and export one pack."""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from typing import Any, Optional
+
+HELP = "tune every adopter x shape x dtype of a plan file (serially, or on Ray) and export one pack"
+
+
+def _workers(text: str) -> int:
+    try:
+        n = int(text)
+    except ValueError:
+        n = 0
+    if n < 1:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a worker count; expected a positive integer")
+    return n
+
+
+def add_parser(subparsers: Any) -> argparse.ArgumentParser:
+    """Add the ``plan`` command to ``flyautotune``'s subparsers; returns its parser."""
+    p = subparsers.add_parser("plan", help=HELP, description=HELP + ". See docs/scale_out.md.")
+    p.add_argument("plan", help="the plan file (TOML)")
+    p.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                   help="run on Ray: a cluster address, or none for a local instance ($RAY_ADDRESS also "
+                        "selects a cluster); needs pip install 'flyautotune[ray]'")
+    p.add_argument("--serial", action="store_true", help="run in this process even when Ray is installed")
+    p.add_argument("--workers", type=_workers, default=None,
+                   help="CPU workers of a local Ray instance on a machine without a GPU (default 2)")
+    p.add_argument("--device", default=None, help="the serial runner's device (default: cuda:0 if visible, else cpu)")
+    p.add_argument("--pack", default=None, help="where to write the pack (default: the plan's [options] pack, "
+                                                "else PLAN.pack.json beside the plan)")
+    p.add_argument("--force", action="store_true", default=None, help="search every key again, stored or not")
+    p.add_argument("--check", action="store_true", help="validate the plan and list its keys; tune nothing")
+    return p
+
+
+def _keys(n: int) -> str:
+    return f"{n} key" + ("" if n == 1 else "s")
+
+
+def _say(text: str = "") -> None:
+    print(text, file=sys.stdout, flush=True)
+
+
+def _engine(args: argparse.Namespace, plan: Any) -> tuple:
+    """``(use_ray, address, note)``: Ray for an address, several local GPUs or
+    several CPU workers; otherwise (or without Ray) serial, with a note on why."""
+    from .ray_engine import ADDRESS_ENV, INSTALL_HINT, local_gpus, ray_installed
+
+    address = args.ray or os.environ.get(ADDRESS_ENV) or None
+    wanted = args.ray is not None or address is not None
+    if args.serial:
+        return False, None, None
+    if not ray_installed():
+        note = f"Ray is not installed: running serially. For the parallel path: {INSTALL_HINT}"
+        return False, None, note
+    workers = args.workers or plan.options.workers
+    if wanted or local_gpus() > 1 or (workers or 0) > 1:
+        return True, address, None
+    return False, None, None
+
+
+def run(args: argparse.Namespace) -> int:
+    """Run the ``plan`` command; returns the exit status (0 ok, 1 a key failed, 2 a bad plan)."""
+    from .plan import PlanError, load_plan
+    from .runner import PlanProgress, pick_device, run_serial, summary_table, write_pack
+
+    if pick_device(args.device) == "cpu":
+        # Before validation imports the plugins' kernels: @triton.jit reads it when it decorates.
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    try:
+        plan = load_plan(args.plan)
+    except PlanError as exc:
+        print(f"flyautotune plan: error: {exc}", file=sys.stderr)
+        return 2
+    if args.check:
+        for key in plan.keys:
+            _say(key.label())
+        _say(f"{_keys(len(plan.keys))}; the plan is valid")
+        return 0
+    use_ray, address, note = _engine(args, plan)
+    if note:
+        print(f"flyautotune plan: {note}", file=sys.stderr)
+    progress = PlanProgress(len(plan.keys))
+    _say(f"plan {args.plan}: {_keys(len(plan.keys))}")
+    if use_ray:
+        from .ray_engine import run_ray
+
+        result = run_ray(plan, address=address, workers=args.workers, force=args.force, progress=progress)
+    else:
+        result = run_serial(plan, device=args.device, force=args.force, progress=progress)
+    _say()
+    _say(summary_table(result))
+    pack = args.pack or plan.pack_path()
+    try:
+        n = write_pack(result, pack)
+    except OSError as exc:
+        print(f"flyautotune plan: error: cannot write the pack {pack}: {exc}", file=sys.stderr)
+        return 1
+    _say(f"pack: {pack} ({n} winners)")
+    failed = result.failed()
+    return 1 if failed else 0
+
+
+def main(argv: Optional[list] = None) -> int:
+    """Stand-alone entry (``python -m flyautotune.scale.cli_plan PLAN``) until the command is wired."""
+    parser = argparse.ArgumentParser(prog="flyautotune")
+    sub = parser.add_subparsers(dest="command", required=True)
+    add_parser(sub)
+    return run(parser.parse_args(["plan", *(sys.argv[1:] if argv is None else argv)]))
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,179 @@
+"""Running a plan on Ray: one worker per GPU (or N CPU workers), locally or on a cluster.
+
+Each key is one Ray task. A task tunes in its own worker process with its own
+temporary ``FLYAUTOTUNE_CACHE_DIR`` (workers share nothing on disk) and returns the
+winner as a pack entry; the driver merges the entries into its store and one pack.
+Ray retries a task whose worker process died, so a crash loses only the key in flight.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import socket
+import tempfile
+import time
+from typing import Any, Optional
+
+import attrs
+
+from .plan import Plan, PlanKey, plugin_manager_for
+from .runner import KeyResult, PlanResult, tune_key
+
+log = logging.getLogger("flyautotune.scale")
+
+INSTALL_HINT = "pip install 'flyautotune[ray]'"
+ADDRESS_ENV = "RAY_ADDRESS"
+#: How often Ray re-runs a key whose worker process died.
+RETRIES = 3
+
+
+def ray_installed() -> bool:
+    """True when ``import ray`` works."""
+    try:
+        import ray  # noqa: F401
+    except ImportError:
+        return False
+    return True
+
+
+def local_gpus() -> int:
+    """GPUs torch sees on this machine (0 without torch)."""
+    try:
+        import torch
+    except ImportError:
+        return 0
+    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+
+
+def _tune_in_worker(key: dict, force: bool, plugins: tuple, known: Optional[str], use_gpu: bool) -> dict:
+    """Runs inside a Ray worker: tune one key against a private, temporary store.
+
+    ``known`` is pack text of the driver's winners for this key's tuner, so a key
+    stored earlier is not searched again (unless ``force``).
+    """
+    from ..store import get_store
+
+    pkey = PlanKey.from_dict(key)
+    folder = tempfile.mkdtemp(prefix="flyautotune-worker-")
+    old = os.environ.get("FLYAUTOTUNE_CACHE_DIR")
+    os.environ["FLYAUTOTUNE_CACHE_DIR"] = folder
+    store = None
+    try:
+        # Ray gives a GPU task its GPU as the only visible one.
+        device = "cuda:0" if use_gpu else "cpu"
+        if device == "cpu":
+            os.environ.setdefault("TRITON_INTERPRET", "1")
+        pm = plugin_manager_for(tuple(plugins))
+        store = get_store()
+        if known:
+            path = os.path.join(folder, "known.json")
+            with open(path, "w", encoding="utf-8") as f:
+                f.write(known)
+            store.import_pack(path)
+        result = tune_key(pm.get_adopter(pkey.adopter), pkey, device, force)
+        return attrs.evolve(result, worker=f"{socket.gethostname()}:{os.getpid()}").to_dict()
+    finally:
+        if store is not None:
+            store.close()
+        if old is None:
+            os.environ.pop("FLYAUTOTUNE_CACHE_DIR", None)
+        else:
+            os.environ["FLYAUTOTUNE_CACHE_DIR"] = old
+        shutil.rmtree(folder, ignore_errors=True)
+
+
+def _known_winners(plan: Plan, pm: Any) -> dict:
+    """Pack text of the driver store's winners, per adopter of the plan."""
+    from ..store import dump_pack, get_store
+
+    store = get_store()
+    out = {}
+    for name in {k.adopter for k in plan.keys}:
+        try:
+            entries = store.entries(pm.get_adopter(name).tuner.name)
+        except Exception as exc:  # an unreadable store means: search everything
+            log.warning("cannot read the store's winners for %s (%s); every key is searched", name, exc)
+            entries = []
+        out[name] = dump_pack(entries) if entries else None
+    return out
+
+
+def run_ray(plan: Plan, *, address: Optional[str] = None, workers: Optional[int] = None,
+            force: Optional[bool] = None, progress: Any = None, retries: int = RETRIES) -> PlanResult:
+    """Tune every key of ``plan`` on Ray and merge the winners into this process's store.
+
+    :param address: a running cluster (``ray://...`` or ``host:port``); default
+        ``$RAY_ADDRESS``; neither: a local Ray instance with one worker per visible
+        GPU, or ``workers`` CPU workers on a machine without a GPU. An already
+        initialized Ray (``ray.init`` called by the caller) is used as it is.
+    :param workers: CPU workers of a local instance (default ``options.workers`` or 2).
+    :param force: overrides ``options.force``.
+    :param progress: called with each :class:`KeyResult` as it finishes.
+    :param retries: how often a key whose worker died is run again.
+    :returns: a :class:`PlanResult` in plan order; the winners are in the store.
+    :raises ImportError: Ray is not installed (the message says how to install it).
+    """
+    try:
+        import ray
+    except ImportError:
+        raise ImportError(f"the Ray engine needs Ray: {INSTALL_HINT}") from None
+    from .runner import merge_into_store
+
+    opts = plan.options
+    force = opts.force if force is None else force
+    pm = plugin_manager_for(opts.plugins)
+    address = address or os.environ.get(ADDRESS_ENV) or None
+    started = False
+    if not ray.is_initialized():
+        kw: dict = {"include_dashboard": False, "logging_level": logging.WARNING}
+        if address:
+            ray.init(address=address, **kw)
+        else:
+            gpus = local_gpus()
+            ray.init(num_gpus=gpus, **({} if gpus else {"num_cpus": workers or opts.workers or 2}), **kw)
+        started = True
+    try:
+        resources = ray.cluster_resources()
+        use_gpu = resources.get("GPU", 0) >= 1
+        slots = int(resources.get("GPU", 0) if use_gpu else resources.get("CPU", 1)) or 1
+        task = ray.remote(max_retries=retries, **({"num_gpus": 1} if use_gpu else {"num_cpus": 1}))(_tune_in_worker)
+        known = {} if force else _known_winners(plan, pm)
+        t0 = time.perf_counter()
+        results: dict = {}
+        pending: dict = {}
+        queue = list(enumerate(plan.keys))
+        while queue or pending:
+            # Keep one key per worker in flight, so the budget can stop new keys.
+            while queue and len(pending) < slots:
+                i, key = queue.pop(0)
+                spent = time.perf_counter() - t0
+                if (results or pending) and opts.budget_s is not None and spent > opts.budget_s:
+                    results[i] = KeyResult(key, "skipped", error=f"budget of {opts.budget_s:g} s spent")
+                    _report(progress, results[i])
+                    continue
+                ref = task.remote(key.to_dict(), force, opts.plugins, known.get(key.adopter), use_gpu)
+                pending[ref] = (i, key)
+            if not pending:
+                continue
+            done, _ = ray.wait(list(pending), num_returns=1)
+            for ref in done:
+                i, key = pending.pop(ref)
+                try:
+                    results[i] = KeyResult.from_dict(ray.get(ref))
+                except Exception as exc:  # retries exhausted, or the task could not run at all
+                    results[i] = KeyResult(key, "error", error=f"{type(exc).__name__}: {str(exc).splitlines()[0]}")
+                _report(progress, results[i])
+        out = PlanResult([results[i] for i in range(len(plan.keys))], time.perf_counter() - t0,
+                         f"ray, {slots} {'GPU' if use_gpu else 'CPU'} worker(s)")
+    finally:
+        if started:
+            ray.shutdown()
+    merge_into_store(out)
+    return out
+
+
+def _report(progress: Any, result: KeyResult) -> None:
+    if progress is not None:
+        progress(result)

@@ -1,0 +1,233 @@
+"""Running a plan one key after another, progress across the plan, the summary and the pack."""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any, Iterable, Optional, TextIO
+
+import attrs
+
+from .plan import Plan, PlanKey, plugin_manager_for
+
+log = logging.getLogger("flyautotune.scale")
+
+
+@attrs.frozen
+class KeyResult:
+    """What one key of a plan gave.
+
+    :param key: the plan key.
+    :param source: ``search`` (tuned now), ``store`` (a winner stored earlier),
+        ``single`` (one candidate fits: nothing to time), ``skipped`` (budget spent)
+        or ``error``.
+    :param config: the winner, ``Config.to_dict()`` form (None on error/skip).
+    :param ms: the winner's time where one was measured.
+    :param seconds: wall time spent on the key.
+    :param entry: the winner as a pack entry (``StoreEntry.to_pack_dict()``), when stored.
+    :param error: why the key failed.
+    :param worker: which process tuned it (pid, or a Ray node/worker id).
+    """
+
+    key: PlanKey
+    source: str
+    config: Optional[dict] = None
+    ms: Optional[float] = None
+    seconds: float = 0.0
+    entry: Optional[dict] = None
+    error: Optional[str] = None
+    worker: str = ""
+
+    def to_dict(self) -> dict:
+        return {**attrs.asdict(self, recurse=False), "key": self.key.to_dict()}
+
+    @classmethod
+    def from_dict(cls, d: dict) -> "KeyResult":
+        return cls(**{**d, "key": PlanKey.from_dict(d["key"])})
+
+
+@attrs.frozen
+class PlanResult:
+    """Every key's result, in plan order, and the plan's wall time."""
+
+    results: tuple = attrs.field(converter=tuple)
+    seconds: float = 0.0
+    engine: str = "serial"
+
+    def failed(self) -> list:
+        return [r for r in self.results if r.source == "error"]
+
+    def entries(self) -> list:
+        """The winners as ``StoreEntry`` objects (one per stored key)."""
+        from ..store import PACK_FORMAT, PACK_VERSION, load_pack
+
+        docs = [r.entry for r in self.results if r.entry is not None]
+        if not docs:
+            return []
+        # Through the pack parser: entries that crossed a process boundary are validated like a pack.
+        return load_pack(json.dumps({"format": PACK_FORMAT, "version": PACK_VERSION, "entries": docs}))
+
+
+def _best_ms(timings: Iterable[dict], config: dict) -> Optional[float]:
+    for t in timings:
+        if t.get("config") == config and t.get("ms") is not None:
+            return float(t["ms"])
+    return None
+
+
+def tune_key(adopter: Any, key: PlanKey, device: str, force: bool = False) -> KeyResult:
+    """Tune one key in this process: build inputs with ``adopter.example``, map them
+    with ``adopter.bind`` and call ``adopter.tuner.select``. A key without a stored
+    winner (default, pack or a remembered default) is searched; failures are returned, not raised."""
+    from ..store import get_store
+
+    t0 = time.perf_counter()
+    try:
+        args, kwargs = adopter.example(key.shape, key.dtype, device)
+        targs, tkw = adopter.bind(*args, **kwargs)
+        tuner = adopter.tuner
+        sel = tuner.select(*targs, force=force, **tkw)
+        entry = get_store().get(tuner.name, sel.key)
+        if entry is None and not force:  # a default or a shipped pack answered: tuning means searching here
+            sel = tuner.select(*targs, force=True, **tkw)
+            entry = get_store().get(tuner.name, sel.key)
+    except Exception as exc:  # one bad key must not stop the plan
+        log.warning("%s: %s: %s", key.label(), type(exc).__name__, exc)
+        return KeyResult(key, "error", seconds=time.perf_counter() - t0, error=f"{type(exc).__name__}: {exc}",
+                         worker=str(os.getpid()))
+    config = sel.config.to_dict() if sel.config.pre_hook is None else None
+    if sel.source == "search" and entry is not None:
+        source = "search"
+    elif entry is not None:
+        source = "store"
+    else:
+        source = "single"
+    timings = sel.timings or (entry.timings if entry is not None else ())
+    return KeyResult(key, source, config, _best_ms(timings, config), time.perf_counter() - t0,
+                     entry.to_pack_dict() if entry is not None else None, worker=str(os.getpid()))
+
+
+class PlanProgress:
+    """Prints one line per finished key: keys done, keys left and the time to go."""
+
+    def __init__(self, total: int, stream: Optional[TextIO] = None) -> None:
+        self.total = total
+        self.stream = stream if stream is not None else sys.stderr
+        self.done = 0
+        self.t0 = time.perf_counter()
+
+    def eta(self) -> Optional[float]:
+        """Seconds to go: elapsed time per finished key times the keys left (with many
+        workers, keys finish faster, so the rate already counts them)."""
+        if not self.done:
+            return None
+        return (time.perf_counter() - self.t0) / self.done * (self.total - self.done)
+
+    def __call__(self, result: KeyResult) -> None:
+        from ..progress import seconds
+
+        self.done += 1
+        eta = self.eta()
+        what = f"{result.source}" + (f" {result.ms:.4g} ms" if result.ms is not None else "")
+        if result.error:
+            what += f" ({result.error.splitlines()[0][:80]})"
+        print(f"[{self.done}/{self.total}] {result.key.label()}: {what}; {self.total - self.done} left"
+              + (f", ETA {seconds(eta)}" if eta is not None and self.done < self.total else ""),
+              file=self.stream, flush=True)
+
+
+def summary_table(result: PlanResult) -> str:
+    """A text table: one row per key with its source, winner, time and seconds spent."""
+    from ..progress import config_text, seconds
+
+    rows = [("key", "source", "winner", "ms", "took")]
+    for r in result.results:
+        rows.append((r.key.label(), r.source, config_text(r.config) if r.config is not None else (r.error or "-"),
+                     f"{r.ms:.4g}" if r.ms is not None else "-", f"{r.seconds:.1f} s"))
+    widths = [max(len(str(row[c])) for row in rows) for c in range(5)]
+    lines = ["  ".join(str(v).ljust(w) for v, w in zip(row, widths)).rstrip() for row in rows]
+    lines.insert(1, "  ".join("-" * w for w in widths))
+    counts = {}
+    for r in result.results:
+        counts[r.source] = counts.get(r.source, 0) + 1
+    n = len(result.results)
+    lines.append(f"{n} key{'' if n == 1 else 's'} in {seconds(result.seconds)} ({result.engine}): "
+                 + ", ".join(f"{n} {s}" for s, n in sorted(counts.items())))
+    return "\n".join(lines)
+
+
+def pick_device(requested: Optional[str]) -> str:
+    """``requested``, else ``cuda:0`` when a GPU is visible, else ``cpu``."""
+    if requested:
+        return requested
+    try:
+        import torch
+    except ImportError:
+        return "cpu"
+    return "cuda:0" if torch.cuda.is_available() else "cpu"
+
+
+def run_serial(plan: Plan, *, device: Optional[str] = None, force: Optional[bool] = None,
+               progress: Any = None, pm: Any = None) -> PlanResult:
+    """Tune every key of ``plan`` in this process, one after another; winners land
+    in this process's store (``FLYAUTOTUNE_CACHE_DIR``).
+
+    :param device: overrides ``options.device``.
+    :param force: overrides ``options.force``.
+    :param progress: called with each :class:`KeyResult` as it finishes.
+    """
+    opts = plan.options
+    device = pick_device(device or opts.device)
+    force = opts.force if force is None else force
+    if device == "cpu":  # before the plugins import their kernels: @triton.jit reads it when it decorates
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+    pm = pm if pm is not None else plugin_manager_for(opts.plugins)
+    t0 = time.perf_counter()
+    out = []
+    for key in plan.keys:
+        if out and opts.budget_s is not None and time.perf_counter() - t0 > opts.budget_s:
+            r = KeyResult(key, "skipped", error=f"budget of {opts.budget_s:g} s spent")
+        else:
+            r = tune_key(pm.get_adopter(key.adopter), key, device, force)
+        out.append(r)
+        if progress is not None:
+            progress(r)
+    return PlanResult(out, time.perf_counter() - t0, "serial")
+
+
+def write_pack(result: PlanResult, path: Any) -> int:
+    """Write the plan's winners to ``path`` as one canonical pack (atomically); returns the entry count."""
+    from ..store import dump_pack
+
+    entries = result.entries()
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    try:
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(dump_pack(entries))
+        os.replace(tmp, path)
+    except BaseException:
+        if os.path.exists(tmp):
+            os.unlink(tmp)
+        raise
+    return len(entries)
+
+
+def merge_into_store(result: PlanResult, store: Any = None) -> int:
+    """Write the winners tuned elsewhere (source ``search``) into ``store`` (default:
+    this process's); returns how many were written."""
+    from ..store import get_store
+
+    store = store if store is not None else get_store()
+    searched = {(r.entry["tuner"], r.entry["key"]) for r in result.results if r.source == "search" and r.entry}
+    n = 0
+    for e in result.entries():
+        if (e.tuner, e.key) in searched:
+            n += bool(store.put(e.tuner, e.key, e.timing_key or e.key, e.config, list(e.timings), e.provenance))
+    return n

@@ -1,0 +1,99 @@
+"""Agreement across the ranks of a gloo job: one winner, rank 0's stored winner, no hang."""
+
+from __future__ import annotations
+
+import json
+import socket
+import threading
+from pathlib import Path
+
+import pytest
+
+torch = pytest.importorskip("torch")
+mp = pytest.importorskip("torch.multiprocessing")
+
+from flyautotune.scale.distributed import DistributedSettings, active, agree, distributed  # noqa: E402
+
+HERE = Path(__file__).parent
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.fixture
+def ranks(monkeypatch):
+    """``scale_ranks`` importable here and in the spawned ranks (spawn copies sys.path)."""
+    monkeypatch.syspath_prepend(str(HERE))
+    import scale_ranks
+
+    return scale_ranks
+
+
+def spawn(fn, world, tmp_path, *extra):
+    mp.spawn(fn, args=(world, free_port(), str(tmp_path), *extra), nprocs=world, join=True)
+    return [json.loads((tmp_path / f"rank{r}.json").read_text()) for r in range(world)
+            if (tmp_path / f"rank{r}.json").exists()]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world", [2, 4])
+def test_ranks_with_different_timings_choose_one_winner(tmp_path, ranks, world):
+    reports = spawn(ranks.agree_scenarios, world, tmp_path)
+    assert len(reports) == world
+    cold = [r["cold"] for r in reports]
+    # Alone, the ranks would disagree; together they take one winner.
+    assert len({c["alone"] for c in cold}) > 1
+    gathered = {i: ranks.rank_ms(i % world, i) for i in range(ranks.N)}
+    assert {c["winner"] for c in cold} == {ranks.decide(gathered)}
+    assert [c["writer"] for c in cold] == [True] + [False] * (world - 1)
+    timed = [i for c in cold for share in c["timed"] for i in share]
+    assert sorted(timed) == list(range(ranks.N))  # each candidate timed once, by one rank
+    assert cold[1]["timed"] == [[i for i in range(ranks.N) if i % world == 1]]
+    # Rank 0's stored winner is broadcast and wins over every other rank's own.
+    stored = [r["stored"] for r in reports]
+    assert all(s["config"] == ranks.ROOT_STORED and s["winner"] is None and s["timed"] == [] for s in stored)
+    assert not any(s["writer"] for s in stored)
+    # Only rank 0's store counts: with none there, the group searches, even where rank 1 has one.
+    root_cold = [r["root_cold"] for r in reports]
+    assert all(r["config"] is None for r in root_cold)
+    assert {r["winner"] for r in root_cold} == {ranks.decide(gathered)}
+
+
+@pytest.mark.slow
+def test_a_rank_that_never_joins_gives_the_default_and_one_warning(tmp_path, ranks):
+    (report,) = spawn(ranks.absent_rank, 2, tmp_path, 2.0)
+    assert report["winner"] is None and "timed out" in report["failed"]
+    assert report["took"] < 2.0 + 1.5
+    assert report["second_failed"].startswith("agreement is off after an earlier failure")
+    assert len(report["warnings"]) == 1 and "every rank runs the default config" in report["warnings"][0]
+
+
+def test_distributed_settings_are_per_thread_and_nest():
+    assert active() is None
+    with distributed(timeout_s=5) as outer:
+        assert active() == outer == DistributedSettings(None, 5.0)
+        with distributed(group="g", timeout_s=1.5):
+            assert active() == DistributedSettings("g", 1.5)
+            seen = []
+            t = threading.Thread(target=lambda: seen.append(active()))
+            t.start()
+            t.join()
+            assert seen == [None]
+        assert active() is outer
+    assert active() is None
+
+
+@pytest.mark.parametrize("bad", [0, -1, float("nan"), True, "5"])
+def test_bad_timeout_is_refused(bad):
+    with pytest.raises(ValueError, match=rf"timeout_s must be a positive number of seconds, got {bad!r}"):
+        with distributed(timeout_s=bad):
+            pass
+
+
+def test_agree_without_an_initialized_group_falls_back_with_a_warning():
+    with pytest.warns(RuntimeWarning, match="not initialized"):
+        a = agree(key="k", n_candidates=3, time_some=lambda ix: {}, decide=min, stored=None, timeout_s=1)
+    assert a.winner is None and a.config is None and not a.writer and "init_process_group" in a.failed

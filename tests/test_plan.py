@@ -1,0 +1,139 @@
+"""Plan files: validation before any work, the serial runner, progress, summary, pack and CLI."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+
+from flyautotune.scale import cli_plan  # noqa: E402
+from flyautotune.scale.plan import PlanError, PlanKey, load_plan  # noqa: E402
+from flyautotune.scale.runner import PlanProgress, run_serial, summary_table, write_pack  # noqa: E402
+
+HERE = Path(__file__).parent
+
+
+@pytest.fixture(autouse=True)
+def toy_on_path(monkeypatch):
+    """``scale_toy`` importable as a plugin module, with a fresh memo per test."""
+    monkeypatch.syspath_prepend(str(HERE))
+    import scale_toy
+
+    scale_toy.launch._memo.clear()
+    scale_toy.launch.search_count = 0
+    yield scale_toy
+
+
+def write(tmp_path, text, name="plan.toml"):
+    path = tmp_path / name
+    path.write_text(textwrap.dedent(text).lstrip())
+    return path
+
+
+GOOD = """
+[options]
+plugins = ["scale_toy"]
+
+[[tune]]
+adopter = "scale_toy"
+shapes = ["4x8", [4, 40], "2x100"]
+dtypes = ["fp32", "bfloat16"]
+"""
+
+
+def test_plan_keys_are_adopter_by_shape_by_dtype(tmp_path):
+    plan = load_plan(write(tmp_path, GOOD + '\n[[tune]]\nadopter = "scale_toy"\nshapes = ["4x8"]\ndtypes = ["fp32"]\n'))
+    assert len(plan.keys) == 6  # the repeated key of the second table counts once
+    assert plan.keys[0] == PlanKey("scale_toy", (4, 8), "fp32")
+    assert plan.keys[1] == PlanKey("scale_toy", (4, 8), "bf16")
+    assert plan.pack_path() == tmp_path / "plan.pack.json"
+
+
+@pytest.mark.parametrize("entry, line, field, words", [
+    ('adopter = "nosuch"\nshapes = ["4x8"]\ndtypes = ["fp32"]', 10, "adopter", "unknown adopter 'nosuch'"),
+    ('adopter = "scale_toy"\nshapes = ["4x0"]\ndtypes = ["fp32"]', 11, "shapes", "'4x0' is not a shape"),
+    ('adopter = "scale_toy"\nshapes = ["4x8x2"]\ndtypes = ["fp32"]', 11, "shapes", "two dimensions"),
+    ('adopter = "scale_toy"\nshapes = ["4x8"]\ndtypes = ["fp32", "fp16"]', 12, "dtypes", "lacks dtype 'fp16'"),
+    ('adopter = "scale_toy"\nshapes = ["4x8"]\ndtypes = ["fp16"]', 12, "dtypes", "dtype 'fp16' is not supported"),
+    ('adopter = "scale_toy"\nshapes = ["4x8"]\ndtypes = ["int7"]', 12, "dtypes", "'int7' is not a dtype"),
+    ('adopter = "scale_toy"\nshapes = ["4x8"]', 9, "dtypes", "missing"),
+])
+def test_bad_plan_names_file_line_entry_and_field(tmp_path, toy_on_path, entry, line, field, words):
+    text = GOOD + "\n[[tune]]\n" + entry + "\n"
+    path = write(tmp_path, text)
+    with pytest.raises(PlanError) as info:
+        load_plan(path)
+    msg = str(info.value)
+    assert msg.startswith(f"{path}:{line}: [[tune]] entry 2, field '{field}'"), msg
+    assert words in msg
+    assert toy_on_path.launch.search_count == 0
+
+
+def test_unknown_option_and_bad_toml(tmp_path):
+    with pytest.raises(PlanError, match=r"plan.toml:2: \[options\], field 'budget': unknown option"):
+        load_plan(write(tmp_path, GOOD.replace("[options]\n", "[options]\nbudget = 3\n")))
+    with pytest.raises(PlanError, match=r"plan.toml: not a valid TOML file: .*line 1"):
+        load_plan(write(tmp_path, "[[tune]\nadopter = 1\n"))
+
+
+def test_serial_plan_stores_winners_and_exports_one_pack(tmp_path, toy_on_path, capsys):
+    import io
+
+    from flyautotune.store import get_store, load_pack
+
+    plan = load_plan(write(tmp_path, GOOD))
+    log = io.StringIO()
+    result = run_serial(plan, progress=PlanProgress(len(plan.keys), stream=log))
+    assert [r.source for r in result.results] == ["search"] * 6
+    winners = {r.key.shape: r.config["kwargs"]["BLOCK"] for r in result.results}
+    assert winners == {(4, 8): 16, (4, 40): 16, (2, 100): 64}
+    lines = log.getvalue().splitlines()
+    assert lines[0].startswith("[1/6] scale_toy 4x8 fp32: search 1.188 ms; 5 left, ETA") and "5 left, ETA" in lines[0]
+    assert lines[-1].startswith("[6/6] scale_toy 2x100 bf16: search") and "0 left" in lines[-1]
+    table = summary_table(result)
+    assert "scale_toy 2x100 bf16  search  BLOCK=64" in table and "6 keys in" in table
+    assert len(get_store().entries("scale_toy")) == 6
+    n = write_pack(result, tmp_path / "out" / "winners.json")
+    entries = load_pack(tmp_path / "out" / "winners.json")
+    assert n == 6 and {e.key for e in entries} == {r.entry["key"] for r in result.results}
+
+    again = run_serial(plan)  # every key is stored now: nothing is searched again
+    assert [r.source for r in again.results] == ["store"] * 6
+    assert toy_on_path.launch.search_count == 6
+
+
+def test_budget_skips_keys_left(tmp_path):
+    plan = load_plan(write(tmp_path, GOOD.replace("[options]\n", "[options]\nbudget_s = 0.000001\n")))
+    result = run_serial(plan)
+    assert result.results[0].source == "search"
+    assert {r.source for r in result.results[1:]} == {"skipped"}
+
+
+def _cli(argv):
+    parser = argparse.ArgumentParser(prog="flyautotune")
+    cli_plan.add_parser(parser.add_subparsers(dest="command"))
+    return cli_plan.run(parser.parse_args(["plan", *argv]))
+
+
+def test_cli_runs_serially_without_ray_and_says_how_to_get_it(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr("flyautotune.scale.ray_engine.ray_installed", lambda: False)
+    path = write(tmp_path, GOOD)
+    assert _cli([str(path), "--workers", "2"]) == 0
+    out, err = capsys.readouterr()
+    assert "running serially" in err and "pip install 'flyautotune[ray]'" in err
+    assert "6 keys in" in out and f"pack: {tmp_path / 'plan.pack.json'} (6 winners)" in out
+    doc = json.loads((tmp_path / "plan.pack.json").read_text())
+    assert len(doc["entries"]) == 6
+
+
+def test_cli_refuses_a_bad_plan_before_work(tmp_path, toy_on_path, capsys):
+    path = write(tmp_path, GOOD.replace('"fp32", "bfloat16"', '"fp32", "fp16"'))
+    assert _cli([str(path)]) == 2
+    err = capsys.readouterr().err
+    assert f"{path}:7: [[tune]] entry 1, field 'dtypes'" in err
+    assert toy_on_path.launch.search_count == 0 and not (tmp_path / "plan.pack.json").exists()

@@ -1,0 +1,121 @@
+"""A plan through a local Ray instance of 2 CPU workers: same winners as serial, and a killed worker."""
+
+from __future__ import annotations
+
+import os
+import textwrap
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("torch")
+ray = pytest.importorskip("ray")
+
+from flyautotune.scale.plan import load_plan  # noqa: E402
+from flyautotune.scale.ray_engine import run_ray  # noqa: E402
+from flyautotune.scale.runner import run_serial, write_pack  # noqa: E402
+
+HERE = Path(__file__).parent
+pytestmark = pytest.mark.slow
+
+
+@pytest.fixture(scope="module")
+def local_ray(tmp_path_factory):
+    """One local Ray instance of 2 CPU workers for the module; workers import ``scale_toy``."""
+    marker = tmp_path_factory.mktemp("kill") / "killed"
+    saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "SCALE_TOY_KILL")}
+    # Local workers inherit the driver's environment at ray.init.
+    os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), saved["PYTHONPATH"]) if p)
+    os.environ["SCALE_TOY_KILL"] = str(marker)
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
+    try:
+        yield marker
+    finally:
+        ray.shutdown()
+        for k, v in saved.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+
+
+@pytest.fixture(autouse=True)
+def toy(monkeypatch):
+    monkeypatch.syspath_prepend(str(HERE))
+    import scale_toy
+
+    scale_toy.launch._memo.clear()
+    return scale_toy
+
+
+def plan_file(tmp_path, shapes):
+    path = tmp_path / "plan.toml"
+    path.write_text(textwrap.dedent(f"""
+        [options]
+        plugins = ["scale_toy"]
+
+        [[tune]]
+        adopter = "scale_toy"
+        shapes = {shapes!r}
+        dtypes = ["fp32", "bf16"]
+    """).replace("'", '"'))
+    return load_plan(path)
+
+
+def _winners(result):
+    return {(r.key.shape, r.key.dtype): (r.source, r.config) for r in result.results}
+
+
+def test_ray_plan_matches_serial_and_merges_one_store_and_pack(tmp_path, local_ray, toy, monkeypatch):
+    from flyautotune.store import get_store, load_pack
+
+    driver_dir = os.environ["FLYAUTOTUNE_CACHE_DIR"]
+    plan = plan_file(tmp_path, ["4x8", "4x40", "2x100", "1x64"])
+    seen = []
+    parallel = run_ray(plan, progress=seen.append)
+    assert len(parallel.results) == 8 and [r.source for r in parallel.results] == ["search"] * 8
+    assert len(seen) == 8 and parallel.engine == "ray, 2 CPU worker(s)"
+    assert toy.launch.search_count == 0  # the driver tuned nothing itself
+    workers = {r.worker for r in parallel.results}
+    assert all(w.split(":")[-1] != str(os.getpid()) for w in workers)
+    driver_store = get_store()
+    assert len(driver_store.entries("scale_toy")) == 8
+    write_pack(parallel, tmp_path / "ray.pack.json")
+
+    monkeypatch.setenv("FLYAUTOTUNE_CACHE_DIR", str(tmp_path / "serial-store"))
+    serial = run_serial(plan)
+    assert _winners(serial) == _winners(parallel)
+    assert {e.key: e.config for e in load_pack(tmp_path / "ray.pack.json")} == \
+        {e.key: e.config for e in get_store().entries("scale_toy")}
+
+    # The driver's winners travel to the workers: nothing is searched again.
+    monkeypatch.setenv("FLYAUTOTUNE_CACHE_DIR", driver_dir)
+    again = run_ray(plan)
+    assert [r.source for r in again.results] == ["store"] * 8
+
+
+def test_a_killed_worker_loses_only_its_key(tmp_path, local_ray, toy):
+    from flyautotune.store import get_store
+
+    plan = plan_file(tmp_path, ["4x8", "2x13", "4x40", "2x100"])
+    result = run_ray(plan)
+    assert local_ray.exists(), "the worker tuning the 13-wide rows should have killed itself once"
+    assert [r.source for r in result.results] == ["search"] * 8
+    killed = [r for r in result.results if r.key.shape == (2, 13)]
+    assert [r.config["kwargs"]["BLOCK"] for r in killed] == [16, 16]
+    dead_pid = local_ray.read_text()
+    assert all(r.worker.split(":")[-1] != dead_pid for r in killed)  # retried in another process
+    assert len(get_store().entries("scale_toy")) == 8
+
+
+def test_cli_ray_flag_uses_the_running_instance(tmp_path, local_ray, capsys):
+    import argparse
+
+    from flyautotune.scale import cli_plan
+
+    plan = plan_file(tmp_path, ["4x8", "2x100"])
+    parser = argparse.ArgumentParser(prog="flyautotune")
+    cli_plan.add_parser(parser.add_subparsers(dest="command"))
+    assert cli_plan.run(parser.parse_args(["plan", plan.path, "--ray"])) == 0
+    out = capsys.readouterr().out
+    assert "4 keys in" in out and "(ray, 2 CPU worker(s))" in out and "(4 winners)" in out
