@@ -77,3 +77,28 @@ def absent_rank(rank: int, world: int, port: int, out: str, timeout_s: float) ->
         json.dump({"winner": a.winner, "failed": a.failed, "took": took, "second_failed": b.failed,
                    "warnings": [str(w.message) for w in caught]}, f)
     os._exit(0)  # the collective rank 1 never joined is still pending: do not wait for it
+
+
+def tuner_scenario(rank: int, world: int, port: int, out: str) -> None:
+    """A real ``@autotune`` inside ``fat.distributed``: ranks with different timings run one config."""
+    import torch
+    import torch.distributed as dist
+
+    os.environ["FLYAUTOTUNE_CACHE_DIR"] = os.path.join(out, f"store{rank}")
+    import flyautotune as fat
+
+    _init(rank, world, port)
+    pm = fat.build_plugin_manager(entry_points=False)
+
+    @fat.autotune(configs=[fat.Config(B=b) for b in range(N)], key=["n"], plugin_manager=pm, name="agreed",
+                  do_bench=lambda fn, setup=None: rank_ms(rank, fn()))
+    def launch(x, n, B=None):
+        return B
+
+    with fat.distributed(timeout_s=20):
+        ran = launch(torch.zeros(2), 2)
+    stored = [e.config for e in launch.store().entries("agreed")]
+    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+        json.dump({"ran": ran, "source": launch.last_source, "stored": stored,
+                   "alone": decide({i: rank_ms(rank, i) for i in range(N)})}, f)
+    dist.destroy_process_group()

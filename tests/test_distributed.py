@@ -97,3 +97,12 @@ def test_agree_without_an_initialized_group_falls_back_with_a_warning():
     with pytest.warns(RuntimeWarning, match="not initialized"):
         a = agree(key="k", n_candidates=3, time_some=lambda ix: {}, decide=min, stored=None, timeout_s=1)
     assert a.winner is None and a.config is None and not a.writer and "init_process_group" in a.failed
+
+
+@pytest.mark.slow
+def test_a_tuner_inside_distributed_runs_one_config_on_every_rank(tmp_path, ranks):
+    reports = spawn(ranks.tuner_scenario, 2, tmp_path)
+    assert len({r["ran"] for r in reports}) == 1  # one config everywhere
+    assert len({r["alone"] for r in reports}) == 2  # although alone the ranks would disagree
+    assert [bool(r["stored"]) for r in reports] == [True, False]  # one rank writes the store
+    assert {r["source"] for r in reports} == {"search"}

@@ -28,6 +28,7 @@ from .plugins import (  # noqa: E402
     register,
 )
 from .target import Target  # noqa: E402
+from .scale.distributed import distributed  # noqa: E402
 from .targets import target_for  # noqa: E402
 from .tuning.checks import IncompatibleConfigError  # noqa: E402
 from .tuning.decorator import Autotuner, autotune  # noqa: E402
@@ -50,7 +51,7 @@ _configure_logging()
 
 __all__ = [
     # decorating and running
-    "autotune", "Autotuner", "Config", "Selection", "compile_hints", "current_hints",
+    "autotune", "Autotuner", "Config", "Selection", "compile_hints", "current_hints", "distributed",
     # adopters
     "Adopter", "adopters", "get_adopter", "register",
     # for backend plugins and launchers

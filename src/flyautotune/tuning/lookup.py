@@ -105,6 +105,13 @@ def select_cold(t: Any, call: Call, target: Target, snapshot: tuple, forced: boo
             checks.check_fits(t.name, t.sig, t.pm, [config], target, snapshot)
             _emit(t, key, config, "default")
             return Selection(config, "default", key)
+    from ..scale.distributed import active
+
+    settings = active()
+    if settings is not None:
+        selection = agreed(t, call, target, snapshot, kd, key, forced, store, settings)
+        _emit(t, key, selection.config, selection.source)
+        return selection
     failed = t._failed.get(key)
     if failed is not None and not forced:
         raise failed  # every candidate failed for this key already in this process
@@ -149,6 +156,63 @@ def search(t: Any, call: Call, target: Target, snapshot: tuple, kd: dict, key: s
 
 #: Per-candidate fields the store keeps.
 _STORED = ("config", "ms", "error")
+
+
+def agreed(t: Any, call: Call, target: Target, snapshot: tuple, kd: dict, key: str, forced: bool, store: Any,
+           settings: Any) -> Selection:
+    """Inside ``fat.distributed(...)``: every rank of the group takes one config for the key.
+
+    Rank 0's stored (or shipped) winner is broadcast; otherwise the ranks split the
+    candidates, time their share, gather the timings and apply one deterministic decision.
+    If a collective fails, every rank runs the default (``agree`` warns once).
+    """
+    from ..scale.distributed import agree
+
+    stored = None
+    if not forced:
+        entry = store.get(t.name, key)
+        entry = entry if entry is not None else t.find_in_packs(key)
+        stored = entry.config if entry is not None else None
+    configs = candidates(t, call)
+    default = default_config(t, call)
+    every = configs + ([default] if default is not None else [])
+    checks.check_caller(t.name, t.sig, every, call)
+    checks.check_fits(t.name, t.sig, t.pm, every, target, snapshot)
+    stream = streams.resolve_stream(call.named.get("stream") if t.sig.has_stream else None, call.device)
+    run = Search(t, call, target, snapshot, key, configs, default, {}, stream)
+
+    def time_some(indices: list) -> dict:
+        out = {}
+        for i in indices:
+            try:
+                out[i] = run.measure(run.cands[i]).ms
+            except Exception as exc:  # a failing candidate is skipped on every rank alike
+                log.warning("%s: candidate %s failed: %s: %s", t.name, run.cands[i].config, type(exc).__name__, exc)
+                out[i] = None
+        return out
+
+    def decide(timings: dict) -> int:
+        ok = {i: ms for i, ms in timings.items() if ms is not None and ms == ms}
+        if not ok:
+            raise AutotuneError(f"{t.name}: every candidate failed on every rank")
+        return min(ok, key=lambda i: (ok[i], i))  # the same answer on every rank: ties to the lowest index
+
+    result = agree(key=key, n_candidates=len(run.cands), time_some=time_some, decide=decide, stored=stored,
+                   group=settings.group, timeout_s=settings.timeout_s)
+    fallback = default if default is not None else run.cands[0].config
+    if result.failed is not None:
+        if result.failed.startswith("every candidate failed"):
+            raise AutotuneError(f"{t.name}: {result.failed}")
+        return Selection(fallback, "default", key)
+    if result.config is not None:
+        config = usable(t, result.config, call, target, snapshot, "broadcast")
+        return Selection(config if config is not None else fallback, "store" if config is not None else "default", key)
+    winner = run.cands[result.winner].config
+    if result.writer and winner.pre_hook is None:
+        store.put(t.name, key, key, winner.to_dict(), [], provenance(target, kd, run.elapsed(), t._space_fp,
+                                                                       call.device))
+    t.search_count += 1
+    return Selection(winner, "search", key)
 
 
 def provenance(target: Target, kd: dict, duration: float, space_fp: Optional[str], device: Any) -> dict:
