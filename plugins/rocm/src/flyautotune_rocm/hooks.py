@@ -7,6 +7,7 @@ from typing import Any, Mapping, Optional
 from flyautotune import Target, hookimpl
 
 from .hints import validate_rocm_hints
+from .report import flyautotune_compile_report, flyautotune_report_targets  # noqa: F401
 from .keys import cache_key_axes
 from .mlir import is_mlir_module, lower_module_hints
 from .target import rocm_target
