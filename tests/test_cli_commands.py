@@ -90,6 +90,16 @@ def test_show_of_a_plain_key_stays_short(pm, capsys):
     assert "n=16 dtype=bf16" in row and "strides" not in row and "cpu/x86_64" in row
 
 
+def test_show_survives_keys_that_are_not_json_objects(pm, capsys):
+    _put("odd", "[1, 2]")
+    _put("odd", "not json at all")
+    _put("demo", _key())
+    status, out, _ = run(capsys, "show")
+    assert status == 0 and "3 tuned entries" in out
+    assert any(line.startswith("odd ") and "[1, 2]" in line for line in out.splitlines())
+    assert any(line.startswith("demo ") and "n=16" in line for line in out.splitlines())
+
+
 def test_names_from_the_store_are_printed_escaped(pm, capsys):
     _put("evil\x1b]0;owned\x07\u202e", _key())
     status, out, _ = run(capsys, "show")

@@ -30,7 +30,7 @@ def build_parser() -> Parser:
                         help="log info (-v) or debug (-vv) messages to stderr")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND", parser_class=Parser)
     sub.required = True
-    for name, module in COMMANDS.items():
+    for module in COMMANDS.values():
         module.add_parser(sub)
     return parser
 

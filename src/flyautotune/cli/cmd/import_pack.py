@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import os
 from typing import Any
 
@@ -38,8 +39,8 @@ def run(args: argparse.Namespace) -> None:
             tuners = sorted({t for name in args.adopter for t in tuner_names(name, known)})
         plan = _store.plan_import(the_store, pack, tuners=tuners, replace=args.replace)
         if args.keep:  # the store's winner stays wherever both have one
-            plan = attrs.evolve(plan, replaced=type(plan.replaced)(()),
-                                kept=type(plan.kept)([*plan.kept, *plan.replaced]))
+            plan = _evolve(plan, replaced=type(plan.replaced)(()),
+                           kept=type(plan.kept)([*plan.kept, *plan.replaced]))
         _print_plan(plan, dry_run=args.dry_run)
         if args.dry_run:
             return
@@ -65,6 +66,14 @@ def _print_plan(plan: Any, dry_run: bool) -> None:
             e, reason = _entry(item), _reason(item)
             out(f"  {verb} {safe(e.tuner)} {safe(key)} on {safe(where)}: {safe(config_text(e.config))}"
                 + (f" ({safe(reason)})" if reason else ""))
+
+
+def _evolve(plan: Any, **changes: Any) -> Any:
+    if attrs.has(type(plan)):
+        return attrs.evolve(plan, **changes)
+    if hasattr(plan, "_replace"):  # a NamedTuple
+        return plan._replace(**changes)
+    return dataclasses.replace(plan, **changes)
 
 
 def _entry(item: Any) -> Any:
