@@ -288,3 +288,15 @@ def test_every_option_of_every_command_is_documented():
                 if option.startswith("--") and option != "--help":
                     assert f"`{option}" in docs, f"{name} {option} is not in docs/cli.md"
     assert "FLYAUTOTUNE=1" in parser.epilog and "`FLYAUTOTUNE=1`" in docs
+
+
+def test_tune_of_a_single_candidate_times_it_and_stores_nothing(pm, capsys):
+    tuned = fat.autotune(configs=[fat.Config(BLOCK=4)], key=["n"], name="single")(_launch)
+    pm.register_adopter(fat.Adopter(name="single", tuner=tuned,
+                                    example=lambda shape, dtype, device: (([1.0] * 4, [0.0] * 4, 4), {})))
+    status, out, err = run(capsys, "tune", "single", "--shape", "2x2", "--device", "cpu")
+    assert status == 0, err
+    assert "only one candidate fits this shape on this backend: nothing to search, nothing stored" in out
+    row = next(line for line in out.splitlines() if line.startswith("*  BLOCK=4"))
+    assert float(row.split()[2]) >= 0 and row.rstrip().endswith("1.00x")
+    assert store_mod.get_store().entries() == []
