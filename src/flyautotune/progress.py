@@ -1,5 +1,7 @@
-"""Tuning progress for people: an events listener that prints candidate n of m
-and the elapsed time — plain lines on a pipe or file, one updating line on a terminal."""
+"""Tuning progress for people: a receiver of the ``flyautotune_tuning_event``
+hook that prints candidate n of m and the elapsed time — plain lines on a pipe
+or file, one updating line on a terminal — and the text helpers it shares with
+the command line."""
 
 from __future__ import annotations
 
@@ -8,6 +10,7 @@ import threading
 import time
 from typing import Any, Optional, TextIO
 
+from ._markers import hookimpl
 from .config import Config
 
 _BAR = 20
@@ -24,13 +27,20 @@ def config_text(config: Any) -> str:
     return str(config)
 
 
+def first_line(text: Any) -> str:
+    """The first line of ``text`` (stripped), or ``""``."""
+    lines = str(text).strip().splitlines()
+    return lines[0] if lines else ""
+
+
 def seconds(s: float) -> str:
     return f"{s:.1f} s" if s < 120 else f"{int(s // 60)} min {int(s % 60):02d} s"
 
 
 class Progress:
-    """Listener for ``flyautotune.add_listener``: reports ``search_start``,
-    ``candidate`` and ``search_end`` events of one tune.
+    """Reports the ``search_start``, ``candidate`` and ``search_end`` events of one
+    tune. Register it on the plugin manager (``pm.register(progress)``): its
+    ``flyautotune_tuning_event`` method is a hook implementation.
 
     :param label: what is being tuned (``"rmsnorm 4x256 bf16"``), printed first.
     :param stream: where to write (default ``sys.stderr``).
@@ -55,9 +65,14 @@ class Progress:
         self._stop = threading.Event()
         self._ticker: Optional[threading.Thread] = None
         self._line_open = False
+        self._last_event: Any = None
 
-    # -- the listener --------------------------------------------------------------
-    def __call__(self, event: dict) -> None:
+    # -- the receiver ----------------------------------------------------------------
+    @hookimpl
+    def flyautotune_tuning_event(self, event: dict) -> None:
+        if event is self._last_event:  # one event delivered twice (hook and a listener bridge)
+            return
+        self._last_event = event
         kind = event.get("event")
         if kind == "search_start":
             self._start(int(event.get("candidates") or 0))
@@ -65,6 +80,19 @@ class Progress:
             self._candidate(event)
         elif kind == "search_end":
             self._end(event)
+
+    def __call__(self, event: dict) -> None:
+        """The same, as a plain listener callback."""
+        self.flyautotune_tuning_event(event)
+
+    def begin(self, what: str) -> None:
+        """Say what is starting before any event arrives (building inputs, picking a config)."""
+        with self._lock:
+            if self.tty:
+                self._write(f"\r\x1b[K{self.label}: {what}")
+                self._line_open = True
+            else:
+                self._write(f"{self.label}: {what}\n")
 
     def _start(self, total: int) -> None:
         with self._lock:
@@ -143,6 +171,5 @@ class Progress:
 
 
 def _one_line(text: Any) -> str:
-    first = str(text).strip().splitlines()
-    line = first[0] if first else ""
+    line = first_line(text)
     return line if len(line) <= 160 else line[:157] + "..."

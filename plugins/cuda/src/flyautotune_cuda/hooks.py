@@ -17,6 +17,7 @@ from flyautotune.measurement import Measurement
 
 from . import bench as _bench
 from .hints import check_hints, triton_options
+from .report import flyautotune_compile_report, flyautotune_report_targets  # noqa: F401
 
 BACKEND = "cuda"
 WARP_SIZE = 32

@@ -9,6 +9,7 @@ from flyautotune.measurement import Measurement
 
 from . import bench as _bench
 from .hints import validate_rocm_hints
+from .report import flyautotune_compile_report, flyautotune_report_targets  # noqa: F401
 from .keys import cache_key_axes
 from .mlir import is_mlir_module, lower_module_hints
 from .target import rocm_target

@@ -13,9 +13,9 @@ import importlib
 from typing import Any, Iterable, List, Mapping, Optional
 
 import attrs
-from flyautotune import Config, Target
+from flyautotune import Config, Target, hookimpl
 
-from .arch import base_arch, warp_size
+from .arch import base_arch, max_waves_per_eu, warp_size
 from .isa import KernelIsa, kernel_isa, llvm_fn_attribute
 from .mlir import binding_ir, lower_module_hints
 from .triton_opts import triton_compile_options
@@ -43,6 +43,47 @@ class CandidateReport:
             "isa": self.isa.to_dict(),
             "binary_sha256": self.binary_sha256,
         }
+
+
+#: AMD chips reports cross-compile for (wave64 CDNA).
+REPORT_TARGETS = ("gfx90a", "gfx942", "gfx950")
+
+
+@hookimpl
+def flyautotune_report_targets() -> dict:
+    return {arch: _rocm_target(arch) for arch in REPORT_TARGETS}
+
+
+@hookimpl
+def flyautotune_compile_report(spec: Any, config: Config, hints: Mapping[str, Any], target: Target) -> Any:
+    """A ``flyautotune.report.ResourceRow`` for one candidate on a ``gfx`` target, else None."""
+    if target.backend != "rocm":
+        return None
+    from flyautotune.report import ReportError, ResourceRow
+
+    try:
+        import triton  # noqa: F401
+    except ImportError:
+        raise ReportError(f"--target {target.arch} needs Triton: pip install 'flyautotune-rocm[triton]'") from None
+    # Config kwargs are the adopter's knobs, already folded into constexprs by compile_spec.
+    r = compile_candidate(spec.kernel, spec.signature, constexprs=spec.constexprs,
+                          hints=Config(compile_hints=dict(hints)).hints, arch=target.arch, config=config)
+    details = r.isa.to_dict()
+    details["waves_per_eu_attr"] = r.waves_per_eu_attr
+    return ResourceRow(
+        config=config,
+        options=dict(r.options),
+        registers=r.isa.vgprs,
+        sgprs=r.isa.sgprs,
+        spills=r.isa.vgpr_spills + r.isa.sgpr_spills,
+        shared_bytes=r.isa.lds_bytes,
+        occupancy=r.isa.occupancy,
+        occupancy_max=max_waves_per_eu(target.arch),
+        occupancy_unit="waves/SIMD",
+        binary_sha256=r.binary_sha256,
+        details=details,
+        labels={"registers": "VGPRs", "sgprs": "SGPRs", "spills": "spills", "shared_bytes": "LDS bytes"},
+    )
 
 
 def _as_config(cfg: Any) -> Config:

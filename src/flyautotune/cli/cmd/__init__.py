@@ -1,0 +1,14 @@
+"""One module per sub-command: ``add_parser(subparsers)`` declares it, ``run(args)`` does it."""
+
+from . import clear, export, import_pack, plugins, report, show, tune
+
+#: name -> module, in the order ``--help`` lists them.
+COMMANDS = {
+    "plugins": plugins,
+    "tune": tune,
+    "show": show,
+    "export": export,
+    "import": import_pack,
+    "clear": clear,
+    "report": report,
+}

@@ -1,0 +1,28 @@
+"""``flyautotune export FILE``: write the store's winners to a canonical JSON pack."""
+
+from __future__ import annotations
+
+import argparse
+import os
+
+from ..common import CommandError, UsageError, entries, out, plural, safe
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("export", help="write the store's winners to a JSON pack")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--adopter", metavar="ADOPTER", help="only this adopter (or tuner name)")
+
+
+def run(args: argparse.Namespace) -> None:
+    from ...store import dump_pack, write_atomic
+
+    found = entries(args.adopter)
+    parent = os.path.dirname(os.path.abspath(args.file))
+    if not os.path.isdir(parent):
+        raise UsageError(f"argument FILE: the folder of {safe(args.file)!r} does not exist")
+    try:
+        write_atomic(args.file, dump_pack(found))
+    except OSError as exc:
+        raise CommandError(f"cannot write {safe(args.file)!r}: {exc}") from exc
+    out(f"exported {plural(len(found))} to {safe(args.file)}")

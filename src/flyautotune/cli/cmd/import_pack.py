@@ -1,0 +1,87 @@
+"""``flyautotune import FILE``: merge a pack's winners into the store, scoped and previewable."""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import os
+from typing import Any
+
+import attrs
+
+from ..common import CommandError, UsageError, config_text, out, plural, safe, store, tuner_names
+from .show import key_texts
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("import", help="merge a JSON pack's winners into the store")
+    p.add_argument("file", metavar="FILE")
+    p.add_argument("--adopter", metavar="ADOPTER", action="append",
+                   help="import only this adopter's (or tuner name's) winners; repeat for several")
+    p.add_argument("--dry-run", action="store_true", help="show what would change and change nothing")
+    which = p.add_mutually_exclusive_group()
+    which.add_argument("--replace", action="store_true",
+                       help="replace local winners even where the local one is newer and faster")
+    which.add_argument("--keep", action="store_true", help="keep the store's own winner wherever both have one")
+
+
+def run(args: argparse.Namespace) -> None:
+    from ... import store as _store
+
+    if not os.path.isfile(args.file):
+        raise UsageError(f"argument FILE: {safe(args.file)!r} does not exist or is not a file")
+    the_store = store()
+    try:
+        pack = _store.load_pack(args.file)
+        tuners = None
+        if args.adopter:
+            known = sorted({e.tuner for e in pack} | {e.tuner for e in the_store.entries()})
+            tuners = sorted({t for name in args.adopter for t in tuner_names(name, known)})
+        plan = _store.plan_import(the_store, pack, tuners=tuners, replace=args.replace)
+        if args.keep:  # the store's winner stays wherever both have one
+            plan = _evolve(plan, replaced=type(plan.replaced)(()),
+                           kept=type(plan.kept)([*plan.kept, *plan.replaced]))
+        _print_plan(plan, dry_run=args.dry_run)
+        if args.dry_run:
+            return
+        n = _store.apply_import(the_store, plan)
+    except (_store.PackError, _store.StoreError) as exc:
+        raise CommandError(str(exc)) from exc
+    out(f"imported {plural(n)} from {safe(args.file)} into {the_store.path}")
+
+
+def _print_plan(plan: Any, dry_run: bool) -> None:
+    verbs = (("added", "add"), ("replaced", "replace"), ("kept", "keep the local winner for"),
+             ("skipped", "skip"))
+    counts = {name: len(getattr(plan, name)) for name, _ in verbs}
+    lead = "would " if dry_run else ""
+    out(f"{'dry run: ' if dry_run else ''}{lead}add {counts['added']}, {lead}replace {counts['replaced']}, "
+        f"{lead}keep {counts['kept']} local, {lead}skip {counts['skipped']}")
+    for name, verb in verbs:
+        items = list(getattr(plan, name))
+        if not items or (name in ("added", "replaced") and not dry_run):
+            continue
+        shown = key_texts([(_entry(i).tuner, _entry(i).key) for i in items])
+        for item, (key, where) in zip(items, shown):
+            e, reason = _entry(item), _reason(item)
+            out(f"  {verb} {safe(e.tuner)} {safe(key)} on {safe(where)}: {safe(config_text(e.config))}"
+                + (f" ({safe(reason)})" if reason else ""))
+
+
+def _evolve(plan: Any, **changes: Any) -> Any:
+    if attrs.has(type(plan)):
+        return attrs.evolve(plan, **changes)
+    if hasattr(plan, "_replace"):  # a NamedTuple
+        return plan._replace(**changes)
+    return dataclasses.replace(plan, **changes)
+
+
+def _entry(item: Any) -> Any:
+    """A plan item is an entry, or ``(entry, reason)`` for a skipped or kept one."""
+    return item[0] if isinstance(item, tuple) else getattr(item, "entry", item)
+
+
+def _reason(item: Any) -> str:
+    if isinstance(item, tuple) and len(item) > 1:
+        return str(item[1])
+    return str(getattr(item, "reason", "") or "")

@@ -1,0 +1,96 @@
+"""``flyautotune report ADOPTER --target T --shape MxN``: cross-compile every candidate, no GPU needed."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from typing import Any
+
+from ...progress import first_line
+from ..common import (
+    CommandError, UsageError, config_text, get_adopter, out, parse_dtype, parse_shape, plugin_manager, shape_text,
+    short, table,
+)
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("report", help="cross-compile every candidate for a GPU target and report its "
+                                      "registers, spills, occupancy and binary hash (no GPU needed)")
+    p.add_argument("adopter", metavar="ADOPTER")
+    p.add_argument("--target", required=True, metavar="TARGET",
+                   help="a target an installed backend plugin offers, e.g. gfx942 or sm_90 "
+                        "(the error for an unknown one lists them)")
+    p.add_argument("--shape", type=parse_shape, action="append", required=True, metavar="MxN")
+    p.add_argument("--dtype", type=parse_dtype, default="bf16")
+    p.add_argument("--json", action="store_true", help="print JSON rows instead of a table")
+
+
+def _target(text: str) -> Any:
+    from ...report import parse_target
+
+    try:
+        return parse_target(text, plugin_manager())
+    except ValueError as exc:
+        reason = str(exc).split(" is not a supported target", 1)[-1]
+        raise UsageError(f"argument --target: {text!r} is not a supported target{reason} "
+                         f"(see 'flyautotune report --help')") from None
+
+
+def run(args: argparse.Namespace) -> None:
+    from ...report import ReportError, resource_report
+
+    target = _target(args.target)
+    adopter = get_adopter(args.adopter)
+    if adopter.compile_spec is None:
+        raise UsageError(f"adopter {adopter.name!r} declares no compile_spec, so it cannot be cross-compiled "
+                         f"for a report (see docs/write_adopter.md)")
+    out_json = []
+    for i, shape in enumerate(dict.fromkeys(args.shape)):
+        try:
+            rows = resource_report(adopter, shape, args.dtype, target, plugin_manager())
+        except ReportError as exc:
+            raise CommandError(str(exc)) from exc
+        except (TypeError, ValueError) as exc:
+            raise UsageError(f"adopter {adopter.name!r} cannot build --shape {shape_text(shape)} --dtype "
+                             f"{args.dtype}: {first_line(exc)}") from None
+        if args.json:
+            out_json.append({"adopter": adopter.name, "shape": list(shape), "dtype": args.dtype,
+                             "target": target.to_dict(), "candidates": [r.to_dict() for r in rows]})
+            continue
+        if i:
+            out()
+        print_report(adopter.name, shape, args.dtype, target, rows)
+    if args.json:
+        out(json.dumps(out_json, indent=2, default=repr))
+
+
+def print_report(name: str, shape: tuple, dtype: str, target: Any, rows: list) -> None:
+    """One row per candidate; column titles in the backend's words (``ResourceRow.labels``)."""
+    built = [r for r in rows if not r.error]
+    labels = next((r.labels for r in built if r.labels), {})
+    unit = next((r.occupancy_unit for r in built if r.occupancy_unit), "")
+    with_sgprs = any(r.sgprs is not None for r in built)
+    n = len(rows)
+    out(f"{name} {shape_text(shape)} {dtype} compiled for {target.arch} "
+        f"({n} candidate{'' if n == 1 else 's'}, no GPU used):")
+    headers = ["config", "num_warps", labels.get("registers", "registers")] + \
+        ([labels.get("sgprs", "SGPRs")] if with_sgprs else []) + \
+        [labels.get("spills", "spills"), labels.get("shared_bytes", "shared bytes"),
+         f"occupancy ({unit})" if unit else "occupancy", "binary sha256"]
+    cells = []
+    for r in rows:
+        if r.error:
+            cells.append([config_text(r.config), "", "failed: " + short(r.error, 80)])
+            continue
+        occ = "-" if r.occupancy is None else f"{r.occupancy}/{r.occupancy_max}" if r.occupancy_max \
+            else str(r.occupancy)
+        row = [config_text(r.config), r.options.get("num_warps", "default"), r.registers]
+        if with_sgprs:
+            row.append(r.sgprs)
+        row += [r.spills, r.shared_bytes, occ, (r.binary_sha256 or "-")[:12]]
+        cells.append(row)
+    width = len(headers)
+    cells = [row + [""] * (width - len(row)) for row in cells]
+    out(table(headers, cells, right=tuple(range(1, width - 1))))
+    distinct = len({r.binary_sha256 for r in built})
+    out(f"{len(built)} of {len(rows)} candidates built {distinct} distinct binar{'y' if distinct == 1 else 'ies'}.")

@@ -1,0 +1,117 @@
+"""``flyautotune show [ADOPTER]``: the stored winners, one row per key."""
+
+from __future__ import annotations
+
+import argparse
+import hashlib
+import json
+import math
+import sys
+import time
+from typing import Any
+
+from ..common import config_text, entries, out, plural, safe, short, store, table
+
+#: torch dtype names in the short form ``--dtype`` takes.
+_DTYPES = {"bfloat16": "bf16", "float16": "fp16", "float32": "fp32", "float64": "fp64"}
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("show", help="list the winners in the tuning store")
+    p.add_argument("adopter", metavar="ADOPTER", nargs="?", help="only this adopter (or tuner name)")
+    p.add_argument("--json", action="store_true", help="print the entries as a JSON pack")
+
+
+def run(args: argparse.Namespace) -> None:
+    from ...store import dump_pack
+
+    found = entries(args.adopter)
+    if args.json:
+        sys.stdout.write(dump_pack(found))
+        return
+    path = store().path
+    what = f" for {safe(args.adopter)}" if args.adopter else ""
+    if not found:
+        out(f"No tuned entries{what} in {path}.")
+        return
+    out(f"{plural(len(found), 'tuned entry', 'tuned entries')}{what} in {path}:")
+    texts = key_texts([(e.tuner, e.key) for e in found])
+    rows = []
+    for e, (key, where) in zip(found, texts):
+        rows.append([e.tuner, key, where, config_text(e.config), _best(e.timings), len(e.timings), _when(e.created)])
+    out(table(["tuner", "key", "target", "winner", "best ms", "candidates", "tuned"], rows, right=(4, 5)))
+
+
+def key_texts(keys: list) -> list:
+    """``[(key text, target text)]`` for ``[(tuner, key json)]``: the arguments and dtypes, plus
+    the strides, hints or a short hash only where rows would otherwise look the same."""
+    parsed = [_parse(k) for _, k in keys]
+    levels = (("args", "dtypes"), ("args", "dtypes", "strides"), ("args", "dtypes", "strides", "hints"),
+              ("args", "dtypes", "strides", "hints", "rest"))
+    for level in levels:
+        texts = [(" ".join(p[a] for a in level if p[a]) or "-", p["target"]) for p in parsed]
+        seen = [(t, k[0]) for t, k in zip(texts, keys)]
+        if len(set(seen)) == len(seen):
+            break
+    return texts
+
+
+def _parse(key: str) -> dict:
+    parts = dict.fromkeys(("args", "dtypes", "strides", "hints", "rest"), "")
+    parts["target"] = "-"
+    try:
+        kd = json.loads(key)
+    except (ValueError, RecursionError):
+        kd = None
+    if not isinstance(kd, dict):  # a key from an odd pack: show it, do not crash on it
+        parts["args"] = short(key, 40)
+        parts["rest"] = _digest(key)
+        return parts
+    args = kd.get("args") if isinstance(kd.get("args"), dict) else {}
+    parts["args"] = " ".join(f"{k}={_value(v)}" for k, v in sorted(args.items()))
+    dtypes = kd.get("dtypes") if isinstance(kd.get("dtypes"), dict) else {}
+    names = {n: _dtype(d) for n, d in sorted(dtypes.items())}
+    if len(set(names.values())) == 1:
+        parts["dtypes"] = f"dtype={next(iter(names.values()))}"
+    elif names:
+        parts["dtypes"] = "dtypes=" + ",".join(f"{n}:{d}" for n, d in names.items())
+    strides = kd.get("strides") if isinstance(kd.get("strides"), dict) else {}
+    if strides:
+        parts["strides"] = "strides=" + ",".join(f"{n}:{_value(s)}" for n, s in sorted(strides.items()))
+    if kd.get("hints"):
+        parts["hints"] = "hints=" + _value(kd.get("hints"))
+    parts["rest"] = _digest(key)
+    target = kd.get("target")
+    if isinstance(target, dict) and target:
+        parts["target"] = f"{target.get('backend', '?')}/{target.get('arch', '?')}"
+    return parts
+
+
+def _dtype(name: Any) -> str:
+    name = str(name).replace("torch.", "")
+    return _DTYPES.get(name, name)
+
+
+def _value(v: Any) -> str:
+    if isinstance(v, list) and all(not isinstance(x, (list, dict)) for x in v):
+        return "x".join(str(x) for x in v) if v else "()"
+    if isinstance(v, (list, dict)):
+        return json.dumps(v, separators=(",", ":"), default=repr)
+    return str(v)
+
+
+def _digest(key: str) -> str:
+    return "#" + hashlib.sha256(str(key).encode("utf-8", "backslashreplace")).hexdigest()[:8]
+
+
+def _best(timings: Any) -> str:
+    times = [t.get("ms") for t in timings or () if isinstance(t, dict)]
+    times = [t for t in times if isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t)]
+    return f"{min(times):.4f}" if times else "-"
+
+
+def _when(created: Any) -> str:
+    try:
+        return time.strftime("%Y-%m-%d %H:%M", time.localtime(created)) if created else "-"
+    except (OverflowError, ValueError, OSError, TypeError):  # a pack's odd timestamp costs a cell
+        return "-"

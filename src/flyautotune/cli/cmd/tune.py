@@ -1,0 +1,289 @@
+"""``flyautotune tune ADOPTER --shape MxN``: search an adopter's configs and store the winners."""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import json
+import logging
+import math
+import os
+import sys
+import time
+from typing import Any, Iterator, Optional
+
+from ...progress import first_line
+from ..common import (
+    CommandError, UsageError, config_text, get_adopter, out, parse_dtype, parse_shape, plugin_manager, safe,
+    shape_text, short, store, table,
+)
+
+log = logging.getLogger("flyautotune.cli")
+
+#: Above this many input elements the CPU interpreter may run for many minutes; ``--allow-slow`` overrides.
+CPU_ELEMENT_LIMIT = 1 << 22
+#: Widest error text in the table's last column; the full text follows the table.
+ERROR_CELL = 48
+
+
+def add_parser(sub) -> None:
+    p = sub.add_parser("tune", help="search an adopter's configs for one or more shapes and store the winners")
+    p.add_argument("adopter", metavar="ADOPTER", help="adopter name (see 'flyautotune plugins')")
+    p.add_argument("--shape", type=parse_shape, action="append", required=True, metavar="MxN",
+                   help="input shape, e.g. 4096x8192; repeat for several shapes")
+    p.add_argument("--dtype", type=parse_dtype, default="bf16", help="bf16 (default), fp16 or fp32")
+    p.add_argument("--device", default=None,
+                   help="torch device: cuda:0 (default when a GPU is visible) or cpu (Triton's interpreter)")
+    p.add_argument("--force", action="store_true",
+                   help="search again even when the store has a winner (as FLYAUTOTUNE=1 does)")
+    p.add_argument("--allow-slow", action="store_true",
+                   help=f"on the CPU, run shapes above {CPU_ELEMENT_LIMIT} elements (the interpreter may take "
+                        f"many minutes)")
+    p.add_argument("--plot", metavar="FILE.png", help="draw the candidates' timings into this image")
+
+
+def run(args: argparse.Namespace) -> None:
+    from ...autotuner import force_search
+
+    device = pick_device(args.device)
+    interpreted = device == "cpu"
+    if interpreted:
+        # The one place the command sets a variable: before any plugin imports its kernels,
+        # because @triton.jit reads it when it decorates.
+        os.environ.setdefault("TRITON_INTERPRET", "1")
+        _check_cpu_shapes(args.shape, args.allow_slow)
+    adopter = get_adopter(args.adopter)
+    if adopter.example is None:
+        raise UsageError(f"adopter {adopter.name!r} cannot be tuned from the command line: it declares no "
+                         f"example (see docs/write_adopter.md)")
+    if args.plot:
+        _check_plot_path(args.plot)
+    if interpreted:
+        torch = sys.modules.get("torch")
+        gpu = " (a GPU is visible: pass --device cuda:0 to use it)" if torch is not None and \
+            torch.cuda.is_available() else ""
+        out(f"No GPU in use: running on the CPU under Triton's interpreter (TRITON_INTERPRET=1): slow, and the "
+            f"times below are interpreter times, not GPU times{gpu}.")
+    force = args.force or force_search()
+    panels = []
+    for i, shape in enumerate(dict.fromkeys(args.shape)):  # the same shape twice only hits the first winner
+        if i:
+            out()
+        panels.append(tune_shape(adopter, shape, args.dtype, device, force, interpreted, args.verbose))
+    if args.plot:
+        from ...plot import write_chart
+
+        try:
+            write_chart(args.plot, panels)
+        except OSError as exc:
+            raise CommandError(f"--plot: cannot write {args.plot!r}: {exc}") from exc
+        out()
+        out(f"plot: {args.plot}")
+
+
+def _check_cpu_shapes(shapes: list, allow_slow: bool) -> None:
+    for shape in shapes:
+        if math.prod(shape) > CPU_ELEMENT_LIMIT and not allow_slow:
+            raise UsageError(
+                f"argument --shape: {shape_text(shape)} has {math.prod(shape)} elements, more than the "
+                f"{CPU_ELEMENT_LIMIT} Triton's CPU interpreter finishes in reasonable time; use a GPU "
+                f"(--device cuda:0), a smaller shape, or --allow-slow"
+            )
+
+
+def pick_device(requested: Optional[str]) -> str:
+    """``cpu`` or ``cuda:N``, checked against what torch sees."""
+    if requested is not None and requested.strip().lower() == "cpu":
+        return "cpu"  # no torch import needed to know that
+    try:
+        import torch
+    except ImportError:
+        torch = None
+    if requested is None:
+        return "cuda:0" if torch is not None and torch.cuda.is_available() else "cpu"
+    if torch is None:
+        raise UsageError(f"argument --device: {requested!r} needs torch, which is not installed; use --device cpu")
+    try:
+        dev = torch.device(requested)
+    except (RuntimeError, ValueError, TypeError):
+        raise UsageError(f"argument --device: {requested!r} is not a torch device; accepted: cpu, cuda, cuda:N") \
+            from None
+    if dev.type == "cpu":
+        return "cpu"
+    if dev.type != "cuda":
+        raise UsageError(f"argument --device: {requested!r} is a {dev.type} device; accepted: cpu, cuda, cuda:N")
+    if not torch.cuda.is_available():
+        raise UsageError(f"argument --device: {requested!r} but no GPU is visible "
+                         f"(torch.cuda.is_available() is False); use --device cpu")
+    index = dev.index if dev.index is not None else 0
+    count = torch.cuda.device_count()
+    if index >= count:
+        raise UsageError(f"argument --device: {requested!r} but only {count} GPU(s) are visible "
+                         f"(cuda:0..cuda:{count - 1})")
+    return f"cuda:{index}"
+
+
+def _check_plot_path(path: str) -> None:
+    parent = os.path.dirname(os.path.abspath(path))
+    if not os.path.isdir(parent):
+        raise UsageError(f"argument --plot: the folder of {path!r} does not exist")
+    if not path.lower().endswith(".png"):
+        try:
+            import matplotlib  # noqa: F401
+        except ImportError:
+            raise UsageError(f"argument --plot: {path!r} is not a .png file; without matplotlib only PNG "
+                             f"is written (pip install matplotlib for other formats)") from None
+
+
+@contextlib.contextmanager
+def receiving_events(receiver: Any, name: str) -> Iterator[None]:
+    """``receiver`` gets every tuning event through the ``flyautotune_tuning_event`` hook inside the block."""
+    from ... import events
+
+    pm = plugin_manager()
+    pm.register(receiver, name=name)
+    # Bridge for tuners that still emit through events.add_listener only; the receiver drops a
+    # second delivery of the same event. Delete once the tuner calls the hook itself.
+    bridge = events.add_listener(receiver.flyautotune_tuning_event)
+    try:
+        yield
+    finally:
+        events.remove_listener(bridge)
+        pm.unregister(name=name)
+
+
+def tune_shape(adopter: Any, shape: tuple, dtype: str, device: str, force: bool, interpreted: bool,
+               verbose: int = 0):
+    """Select (searching when needed) the config for one shape, print its table; returns a plot ``Panel``."""
+    from ...plot import Bar, Panel
+    from ...progress import Progress
+
+    label = f"{adopter.name} {shape_text(shape)} {dtype}"
+    where = f"{device}" + (" (Triton interpreter)" if interpreted else "")
+    try:
+        args, kwargs = adopter.example(shape, dtype, device)
+        targs, tkwargs = adopter.bind(*args, **kwargs)
+    except (TypeError, ValueError) as exc:
+        raise UsageError(f"adopter {adopter.name!r} cannot build inputs for --shape {shape_text(shape)} "
+                         f"--dtype {dtype}: {first_line(exc)}") from None
+    progress = Progress(label)
+    progress.begin(f"picking a config on {where}")
+    tuner = adopter.tuner
+    t0 = time.perf_counter()
+    try:
+        with receiving_events(progress, f"flyautotune.cli.progress.{id(progress)}"):
+            selection = tuner.select(*targs, force=force, **tkwargs)
+            if selection.source == "default":
+                # A winner-less key runs the zero-search default; tuning means searching now.
+                selection = tuner.select(*targs, force=True, **tkwargs)
+    finally:
+        progress.close()
+    elapsed = time.perf_counter() - t0
+    winner = selection.config.to_dict() if selection.config.pre_hook is None else repr(selection.config)
+    stored_in = None
+    source = selection.source
+    if source == "search" and selection.timings:
+        rows = [dict(t) for t in selection.timings]
+        the_store = store()
+        if the_store.get(tuner.name, selection.key) is not None:
+            stored_in = the_store.path
+        else:
+            log.warning("%s: the winner was not stored (see the store warning above); the next process "
+                        "will search again", adopter.name)
+        note = f"searched {len(rows)} candidates in {elapsed:.1f} s"
+    elif source in ("store", "memory"):
+        entry = store().get(tuner.name, selection.key)
+        rows = [dict(t) for t in entry.timings] if entry is not None and entry.timings else \
+            [{"config": winner, "ms": None, "error": None}]
+        note = "winner from the store (tuned earlier; --force searches again)"
+    elif source == "pack":
+        rows = [{"config": winner, "ms": None, "error": None}]
+        note = "winner from a pack shipped with the adopter (--force searches on this machine)"
+    else:  # one candidate fits: nothing was benchmarked
+        rows = [{"config": winner, "ms": _time_once(adopter, args, kwargs, device), "error": None}]
+        note = ("only one candidate fits this shape on this backend: nothing to search, nothing stored "
+                "(timed here, end to end)")
+    print_result(label, where, rows, winner, _gbytes(adopter, args, kwargs, interpreted), note, verbose)
+    if stored_in is not None:
+        out(f"winner stored in {stored_in}")
+    return Panel(f"{label} on {where}", [
+        Bar(config_text(r["config"]), r.get("ms"), _same(r["config"], winner)) for r in _sorted_rows(rows)
+    ])
+
+
+def _time_once(adopter: Any, args: tuple, kwargs: dict, device: str) -> Optional[float]:
+    import flyautotune as fat
+
+    call = adopter.call()
+    try:
+        ms = plugin_manager().hook.flyautotune_benchmark(
+            fn=lambda: call(*args, **kwargs), setup=None, target=fat.target_for(device), stream=None,
+            warmup=1, rep=5, rotations=[])
+        return float(getattr(ms, "ms", ms))
+    except Exception as exc:
+        log.warning("%s: could not time the only candidate: %s", adopter.name, exc)
+        return None
+
+
+def _gbytes(adopter: Any, args: tuple, kwargs: dict, interpreted: bool) -> Optional[float]:
+    if adopter.bytes_moved is None or interpreted:  # interpreter GB/s mean nothing
+        return None
+    try:
+        return adopter.bytes_moved(*args, **kwargs) / 1e9
+    except Exception as exc:  # a broken helper costs a column, not the tune
+        log.warning("%s: bytes_moved failed (%s); showing relative speed", adopter.name, exc)
+        return None
+
+
+def _same(a: Any, b: Any) -> bool:
+    if a is None or b is None:
+        return False
+    return json.dumps(a, sort_keys=True, default=repr) == json.dumps(b, sort_keys=True, default=repr)
+
+
+def _sorted_rows(rows: list) -> list:
+    return sorted(rows, key=lambda r: (r.get("ms") is None, r.get("ms") or 0.0))
+
+
+def print_result(label: str, where: str, rows: list, winner: Any, gbytes: Optional[float], note: str,
+                 verbose: int = 0) -> None:
+    """The result table of one shape, fastest first; failed candidates' errors are cut to
+    ``ERROR_CELL`` characters in the table and follow it in full (every line with ``-v``)."""
+    rows = _sorted_rows(rows)
+    times = [r["ms"] for r in rows if r.get("ms") is not None]
+    best = min(times) if times else None
+    headers = ["", "config", "time (ms)"] + (["GB/s"] if gbytes is not None else []) + ["speed vs best"]
+    cells_rows, failed = [], []
+    for r in rows:
+        ms = r.get("ms")
+        cells = ["*" if _same(r["config"], winner) else "", config_text(r["config"])]
+        if ms is None:
+            cells.append("failed" if r.get("error") else "-")
+            cells += ["-"] if gbytes is not None else []
+            cells.append(short(first_line(r["error"]), ERROR_CELL) if r.get("error") else "-")
+            if r.get("error"):
+                failed.append(r)
+        else:
+            cells.append(f"{ms:.4f}")
+            if gbytes is not None:
+                cells.append(_fmt_gbs(gbytes / (ms / 1e3)) if ms > 0 else "-")
+            cells.append(f"{best / ms:.2f}x" if ms > 0 and best else "-")
+        cells_rows.append(cells)
+    out(f"{label} on {where}: {note}")
+    out(table(headers, cells_rows, right=tuple(range(2, len(headers)))))
+    if winner is not None:
+        out(f"* winner: {safe(config_text(winner))}")
+    long = [r for r in failed if verbose or short(first_line(r["error"]), ERROR_CELL) != str(r["error"]).strip()]
+    if long:
+        out("failed candidates:")
+        for r in long:
+            text = str(r["error"]).strip() if verbose else first_line(r["error"])
+            out(f"  {safe(config_text(r['config']))}: " + "\n    ".join(safe(line) for line in text.splitlines()))
+
+
+def _fmt_gbs(value: float) -> str:
+    if value >= 100:
+        return f"{value:.0f}"
+    if value >= 1:
+        return f"{value:.1f}"
+    return f"{value:.3g}" if value > 0 and math.isfinite(value) else "-"

@@ -1,0 +1,108 @@
+"""Reports through the hooks: target names from ``flyautotune_report_targets``, one
+``flyautotune_compile_report`` call per candidate, and what the command prints."""
+
+from __future__ import annotations
+
+import pytest
+
+import flyautotune as fat
+from flyautotune.cli import main
+from flyautotune.report import KernelSpec, ReportError, ResourceRow, parse_target, resource_report
+
+FAKE = fat.Target("fakegpu", "fk1", 16)
+
+
+class FakeBackend:
+    """Offers one target and 'compiles' a candidate into registers = 10 * BLOCK."""
+
+    def __init__(self):
+        self.calls = []
+
+    @fat.hookimpl
+    def flyautotune_report_targets(self):
+        return {"fk1": FAKE}
+
+    @fat.hookimpl
+    def flyautotune_compile_report(self, spec, config, hints, target):
+        if target.backend != "fakegpu":
+            return None
+        self.calls.append((spec, config, dict(hints)))
+        if spec.constexprs["SIZE"] > 64:
+            raise RuntimeError("too big for fk1\nsecond line")
+        return ResourceRow(config=config, options=dict(hints), registers=10 * config.kwargs["BLOCK"],
+                           occupancy=4, occupancy_max=8, occupancy_unit="waves/CU",
+                           binary_sha256=f"{config.kwargs['BLOCK']:064d}", labels={"registers": "fregs"})
+
+
+def _launch(x, n, BLOCK=None):
+    return x
+
+
+@pytest.fixture
+def backend(pm):
+    plugin = FakeBackend()
+    pm.register(plugin, name="fakebackend")
+    yield plugin
+    pm.unregister(name="fakebackend")
+
+
+@pytest.fixture
+def adopter(pm):
+    def space(x, n, **_):
+        # a target-dependent space: the report must see its own target, not this machine's
+        target = fat.current_target()
+        blocks = (1, 2, 4) if target is not None and target.backend == "fakegpu" else (1,)
+        return [fat.Config(BLOCK=b, num_warps=2) for b in blocks]
+
+    tuned = fat.autotune(configs=space, key=["n"], name="rdemo")(_launch)
+
+    def compile_spec(shape, dtype, config):
+        return "kernel", {"X": f"*{dtype}"}, {"SIZE": 32 * config.kwargs["BLOCK"]}, {"num_warps": 1}
+
+    a = fat.Adopter(name="rdemo", tuner=tuned, entry=lambda x: tuned(x, len(x)),
+                    tuner_args=lambda x: ((x, len(x)), {}),
+                    example=lambda shape, dtype, device: (([0.0] * shape[0],), {}), compile_spec=compile_spec)
+    pm.register_adopter(a)
+    return a
+
+
+def test_each_candidate_is_compiled_by_the_plugin_that_owns_the_target(pm, backend, adopter):
+    rows = resource_report(adopter, (4, 8), "bf16", FAKE, pm)
+    assert [r.config.kwargs["BLOCK"] for r in rows] == [1, 2, 4]
+    assert [r.registers for r in rows[:2]] == [10, 20]
+    assert rows[2].error == "RuntimeError: too big for fk1"
+    spec, config, hints = backend.calls[0]
+    assert isinstance(spec, KernelSpec) and spec.signature == {"X": "*bf16"} and spec.constexprs == {"SIZE": 32}
+    assert hints == {"num_warps": 2}  # the config's hint over compile_spec's option
+
+
+def test_report_command_prints_the_backends_column_names(pm, backend, adopter, capsys):
+    assert main(["report", "rdemo", "--target", "FK1", "--shape", "4x8"]) == 0
+    out = capsys.readouterr().out
+    assert "rdemo 4x8 bf16 compiled for fk1 (3 candidates, no GPU used):" in out
+    header = next(line for line in out.splitlines() if line.startswith("config"))
+    assert "fregs" in header and "occupancy (waves/CU)" in header and "SGPRs" not in header
+    assert "failed: RuntimeError: too big for fk1" in out
+    assert "2 of 3 candidates built 2 distinct binaries." in out
+
+
+def test_a_target_no_plugin_offers_lists_the_accepted_names(pm, backend, adopter, capsys):
+    with pytest.raises(ValueError, match=r"'gfx1100' is not a supported target; accepted: fk1 \(NVIDIA sm_\* "
+                                         r"targets come with flyautotune-cuda"):
+        parse_target("gfx1100", pm)
+    assert main(["report", "rdemo", "--target", "gfx1100", "--shape", "4x8"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith("flyautotune: error: argument --target: 'gfx1100' is not a supported target; "
+                          "accepted: fk1 (")
+    assert len(err.strip().splitlines()) == 1
+
+
+def test_a_target_nobody_compiles_is_a_clear_error(pm, adopter):
+    class NamesOnly:
+        @fat.hookimpl
+        def flyautotune_report_targets(self):
+            return {"fk1": FAKE}
+
+    pm.register(NamesOnly(), name="namesonly")
+    with pytest.raises(ReportError, match="no installed plugin compiles reports for fakegpu/fk1"):
+        resource_report(adopter, (4, 8), "bf16", FAKE, pm)
