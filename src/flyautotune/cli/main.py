@@ -49,7 +49,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     # A Triton notice about its next release, printed on every compile: noise for this command.
     warnings.filterwarnings("ignore", message="TRITON_DEFAULT_FP_FUSION is unset")
     try:
-        COMMANDS[args.command].run(args)
+        status = COMMANDS[args.command].run(args)
     except UsageError as exc:
         _error(str(exc))
         return 2

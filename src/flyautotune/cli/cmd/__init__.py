@@ -1,5 +1,6 @@
 """One module per sub-command: ``add_parser(subparsers)`` declares it, ``run(args)`` does it."""
 
+from ...scale import cli_plan as plan
 from . import clear, export, import_pack, plugins, report, show, tune
 
 #: name -> module, in the order ``--help`` lists them.
@@ -11,4 +12,5 @@ COMMANDS = {
     "import": import_pack,
     "clear": clear,
     "report": report,
+    "plan": plan,
 }

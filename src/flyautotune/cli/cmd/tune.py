@@ -43,7 +43,7 @@ def add_parser(sub) -> None:
 
 
 def run(args: argparse.Namespace) -> None:
-    from ...autotuner import force_search
+    from ...tuning.env import force_search
 
     device = pick_device(args.device)
     interpreted = device == "cpu"
@@ -138,17 +138,11 @@ def _check_plot_path(path: str) -> None:
 @contextlib.contextmanager
 def receiving_events(receiver: Any, name: str) -> Iterator[None]:
     """``receiver`` gets every tuning event through the ``flyautotune_tuning_event`` hook inside the block."""
-    from ... import events
-
     pm = plugin_manager()
     pm.register(receiver, name=name)
-    # Bridge for tuners that still emit through events.add_listener only; the receiver drops a
-    # second delivery of the same event. Delete once the tuner calls the hook itself.
-    bridge = events.add_listener(receiver.flyautotune_tuning_event)
     try:
         yield
     finally:
-        events.remove_listener(bridge)
         pm.unregister(name=name)
 
 
