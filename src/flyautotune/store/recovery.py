@@ -1,0 +1,210 @@
+"""The store file's schema: migrations, the check of a file flyautotune did not
+create, error classification, and salvage of a damaged file."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import time
+from pathlib import Path
+from typing import Iterator, Optional
+
+SCHEMA_VERSION = 1
+
+COLUMNS = {
+    "entries": ("tuner", "key", "timing_key", "config_json", "timings_json", "provenance_json", "created"),
+    "timings": ("tuner", "timing_key", "config_json", "ms", "error", "created"),
+}
+
+# SQLite primary result codes.
+_SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_CORRUPT, _SQLITE_FULL, _SQLITE_NOTADB = 5, 6, 11, 13, 26
+_CORRUPT_TEXT = ("file is not a database", "database disk image is malformed", "file is encrypted")
+
+SALVAGE_TIMEOUT_S = 20.0
+
+
+class BadSchema(sqlite3.DatabaseError):
+    """The file is a SQLite database, but not one flyautotune wrote (views, triggers, odd tables)."""
+
+
+def _migrate_v0_to_v1(conn: sqlite3.Connection) -> None:
+    # v0 is an empty (new) file. Winners keep their search's timings as one
+    # JSON snapshot, so a winner and its timings are always written together.
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS entries ("
+        " tuner TEXT NOT NULL, key TEXT NOT NULL, timing_key TEXT NOT NULL,"
+        " config_json TEXT NOT NULL, timings_json TEXT NOT NULL, provenance_json TEXT NOT NULL,"
+        " created REAL NOT NULL, PRIMARY KEY (tuner, key))"
+    )
+    conn.execute(
+        "CREATE TABLE IF NOT EXISTS timings ("
+        " tuner TEXT NOT NULL, timing_key TEXT NOT NULL, config_json TEXT NOT NULL,"
+        " ms REAL, error TEXT, created REAL NOT NULL, PRIMARY KEY (tuner, timing_key, config_json))"
+    )
+
+
+# MIGRATIONS[v] upgrades a database at user_version v to v + 1 (inside one transaction).
+MIGRATIONS: dict = {0: _migrate_v0_to_v1}
+
+
+def migrate(conn: sqlite3.Connection, target: Optional[int] = None) -> int:
+    """Upgrade the schema of ``conn`` to ``target`` (default ``SCHEMA_VERSION``) in
+    one write transaction; concurrent openers serialize on it. Returns the version."""
+    target = SCHEMA_VERSION if target is None else target
+    version = conn.execute("PRAGMA user_version").fetchone()[0]
+    if version >= target:
+        return version
+    with transaction(conn):
+        version = conn.execute("PRAGMA user_version").fetchone()[0]
+        while version < target:
+            MIGRATIONS[version](conn)
+            version += 1
+        conn.execute(f"PRAGMA user_version = {int(version)}")
+    return version
+
+
+@contextlib.contextmanager
+def transaction(conn: sqlite3.Connection) -> Iterator[sqlite3.Connection]:
+    """A write transaction: IMMEDIATE takes the write lock up front, so the busy
+    timeout applies (no deadlock-prone read-to-write upgrade)."""
+    conn.execute("BEGIN IMMEDIATE")
+    try:
+        yield conn
+    except BaseException:
+        if conn.in_transaction:
+            with contextlib.suppress(sqlite3.Error):
+                conn.execute("ROLLBACK")
+        raise
+    conn.execute("COMMIT")
+
+
+def schema_problem(conn: sqlite3.Connection) -> str:
+    """Why the file behind ``conn`` is not a store flyautotune wrote ('' if it is, or is empty).
+
+    Reads only ``sqlite_master`` and table metadata: nothing of the file's own SQL
+    (a view, a trigger) runs, so a hostile file cannot hang or steer the check."""
+    for kind, name, table, sql in conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master"):
+        if kind == "index" and name.startswith("sqlite_autoindex_") and table in COLUMNS:
+            continue
+        if kind == "table" and name in COLUMNS and (sql or "").lstrip().upper().startswith("CREATE TABLE"):
+            continue
+        return f"it holds a {kind} named {name!r}, which flyautotune never creates"
+    for table, want in COLUMNS.items():
+        have = tuple(row[1] for row in conn.execute(f"PRAGMA table_info({table})"))
+        if have and have[: len(want)] != want:  # migrations only ever add columns
+            return f"its {table} table has the columns {list(have)}; expected {list(want)}"
+    return ""
+
+
+def _code(exc: BaseException) -> Optional[int]:
+    code = getattr(exc, "sqlite_errorcode", None)
+    return None if code is None else code & 0xFF
+
+
+def is_corrupt(exc: BaseException) -> bool:
+    """True for a damaged file or one that is not a database at all."""
+    if isinstance(exc, BadSchema):
+        return True
+    code = _code(exc)
+    if code is not None and code in (_SQLITE_CORRUPT, _SQLITE_NOTADB):
+        return True
+    text = str(exc).lower()
+    return any(t in text for t in _CORRUPT_TEXT)
+
+
+def is_busy(exc: BaseException) -> bool:
+    """True when another connection holds a lock."""
+    code = _code(exc)
+    if code is not None:
+        return code in (_SQLITE_BUSY, _SQLITE_LOCKED)
+    text = str(exc).lower()
+    return "locked" in text or "busy" in text
+
+
+def is_full(exc: BaseException) -> bool:
+    return _code(exc) == _SQLITE_FULL or "disk is full" in str(exc).lower()
+
+
+def bound_time(conn: sqlite3.Connection, seconds: float) -> None:
+    """Abort any statement of ``conn`` that runs longer than ``seconds`` (it raises
+    ``OperationalError: interrupted``): a query can never hang the caller."""
+    deadline = [time.monotonic() + seconds]
+    conn.set_progress_handler(lambda: time.monotonic() > deadline[0], 10_000)
+
+
+def _scan(conn: sqlite3.Connection, table: str) -> list:
+    """Every row of ``table`` that can still be read, in rowid order, stepping over
+    damaged or missing pages: after an error, probe further rowids (doubling the
+    step), then bisect back to the first rowid readable after the damage."""
+    cols = ", ".join(COLUMNS[table])
+    sql = f"SELECT rowid, {cols} FROM {table} WHERE rowid > ? ORDER BY rowid"
+    rows: list = []
+    last = 0  # flyautotune's rows have positive rowids
+
+    def first_after(rowid: int) -> bool:
+        try:
+            return conn.execute(sql + " LIMIT 1", (rowid,)).fetchone() is not None
+        except sqlite3.DatabaseError:
+            return False
+
+    while True:
+        try:
+            for row in conn.execute(sql, (last,)):
+                rows.append(row[1:])
+                last = row[0]
+            return rows
+        except sqlite3.DatabaseError as exc:
+            if "interrupted" in str(exc):
+                return rows
+        step = 1
+        while not first_after(last + step):
+            step *= 2
+            if last + step >= 2**62:
+                return rows
+        lo, hi = last + step // 2, last + step  # lo fails (or is last), hi reads
+        while hi - lo > 1:
+            mid = (lo + hi) // 2
+            lo, hi = (lo, mid) if first_after(mid) else (mid, hi)
+        last = hi
+
+
+def salvage(path: Path) -> Optional[tuple]:
+    """``(entries rows, timings rows)`` still readable from a damaged store, or None
+    if the file is healthy now (another process already replaced it)."""
+    try:
+        conn = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True, timeout=1.0)
+    except sqlite3.Error:
+        return [], []
+    try:
+        bound_time(conn, SALVAGE_TIMEOUT_S)
+        with contextlib.suppress(sqlite3.Error):
+            conn.execute("PRAGMA trusted_schema=OFF")
+        try:
+            if schema_problem(conn):
+                return [], []  # not our file: reading its tables could run its SQL
+            if conn.execute("PRAGMA quick_check").fetchone()[0] == "ok":
+                return None
+        except sqlite3.DatabaseError:
+            pass
+        return _scan(conn, "entries"), _scan(conn, "timings")
+    finally:
+        conn.close()
+
+
+def move_aside(path: Path) -> Path:
+    """Rename ``path`` (and its WAL files) to ``<path>.corrupt-<time>``; returns the new name.
+
+    :raises OSError: it cannot be moved (e.g. a read-only folder)."""
+    stamp = time.strftime("%Y%m%dT%H%M%S")
+    aside = Path(f"{path}.corrupt-{stamp}")
+    n = 1
+    while aside.exists():
+        n += 1
+        aside = Path(f"{path}.corrupt-{stamp}-{n}")
+    os.replace(path, aside)
+    for suffix in ("-wal", "-shm"):
+        # A stale WAL next to a fresh file would be replayed into it.
+        with contextlib.suppress(FileNotFoundError):
+            os.replace(f"{path}{suffix}", f"{aside}{suffix}")
+    return aside
