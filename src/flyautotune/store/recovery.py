@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import contextlib
 import os
+import shutil
 import sqlite3
+import tempfile
 import time
 from pathlib import Path
 from typing import Iterator, Optional
@@ -139,6 +141,7 @@ def _scan(conn: sqlite3.Connection, table: str) -> list:
     step), then bisect back to the first rowid readable after the damage."""
     cols = ", ".join(COLUMNS[table])
     sql = f"SELECT rowid, {cols} FROM {table} WHERE rowid > ? ORDER BY rowid"
+    required = [i + 1 for i, c in enumerate(COLUMNS[table]) if c not in ("ms", "error")]
     rows: list = []
     last = 0  # flyautotune's rows have positive rowids
 
@@ -151,7 +154,8 @@ def _scan(conn: sqlite3.Connection, table: str) -> list:
     while True:
         try:
             for row in conn.execute(sql, (last,)):
-                rows.append(row[1:])
+                if all(row[i] is not None for i in required):  # a damaged record can read as NULLs
+                    rows.append(row[1:])
                 last = row[0]
             return rows
         except sqlite3.DatabaseError as exc:
@@ -171,7 +175,10 @@ def _scan(conn: sqlite3.Connection, table: str) -> list:
 
 def salvage(path: Path) -> Optional[tuple]:
     """``(entries rows, timings rows)`` still readable from a damaged store, or None
-    if the file is healthy now (another process already replaced it)."""
+    if the file is healthy now (another process already replaced it).
+
+    Reads a copy, padded back to the size its header records: a truncated file
+    then loses only the rows on its missing pages."""
     try:
         conn = sqlite3.connect(path.resolve().as_uri() + "?mode=ro", uri=True, timeout=1.0)
     except sqlite3.Error:
@@ -187,9 +194,42 @@ def salvage(path: Path) -> Optional[tuple]:
                 return None
         except sqlite3.DatabaseError:
             pass
-        return _scan(conn, "entries"), _scan(conn, "timings")
     finally:
         conn.close()
+    with tempfile.TemporaryDirectory(prefix="flyautotune-salvage-") as tmp:
+        copy = Path(tmp) / "copy.sqlite3"
+        try:
+            shutil.copyfile(path, copy)
+            if os.path.isfile(f"{path}-wal"):
+                shutil.copyfile(f"{path}-wal", f"{copy}-wal")
+            _pad_to_header_size(copy)
+            conn = sqlite3.connect(str(copy), timeout=1.0, isolation_level=None)
+        except (OSError, sqlite3.Error):
+            return [], []
+        try:
+            bound_time(conn, SALVAGE_TIMEOUT_S)
+            conn.execute("PRAGMA trusted_schema=OFF")
+            if schema_problem(conn):
+                return [], []
+            return _scan(conn, "entries"), _scan(conn, "timings")
+        except sqlite3.DatabaseError:
+            return [], []
+        finally:
+            conn.close()
+
+
+def _pad_to_header_size(copy: Path) -> None:
+    # Header: page size at byte 16 (1 means 65536), page count at byte 28 (SQLite file format).
+    with open(copy, "r+b") as f:
+        header = f.read(100)
+        if len(header) < 100 or not header.startswith(b"SQLite format 3\x00"):
+            return
+        page_size = int.from_bytes(header[16:18], "big")
+        page_size = 65536 if page_size == 1 else page_size
+        want = int.from_bytes(header[28:32], "big") * page_size
+        size = f.seek(0, os.SEEK_END)
+        if size < want <= 64 * size + (1 << 20):  # a header claiming far more is not believed
+            f.truncate(want)
 
 
 def move_aside(path: Path) -> Path:
