@@ -228,7 +228,6 @@ def test_the_recovery_lock_is_waited_for_a_bounded_time(tmp_path, monkeypatch, w
 
     (tmp_path / st.DB_NAME).write_bytes(b"not a database" * 100)
     monkeypatch.setattr(files, "LOCK_TIMEOUT_S", 0.2)
-    monkeypatch.setattr(sqlite_mod, "file_lock", lambda p: files.file_lock(p, 0.2))
     fd = os.open(tmp_path / (st.DB_NAME + ".lock"), os.O_RDWR | os.O_CREAT)
     fcntl.flock(fd, fcntl.LOCK_EX)  # a stuck recoverer in another process
     try:

@@ -10,7 +10,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Iterator, Union
+from typing import Iterator, Optional, Union
 
 PathLike = Union[str, "os.PathLike[str]"]
 
@@ -82,8 +82,9 @@ def ownership_problem(path: PathLike) -> str:
 
 
 @contextlib.contextmanager
-def file_lock(path: Path, timeout: float = LOCK_TIMEOUT_S) -> Iterator[bool]:
-    """An inter-process lock (``flock``) waited for at most ``timeout`` seconds.
+def file_lock(path: Path, timeout: Optional[float] = None) -> Iterator[bool]:
+    """An inter-process lock (``flock``) waited for at most ``timeout`` seconds
+    (default ``LOCK_TIMEOUT_S``).
 
     Yields True when held, False when it could not be taken in time (the caller
     decides whether to go on); always True off POSIX, where there is no ``flock``.
@@ -99,7 +100,7 @@ def file_lock(path: Path, timeout: float = LOCK_TIMEOUT_S) -> Iterator[bool]:
         yield True  # no lock file possible (read-only folder): nothing to serialize against
         return
     try:
-        deadline = time.monotonic() + timeout
+        deadline = time.monotonic() + (LOCK_TIMEOUT_S if timeout is None else timeout)
         pause = 0.005
         while True:
             try:

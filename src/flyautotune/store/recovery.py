@@ -4,13 +4,16 @@ create, error classification, and salvage of a damaged file."""
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import shutil
 import sqlite3
 import tempfile
 import time
 from pathlib import Path
-from typing import Iterator, Optional
+from typing import Callable, Iterator, Optional
+
+from .files import file_lock
 
 SCHEMA_VERSION = 1
 
@@ -24,6 +27,11 @@ _SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_CORRUPT, _SQLITE_FULL, _SQLITE_NOTADB = 5,
 _CORRUPT_TEXT = ("file is not a database", "database disk image is malformed", "file is encrypted")
 
 SALVAGE_TIMEOUT_S = 20.0
+ENTRY_SQL = "INSERT OR REPLACE INTO entries VALUES (?,?,?,?,?,?,?)"
+TIMING_SQL = "INSERT OR REPLACE INTO timings VALUES (?,?,?,?,?,?)"
+DB_LOCK_SUFFIX = ".lock"
+
+log = logging.getLogger("flyautotune.store")
 
 
 class BadSchema(sqlite3.DatabaseError):
@@ -248,3 +256,43 @@ def move_aside(path: Path) -> Path:
         with contextlib.suppress(FileNotFoundError):
             os.replace(f"{path}{suffix}", f"{aside}{suffix}")
     return aside
+
+
+def recover(path: Path, exc: BaseException, *, reopen: Callable[[], sqlite3.Connection],
+            warn_once: Callable[[str], None]) -> bool:
+    """Move the damaged or foreign store ``path`` aside under an inter-process lock
+    (waited for a bounded time), copy its readable rows into a fresh file opened by
+    ``reopen``, and log what happened. Returns True when retrying makes sense."""
+    lock_path = Path(f"{path}{DB_LOCK_SUFFIX}")
+    what = "was not written by flyautotune" if isinstance(exc, BadSchema) else "is not a readable SQLite database"
+    with file_lock(lock_path) as held:
+        if not held:
+            warn_once(f"flyautotune store {path} {what} ({exc}), and another process holds "
+                      f"{lock_path} while recovering it; continuing without the store")
+            return False
+        salvaged = salvage(path)
+        if salvaged is None:
+            return True  # another process already replaced the file: just reconnect
+        try:
+            aside = move_aside(path)
+        except OSError as move_exc:
+            warn_once(f"flyautotune store {path} {what} ({exc}) and could "
+                      f"not be moved aside ({move_exc}); continuing without the store")
+            return False
+        entries, timings = salvaged
+        kept = ""
+        if entries or timings:
+            try:
+                conn = reopen()
+                try:
+                    with transaction(conn):
+                        conn.executemany(ENTRY_SQL, entries)
+                        conn.executemany(TIMING_SQL, timings)
+                finally:
+                    conn.close()
+                kept = f"; copied the {len(entries)} entries and {len(timings)} timings still readable"
+            except Exception as copy_exc:  # noqa: BLE001 - the fresh store stays usable either way
+                kept = f"; could not copy the readable rows ({copy_exc})"
+        log.warning("flyautotune store %s %s (%s); moved it aside to %s and started a fresh store%s",
+                    path, what, exc, aside, kept)
+        return True

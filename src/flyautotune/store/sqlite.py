@@ -21,7 +21,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 from . import recovery
 from .deferred import DeferredWrites, register
 from .entries import StoreEntry, StoreError, check_config, check_text, entry_from_json, is_time, normalize_timings
-from .files import PathLike, file_lock, ownership_problem
+from .files import PathLike, ownership_problem
 from .jsontext import canonical_config_json, compact_json, jsonable, loads
 
 log = logging.getLogger("flyautotune.store")
@@ -32,8 +32,8 @@ CALL_TIMEOUT_S = 1.0  # a tuned call waits at most this long for a lock
 QUERY_LIMIT_S = 60.0  # no statement runs longer: a hostile file cannot hang a call
 READ_ONLY_RETRY_S = (1.0, 60.0)  # first and longest pause before writing to a read-only store again
 
-_ENTRY_SQL = "INSERT OR REPLACE INTO entries VALUES (?,?,?,?,?,?,?)"
-_TIMING_SQL = "INSERT OR REPLACE INTO timings VALUES (?,?,?,?,?,?)"
+_ENTRY_SQL = recovery.ENTRY_SQL
+_TIMING_SQL = recovery.TIMING_SQL
 # A late write of a deferred winner never replaces a newer one another process wrote meanwhile.
 _LATE_ENTRY_SQL = (
     "INSERT INTO entries VALUES (?,?,?,?,?,?,?) ON CONFLICT (tuner, key) DO UPDATE SET "
@@ -253,43 +253,11 @@ class TuningStore:
         log.warning("%s", message)
 
     def _recover(self, exc: BaseException) -> bool:
-        """Move a damaged or foreign file aside (keeping what is still readable); True when
-        retrying makes sense."""
+        """Move a damaged or foreign file aside, keeping what is still readable; True
+        when retrying makes sense."""
         self.close()
-        lock_path = self.directory / (DB_NAME + ".lock")
-        with self._lock, file_lock(lock_path) as held:
-            what = ("was not written by flyautotune" if isinstance(exc, recovery.BadSchema)
-                    else "is not a readable SQLite database")
-            if not held:
-                self._warn_once(f"flyautotune store {self.path} {what} ({exc}), and another process holds "
-                                f"{lock_path} while recovering it; continuing without the store")
-                return False
-            salvaged = recovery.salvage(self.path)
-            if salvaged is None:
-                return True  # another process already replaced the file: just reconnect
-            try:
-                aside = recovery.move_aside(self.path)
-            except OSError as move_exc:
-                self._warn_once(f"flyautotune store {self.path} {what} ({exc}) and could "
-                                f"not be moved aside ({move_exc}); continuing without the store")
-                return False
-            entries, timings = salvaged
-            kept = ""
-            if entries or timings:
-                try:
-                    conn, _ = self._open()
-                    try:
-                        with recovery.transaction(conn):
-                            conn.executemany(_ENTRY_SQL, entries)
-                            conn.executemany(_TIMING_SQL, timings)
-                    finally:
-                        conn.close()
-                    kept = f"; copied the {len(entries)} entries and {len(timings)} timings still readable"
-                except (sqlite3.Error, OSError, _Unavailable) as copy_exc:
-                    kept = f"; could not copy the readable rows ({copy_exc})"
-            log.warning("flyautotune store %s %s (%s); moved it aside to %s and started a fresh store%s",
-                        self.path, what, exc, aside, kept)
-            return True
+        with self._lock:
+            return recovery.recover(self.path, exc, reopen=lambda: self._open()[0], warn_once=self._warn_once)
 
     # -- the autotuner's calls (never raise on I/O) -------------------------------------
     def get(self, tuner: str, key: str) -> Optional[StoreEntry]:
