@@ -20,7 +20,8 @@ from .imports import ImportItem, ImportPlan, apply_import, plan_import
 from .jsontext import MAX_DEPTH, MAX_ENTRY_BYTES, MAX_PACK_BYTES, canonical_config_json
 from .location import CACHE_DIR_ENV, cache_dir, get_store
 from .memory import MemoryStore
-from .packs import PACK_FORMAT, PACK_VERSION, Pack, PackIndex, dump_pack, find_in_packs, load_pack, package_packs, read_pack
+from .packs import (PACK_FORMAT, PACK_VERSION, Pack, PackIndex, dump_pack, find_in_packs, load_pack, package_packs,
+                    read_pack)
 from .plugin import SqliteStorePlugin
 from .protocol import Store
 from .recovery import MIGRATIONS, SCHEMA_VERSION, migrate

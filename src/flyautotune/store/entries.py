@@ -8,7 +8,7 @@ from typing import Any, Iterable, Mapping
 
 import attrs
 
-from .jsontext import canonical_config_json, text_problem
+from .jsontext import canonical_config_json, loads, text_problem
 
 # Latest accepted ``created``: year 5138. Larger values (10**400, 1e300) reject the entry.
 MAX_CREATED = 1e11
@@ -219,6 +219,18 @@ def entry_from_json(where: str, data: Any, origin: str) -> StoreEntry:
         timing_key=data["timing_key"],
         origin=origin,
     )
+
+
+def entry_from_row(row: Any, origin: str) -> StoreEntry:
+    """Build an entry from a store row ``(tuner, key, timing_key, config_json, timings_json,
+    provenance_json, created)``; raises like ``entry_from_json``."""
+    tuner, key, timing_key, config_json, timings_json, provenance_json, created = row
+    data = {
+        "tuner": tuner, "key": key, "timing_key": timing_key,
+        "config": loads(config_json, what="config_json"), "timings": loads(timings_json, what="timings_json"),
+        "provenance": loads(provenance_json, what="provenance_json"), "created": created,
+    }
+    return entry_from_json("entry", data, origin)
 
 
 def _short(value: Any) -> str:

@@ -136,6 +136,11 @@ def is_full(exc: BaseException) -> bool:
     return _code(exc) == _SQLITE_FULL or "disk is full" in str(exc).lower()
 
 
+def is_transient(exc: BaseException) -> bool:
+    """A SQLite error worth retrying later: a lock held elsewhere, or a full disk."""
+    return isinstance(exc, sqlite3.DatabaseError) and (is_busy(exc) or is_full(exc))
+
+
 def bound_time(conn: sqlite3.Connection, seconds: float) -> None:
     """Abort any statement of ``conn`` that runs longer than ``seconds`` (it raises
     ``OperationalError: interrupted``): a query can never hang the caller."""

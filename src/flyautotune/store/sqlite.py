@@ -20,9 +20,9 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from . import recovery
 from .deferred import DeferredWrites, register
-from .entries import StoreEntry, StoreError, check_config, check_text, entry_from_json, is_time, normalize_timings
+from .entries import StoreEntry, StoreError, check_config, check_text, entry_from_row, is_time, normalize_timings
 from .files import PathLike, ownership_problem
-from .jsontext import canonical_config_json, compact_json, jsonable, loads
+from .jsontext import canonical_config_json, compact_json, jsonable
 
 log = logging.getLogger("flyautotune.store")
 
@@ -48,6 +48,10 @@ _FORK_LEFTOVERS: list = []
 
 class _Unavailable(Exception):
     """The store cannot serve this operation (read-only, newer schema, not the user's)."""
+
+
+class _ReadOnly(_Unavailable):
+    """Writes are refused for now (permissions, a read-only mount): retried with back-off."""
 
 
 class TuningStore:
@@ -185,7 +189,8 @@ class TuningStore:
         reason = self._local.read_only
         if reason is None:
             return
-        if time.monotonic() >= self._read_only_retry_at and not reason.startswith("it was written by a newer"):
+        newer = reason.startswith("it was written by a newer")
+        if time.monotonic() >= self._read_only_retry_at and not newer:
             self._read_only_retry_at = time.monotonic() + self._read_only_pause
             self._read_only_pause = min(self._read_only_pause * 2, READ_ONLY_RETRY_S[1])
             self.close()
@@ -194,7 +199,7 @@ class TuningStore:
             if reason is None:
                 self._read_only_pause = READ_ONLY_RETRY_S[0]
                 return
-        raise _Unavailable(f"the store is read-only: {reason}")
+        raise (_Unavailable if newer else _ReadOnly)(f"the store is read-only: {reason}")
 
     def _do(self, what: str, fn: Callable[[sqlite3.Connection], Any], *, write: bool, strict: bool,
             default: Any = None) -> Any:
@@ -276,17 +281,11 @@ class TuningStore:
         return None if row is None else self._row_entry(row)
 
     def _row_entry(self, row: Sequence) -> Optional[StoreEntry]:
-        tuner, key, timing_key, config_json, timings_json, provenance_json, created = row
         try:
-            data = {
-                "tuner": tuner, "key": key, "timing_key": timing_key,
-                "config": loads(config_json, what="config_json"), "timings": loads(timings_json, what="timings_json"),
-                "provenance": loads(provenance_json, what="provenance_json"), "created": created,
-            }
-            return entry_from_json("entry", data, str(self.path))
+            return entry_from_row(row, str(self.path))
         except (TypeError, ValueError) as exc:
             log.warning("flyautotune store %s: skipping malformed entry tuner=%s key=%s: %s",
-                        self.path, ascii(tuner)[:80], ascii(key)[:200], exc)
+                        self.path, ascii(row[0])[:80], ascii(row[1])[:200], exc)
             return None
 
     def get_timings(self, tuner: str, timing_key: str) -> dict:
@@ -332,7 +331,8 @@ class TuningStore:
         now = time.time()
         entry = (tuner, key, timing_key, canonical_config_json(config), compact_json(rows),
                  compact_json(jsonable(provenance)), now)
-        timing_rows = [(tuner, timing_key, canonical_config_json(r["config"]), r["ms"], r["error"], now) for r in rows]
+        timing_rows = [(tuner, timing_key, canonical_config_json(r["config"]), r["ms"], r["error"], now)
+                       for r in rows]
         self._deferred.discard(tuner, key)
         if self._deferred.due():
             self._deferred.flush()
@@ -350,9 +350,8 @@ class TuningStore:
 
     def _defer(self, tuner: str, key: str, item: tuple) -> None:
         problem = self._local.problem
-        if not (isinstance(problem, _Unavailable) and "read-only" in str(problem)) and not (
-                isinstance(problem, sqlite3.DatabaseError) and (recovery.is_busy(problem) or recovery.is_full(problem))):
-            return  # an unusable store (not ours, unreadable): nothing to retry
+        if not isinstance(problem, _ReadOnly) and not recovery.is_transient(problem):
+            return  # an unusable store (not ours, unreadable, newer schema): nothing to retry
         if self._deferred.add(tuner, key, item):
             self._warn_once(f"flyautotune store {self.path} is busy, full or read-only; new winners are kept "
                             f"in memory and written when it accepts them")
