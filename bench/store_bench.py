@@ -20,6 +20,7 @@ import textwrap
 import timeit
 
 from flyautotune import store as st
+from flyautotune.store import packs, recovery
 
 TUNER = "bench_kernel"
 
@@ -58,7 +59,7 @@ def fill(directory: str, n: int) -> st.TuningStore:
     rows = [(TUNER, key_of(i), "t" + key_of(i), st.canonical_config_json(config_of(i)),
              json.dumps(timings_of(i), sort_keys=True, separators=(",", ":")),
              json.dumps(PROVENANCE, sort_keys=True, separators=(",", ":")), 1.7e9 + i) for i in range(n)]
-    with st._transaction(conn):  # bulk setup; the timed paths below use the public API
+    with recovery.transaction(conn):  # bulk setup; the timed paths below use the public API
         conn.executemany("INSERT OR REPLACE INTO entries VALUES (?,?,?,?,?,?,?)", rows)
     store.close()
     return store
@@ -146,8 +147,8 @@ def main() -> None:
 
         pack = os.path.join(tmp, "pack.json")
         store.export_pack(pack)
-        st._PACKS.clear()
-        first = per_call_ns(lambda: (st._PACKS.clear(), st.find_in_packs([pack], TUNER, key)), 1, 3)
+        packs._PACKS.clear()
+        first = per_call_ns(lambda: (packs._PACKS.clear(), st.find_in_packs([pack], TUNER, key)), 1, 3)
         rows.append((f"find_in_packs() first call ({args.entries} entries: parse + validate)", first, ""))
         again = per_call_ns(lambda: st.find_in_packs([pack], TUNER, key), 20_000, args.repeat)
         rows.append(("find_in_packs() cached (stat + dict lookup)", again, ""))

@@ -11,6 +11,8 @@ import threading
 import pytest
 
 from flyautotune import store as st
+from flyautotune.store import recovery
+from flyautotune.store import sqlite as sqlite_mod
 from flyautotune.store import StoreEntry, TuningStore, canonical_config_json, get_store
 
 
@@ -111,7 +113,7 @@ def test_non_finite_time_is_recorded_as_failure(store):
         ({"config": {"kwargs": {"B": object()}}}, "config is not JSON-serializable"),
         ({"timings": [{"ms": 1.0}]}, r"timings\[0\].*'config' \(required\)"),
         ({"timings": [{"config": cfg(1), "ms": "fast"}]}, r"timings\[0\]\['ms'\] must be a number"),
-        ({"timings": [{"config": cfg(1), "ms": 1.0, "reps": 3}]}, "accepted fields are"),
+        ({"timings": [{"config": cfg(1), "ms": 1.0, "bogus": 3}]}, "accepted fields are"),
         ({"provenance": "gfx942"}, "provenance must be a mapping"),
     ],
 )
@@ -208,7 +210,7 @@ def test_corrupt_file_that_cannot_be_moved_degrades_to_no_store(tmp_path, monkey
     def refuse(src, dst):
         raise PermissionError(13, "Permission denied", str(src))
 
-    monkeypatch.setattr(st.os, "replace", refuse)  # e.g. a read-only directory
+    monkeypatch.setattr(recovery.os, "replace", refuse)  # e.g. a read-only directory
     s = TuningStore(tmp_path)
     for _ in range(3):
         assert s.get("rms", "k") is None
@@ -283,7 +285,7 @@ def test_malformed_row_is_skipped_with_a_warning_naming_it(store, warnings_):
     "column, value, problem",
     [
         ("config_json", "[1, 2]", "entry.config must be a Config.to_dict() mapping"),
-        ("timings_json", '[{"ms": 1}]', "entry.timings[0] = {'ms': 1}: expected exactly the fields"),
+        ("timings_json", '[{"ms": 1}]', "entry.timings[0] = {'ms': 1}: expected the fields 'config', 'ms', 'error'"),
         ("timings_json", '{"ms": 1}', "entry.timings must be a list"),
         ("provenance_json", '{"x": NaN}', "NaN is not valid JSON"),
         ("created", "'yesterday'", "entry.created must be a number"),
@@ -328,7 +330,7 @@ def test_read_only_database_error_degrades_to_no_store(tmp_path, monkeypatch, wa
     def refuse(*args, **kwargs):
         raise sqlite3.OperationalError("attempt to write a readonly database")
 
-    monkeypatch.setattr(st.sqlite3, "connect", refuse)
+    monkeypatch.setattr(sqlite_mod.sqlite3, "connect", refuse)
     s = TuningStore(tmp_path)
     assert s.get("rms", "k") is None
     assert s.put("rms", "k", "t", cfg(1), [], {}) is False
@@ -338,7 +340,7 @@ def test_read_only_database_error_degrades_to_no_store(tmp_path, monkeypatch, wa
 
 
 def test_warnings_for_an_unusable_store_are_not_repeated(tmp_path, monkeypatch, warnings_):
-    monkeypatch.setattr(st.sqlite3, "connect", lambda *a, **k: (_ for _ in ()).throw(
+    monkeypatch.setattr(sqlite_mod.sqlite3, "connect", lambda *a, **k: (_ for _ in ()).throw(
         sqlite3.OperationalError("attempt to write a readonly database")))
     s = TuningStore(tmp_path)
     for _ in range(5):
@@ -366,8 +368,13 @@ def test_full_disk_returns_false_and_keeps_earlier_entries(store, warnings_):
     huge = {"notes": "x" * 200_000}
     assert store.put("rms", "huge", "t", cfg(2), [], huge) is False
     assert "database or disk is full" in messages(warnings_)
+    assert "new winners are kept in memory and written when it accepts them" in messages(warnings_)
     assert store.get("rms", "small").config == cfg(1)
-    assert store.get("rms", "huge") is None
+    assert store.get("rms", "huge").provenance == huge  # from memory, for this process
+    assert TuningStore(store.directory).get("rms", "huge") is None  # not on disk yet
+    conn.execute("PRAGMA max_page_count = 1000000")  # space was freed
+    assert store.flush() is True
+    assert TuningStore(store.directory).get("rms", "huge").provenance == huge
 
 
 def test_locked_database_times_out_into_a_warning(tmp_path, warnings_):
@@ -406,8 +413,8 @@ def test_migration_path_upgrades_and_keeps_rows(store, monkeypatch):
     def v1_to_v2(conn):
         conn.execute("ALTER TABLE entries ADD COLUMN note TEXT")
 
-    monkeypatch.setattr(st, "SCHEMA_VERSION", 2)
-    monkeypatch.setitem(st.MIGRATIONS, 1, v1_to_v2)
+    monkeypatch.setattr(recovery, "SCHEMA_VERSION", 2)
+    monkeypatch.setitem(recovery.MIGRATIONS, 1, v1_to_v2)
     assert store.get("rms", "k").provenance == {"a": 1}
     raw = sqlite3.connect(store.path)
     assert raw.execute("PRAGMA user_version").fetchone()[0] == 2
@@ -423,8 +430,8 @@ def test_failed_migration_leaves_the_old_schema(store, monkeypatch, warnings_):
         conn.execute("ALTER TABLE entries ADD COLUMN note TEXT")
         raise sqlite3.OperationalError("disk I/O error")
 
-    monkeypatch.setattr(st, "SCHEMA_VERSION", 2)
-    monkeypatch.setitem(st.MIGRATIONS, 1, broken)
+    monkeypatch.setattr(recovery, "SCHEMA_VERSION", 2)
+    monkeypatch.setitem(recovery.MIGRATIONS, 1, broken)
     store.get("rms", "k")
     raw = sqlite3.connect(store.path)
     assert raw.execute("PRAGMA user_version").fetchone()[0] == 1

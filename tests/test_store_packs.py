@@ -9,6 +9,7 @@ import os
 import pytest
 
 from flyautotune import store as st
+from flyautotune.store import packs
 from flyautotune.store import PackError, PackIndex, StoreEntry, TuningStore, find_in_packs, load_pack
 
 
@@ -158,7 +159,7 @@ def test_malformed_shipped_pack_is_skipped_with_one_warning(tmp_path, caplog):
     for _ in range(3):
         assert index.find([missing, bad, good], "rms", "k").config == cfg(1)
     text = "\n".join(r.getMessage() for r in caplog.records)
-    assert text.count(f"skipping tuning pack {bad}: tuning pack {bad}: entries[0]: missing field(s)") == 1
+    assert text.count(f"tuning pack {bad}: skipping a malformed entry: entries[0]: missing field(s)") == 1
     assert text.count(f"skipping tuning pack {missing}: the file does not exist") == 1
 
 
@@ -166,8 +167,8 @@ def test_packs_are_parsed_once_and_reread_when_changed(tmp_path, monkeypatch):
     path = tmp_path / "p.json"
     path.write_text(pack_text([good_entry(config=cfg(1))]))
     calls = []
-    real = st.load_pack
-    monkeypatch.setattr(st, "load_pack", lambda p: calls.append(p) or real(p))
+    real = packs.read_pack
+    monkeypatch.setattr(packs, "read_pack", lambda p: calls.append(p) or real(p))
     index = PackIndex()
     for _ in range(5):
         assert index.find([path], "rms", "k").config == cfg(1)

@@ -52,7 +52,7 @@ WRITER = """
     for i in range(n):
         cfg = {"kwargs": {"BLOCK": i, "W": worker}, "compile_hints": {}}
         bad = {"kwargs": {"BLOCK": -1, "W": worker}, "compile_hints": {}}
-        timings = [{"config": cfg, "ms": float(i), "error": None}, {"config": bad, "ms": None, "error": "boom"}]
+        timings = [{"config": cfg, "ms": float(i + 1), "error": None}, {"config": bad, "ms": None, "error": "boom"}]
         if not store.put("conc", f"w{worker}-{i}", f"tw{worker}", cfg, timings, {"worker": worker, "i": i}):
             failed += 1
     print(failed)
@@ -77,7 +77,7 @@ def test_eight_processes_times_200_writes_all_land(tmp_path):
             e = store.get("conc", f"w{w}-{i}")
             want = {"kwargs": {"BLOCK": i, "W": w}, "compile_hints": {}}
             assert e is not None and e.config == want and e.provenance == {"worker": w, "i": i}
-            assert e.timings[0] == {"config": want, "ms": float(i), "error": None}
+            assert e.timings[0] == {"config": want, "ms": float(i + 1), "error": None}
         pool = store.get_timings("conc", f"tw{w}")
         assert len(pool) == 201
         assert pool[canonical_config_json({"kwargs": {"BLOCK": -1, "W": w}, "compile_hints": {}})] is None
@@ -207,6 +207,9 @@ def test_read_only_directory_reads_and_never_fails(file_mode):
         TuningStore(d).put("rms", "k", "t", {"kwargs": {"B": 1}}, [], {})
         TuningStore(d).close()
         os.chmod(top, 0o755)
+        if os.geteuid() == 0:  # the child runs as nobody: the store must be its own to be trusted
+            for path in (d, os.path.join(d, "tuning.sqlite3")):
+                os.chown(path, 65534, 65534)
         os.chmod(d, 0o555)
         os.chmod(os.path.join(d, "tuning.sqlite3"), file_mode)
         p = spawn(READ_ONLY, d)

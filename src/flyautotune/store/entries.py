@@ -1,0 +1,240 @@
+"""Store entries: the ``StoreEntry`` value, the errors, and the validation of
+entries and timings, whether a caller passes them or untrusted JSON holds them."""
+
+from __future__ import annotations
+
+import math
+from typing import Any, Iterable, Mapping
+
+import attrs
+
+from .jsontext import canonical_config_json, loads, text_problem
+
+# Latest accepted ``created``: year 5138. Larger values (10**400, 1e300) reject the entry.
+MAX_CREATED = 1e11
+
+ENTRY_FIELDS = frozenset({"tuner", "key", "timing_key", "config", "timings", "provenance", "created"})
+TIMING_REQUIRED = frozenset({"config", "ms", "error"})
+TIMING_STATS = ("spread", "method", "reps")
+TIMING_FIELDS = TIMING_REQUIRED | frozenset(TIMING_STATS)
+
+
+class StoreError(RuntimeError):
+    """A maintenance command (``entries``, ``clear``, ``export_pack``,
+    ``import_pack``) could not read or write the store; names the file and cause."""
+
+
+class PackError(ValueError):
+    """A tuning pack is malformed; the message names the pack and the problem."""
+
+    def __init__(self, source: str, problem: str) -> None:
+        super().__init__(f"tuning pack {source}: {problem}")
+        self.source = source
+        self.problem = problem
+
+
+@attrs.frozen
+class StoreEntry:
+    """One tuned winner: the config for ``(tuner, key)``, every candidate's timing
+    and where it came from. Treat the dict fields as read-only.
+
+    :param tuner: the tuner's name.
+    :param key: the canonical key JSON of the call.
+    :param config: the winner in ``Config.to_dict()`` form.
+    :param timings: ``{"config": dict, "ms": float | None, "error": str | None}``
+        per candidate of the search, fastest first, failures last; optional
+        statistics ``spread`` (ms), ``method`` (str) and ``reps`` (int) when measured.
+    :param provenance: what the tuner recorded (device, toolchain, versions, duration).
+    :param created: when the winner was written (seconds since the epoch).
+    :param timing_key: the key of the per-candidate timing pool it was searched with.
+    :param origin: the store file or pack it was read from (not compared).
+    """
+
+    tuner: str
+    key: str
+    config: dict
+    timings: tuple = ()
+    provenance: dict = attrs.field(factory=dict)
+    created: float = 0.0
+    timing_key: str = ""
+    origin: str = attrs.field(default="", eq=False)
+
+    def to_pack_dict(self) -> dict:
+        """The entry's JSON form inside a pack."""
+        return {
+            "tuner": self.tuner,
+            "key": self.key,
+            "timing_key": self.timing_key,
+            "config": self.config,
+            "timings": list(self.timings),
+            "provenance": self.provenance,
+            "created": self.created,
+        }
+
+    def best_ms(self) -> float | None:
+        """The winner's own measured time, else the fastest candidate's; None if unmeasured."""
+        times = [t["ms"] for t in self.timings if t.get("ms") is not None]
+        own = [t["ms"] for t in self.timings if t.get("ms") is not None and t["config"] == self.config]
+        return min(own or times) if (own or times) else None
+
+
+def is_number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def is_time(value: Any) -> bool:
+    """A usable time: a finite number of milliseconds above zero (not a bool, not text)."""
+    return is_number(value) and math.isfinite(value) and value > 0
+
+
+def check_text(name: str, value: Any) -> None:
+    """Raise naming ``name`` unless ``value`` is a non-empty string of valid, printable text."""
+    if not isinstance(value, str) or not value:
+        raise TypeError(f"{name} must be a non-empty string, got {value!r}")
+    problem = text_problem(value)
+    if problem:
+        raise ValueError(f"{name} {problem}: {ascii(value)[:120]}")
+
+
+def check_config(where: str, config: Any) -> None:
+    if not isinstance(config, Mapping):
+        raise TypeError(f"{where} must be a Config.to_dict() mapping, got {config!r}")
+    try:
+        canonical_config_json(config)
+    except (TypeError, ValueError) as exc:
+        raise TypeError(f"{where} is not JSON-serializable ({exc}): {config!r}") from None
+
+
+def _check_stats(where: str, t: Mapping) -> dict:
+    out = {}
+    spread, method, reps = (t.get(name) for name in TIMING_STATS)
+    if spread is not None:
+        if not (is_number(spread) and math.isfinite(spread) and spread >= 0):
+            raise ValueError(f"{where}['spread'] must be a finite number of milliseconds >= 0, got {spread!r}")
+        out["spread"] = float(spread)
+    if method is not None:
+        if not isinstance(method, str) or not method or text_problem(method):
+            raise ValueError(f"{where}['method'] must be a short name such as 'cuda-graph', got {method!r}")
+        out["method"] = method
+    if reps is not None:
+        if type(reps) is not int or reps < 1:
+            raise ValueError(f"{where}['reps'] must be an integer >= 1, got {reps!r}")
+        out["reps"] = reps
+    return out
+
+
+def normalize_timings(timings: Any, where: str = "timings") -> list:
+    """Validated timing dicts from a caller, fastest first, failures last, ties by config text.
+
+    A time that is not finite and above zero (``inf``, ``0``, ``-1``) is recorded
+    as a failure with a message saying so; a time that is not a number raises.
+    """
+    if isinstance(timings, (str, bytes, Mapping)) or not isinstance(timings, Iterable):
+        raise TypeError(f"{where} must be a list of timing dicts, got {timings!r}")
+    rows = []
+    for i, t in enumerate(timings):
+        here = f"{where}[{i}]"
+        if not isinstance(t, Mapping):
+            raise TypeError(f"{here} must be a dict with 'config', 'ms', 'error', got {t!r}")
+        if set(t) - TIMING_FIELDS or "config" not in t:
+            raise ValueError(
+                f"{here} = {t!r}: accepted fields are 'config' (required), 'ms', 'error', "
+                f"'spread', 'method', 'reps'"
+            )
+        check_config(f"{here}['config']", t["config"])
+        ms, error = t.get("ms"), t.get("error")
+        if ms is not None and not is_number(ms):
+            raise TypeError(f"{here}['ms'] must be a number of milliseconds or None, got {ms!r}")
+        if error is not None and not isinstance(error, str):
+            raise TypeError(f"{here}['error'] must be a string or None, got {error!r}")
+        if ms is not None and not is_time(ms):
+            # Only finite times above zero are times; anything else is recorded as a failure.
+            ms, error = None, error or f"rejected time {ms!r} ms (times must be finite and > 0)"
+        row = {"config": dict(t["config"]), "ms": None if ms is None else float(ms), "error": error}
+        row.update(_check_stats(here, t))
+        rows.append(row)
+    rows.sort(key=lambda r: (r["ms"] is None, r["ms"] or 0.0, canonical_config_json(r["config"])))
+    return rows
+
+
+def _check_json_timing(where: str, t: Any) -> None:
+    if type(t) is not dict or not TIMING_REQUIRED <= t.keys() <= TIMING_FIELDS:
+        raise ValueError(
+            f"{where} = {t!r}: expected the fields 'config', 'ms', 'error' "
+            f"(and optionally 'spread', 'method', 'reps')"
+        )
+    ms, error = t["ms"], t["error"]
+    if type(t["config"]) is not dict:
+        raise TypeError(f"{where}['config'] must be a Config.to_dict() mapping, got {t['config']!r}")
+    if ms is not None and type(ms) is not float and type(ms) is not int:
+        raise TypeError(f"{where}['ms'] must be a number of milliseconds or None, got {ms!r}")
+    if ms is not None and not ms > 0:
+        raise ValueError(f"{where}['ms'] must be a time above zero or None, got {ms!r}")
+    if error is not None and type(error) is not str:
+        raise TypeError(f"{where}['error'] must be a string or None, got {error!r}")
+    _check_stats(where, t)
+
+
+def entry_from_json(where: str, data: Any, origin: str) -> StoreEntry:
+    """Build an entry from parsed, untrusted JSON (a store row or a pack item).
+
+    :raises ValueError, TypeError: naming the bad field. Parsed JSON holds only
+        finite numbers (see ``jsontext.loads``), so shapes, types and ranges are checked here.
+    """
+    if type(data) is not dict:
+        raise TypeError(f"{where} must be a JSON object, got {_short(data)}")
+    if data.keys() != ENTRY_FIELDS:
+        raise ValueError(
+            f"{where}: missing field(s) {sorted(ENTRY_FIELDS - set(data))}, unknown field(s) "
+            f"{sorted(set(data) - ENTRY_FIELDS)}; accepted: {sorted(ENTRY_FIELDS)}"
+        )
+    for name in ("tuner", "key", "timing_key"):
+        value = data[name]
+        if type(value) is not str or not value:
+            raise TypeError(f"{where}.{name} must be a non-empty string, got {_short(value)}")
+        problem = text_problem(value)
+        if problem:
+            raise ValueError(f"{where}.{name} {problem}: {ascii(value)[:120]}")
+    if type(data["config"]) is not dict:
+        raise TypeError(f"{where}.config must be a Config.to_dict() mapping, got {_short(data['config'])}")
+    if type(data["provenance"]) is not dict:
+        raise TypeError(f"{where}.provenance must be a JSON object, got {_short(data['provenance'])}")
+    created = data["created"]
+    if type(created) is not float and type(created) is not int:
+        raise TypeError(f"{where}.created must be a number (epoch seconds), got {_short(created)}")
+    if not 0 <= created <= MAX_CREATED:
+        raise ValueError(f"{where}.created must be epoch seconds from 0 to {MAX_CREATED:.0e}, got {_short(created)}")
+    timings = data["timings"]
+    if type(timings) is not list:
+        raise TypeError(f"{where}.timings must be a list of timing dicts, got {_short(timings)}")
+    for i, t in enumerate(timings):
+        _check_json_timing(f"{where}.timings[{i}]", t)
+    return StoreEntry(
+        tuner=data["tuner"],
+        key=data["key"],
+        config=data["config"],
+        timings=tuple(timings),
+        provenance=data["provenance"],
+        created=float(created),
+        timing_key=data["timing_key"],
+        origin=origin,
+    )
+
+
+def entry_from_row(row: Any, origin: str) -> StoreEntry:
+    """Build an entry from a store row ``(tuner, key, timing_key, config_json, timings_json,
+    provenance_json, created)``; raises like ``entry_from_json``."""
+    tuner, key, timing_key, config_json, timings_json, provenance_json, created = row
+    data = {
+        "tuner": tuner, "key": key, "timing_key": timing_key,
+        "config": loads(config_json, what="config_json"), "timings": loads(timings_json, what="timings_json"),
+        "provenance": loads(provenance_json, what="provenance_json"), "created": created,
+    }
+    return entry_from_json("entry", data, origin)
+
+
+def _short(value: Any) -> str:
+    """A bounded repr for messages (a huge number or list would flood the terminal)."""
+    if type(value) is int and abs(value) >= 10**30:
+        return f"an integer of {len(str(abs(value)))} digits"
+    return ascii(value)[:120]

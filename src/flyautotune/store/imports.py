@@ -1,0 +1,128 @@
+"""Import planning: what merging a pack into a store would add, replace, keep or
+skip, decided before anything is written (``flyautotune import --dry-run``)."""
+
+from __future__ import annotations
+
+from typing import Any, Iterable, Optional
+
+import attrs
+
+from .entries import StoreEntry
+from .packs import Pack
+
+
+@attrs.frozen
+class ImportItem:
+    """One pack entry in an import plan.
+
+    :param where: its place in the pack (``entries[3]``) or ``tuner/key``.
+    :param reason: why it lands in its group, in words for a user.
+    :param entry: the pack's entry (None for an entry that could not be read).
+    :param local: the store's winner for the same (tuner, key), if any.
+    """
+
+    where: str
+    reason: str
+    entry: Optional[StoreEntry] = None
+    local: Optional[StoreEntry] = None
+
+
+@attrs.frozen
+class ImportPlan:
+    """What an import would do; ``apply_import`` writes ``added`` and ``replaced``.
+
+    :param added: entries for keys the store has no winner for.
+    :param replaced: entries that replace the store's winner.
+    :param kept: the store's winner stays: it is newer and faster than the pack's
+        (kept unless ``replace=True``), or identical.
+    :param skipped: entries of tuners the import does not name, or entries the
+        pack could not give (malformed), each with its reason.
+    """
+
+    added: tuple = ()
+    replaced: tuple = ()
+    kept: tuple = ()
+    skipped: tuple = ()
+
+    @property
+    def to_write(self) -> list:
+        """The entries ``apply_import`` writes."""
+        return [item.entry for item in self.added + self.replaced]
+
+
+def _where(entry: StoreEntry) -> str:
+    return f"{entry.tuner} {ascii(entry.key)[:120]}"
+
+
+def plan_import(store: Any, entries: Any, *, tuners: Optional[Iterable[str]] = None,
+                replace: bool = False) -> ImportPlan:
+    """Decide what importing ``entries`` into ``store`` would change; writes nothing.
+
+    :param store: any store (``get`` is the only method used).
+    :param entries: a ``Pack`` from ``read_pack`` (its refused entries are listed as
+        skipped) or an iterable of ``StoreEntry``.
+    :param tuners: import only these tuners' entries (an import is scoped to the
+        adopters it names); None imports every tuner in the pack.
+    :param replace: also replace a local winner that is newer and faster.
+    :returns: the ``ImportPlan``.
+    """
+    if isinstance(tuners, str):
+        raise TypeError(f"tuners must be a list of tuner names, got the string {tuners!r}")
+    wanted = None if tuners is None else frozenset(tuners)
+    added, replaced, kept, skipped = [], [], [], []
+    if isinstance(entries, Pack):
+        skipped += [ImportItem(where, f"malformed: {reason}") for where, reason in entries.rejected]
+        entries = entries.entries
+    for entry in entries:
+        if not isinstance(entry, StoreEntry):
+            raise TypeError(f"entries must hold StoreEntry objects, got {type(entry).__name__}")
+        where = _where(entry)
+        if wanted is not None and entry.tuner not in wanted:
+            skipped.append(ImportItem(where, f"tuner {entry.tuner!r} is not among those imported "
+                                             f"({', '.join(sorted(wanted)) or 'none'})", entry))
+            continue
+        local = store.get(entry.tuner, entry.key)
+        if local is None:
+            added.append(ImportItem(where, "new key", entry))
+        elif local.config == entry.config and local.timing_key == entry.timing_key:
+            kept.append(ImportItem(where, "the local winner is the same config", entry, local))
+        elif _newer_and_faster(local, entry) and not replace:
+            kept.append(ImportItem(where, f"the local winner is newer and faster ({_ms(local)} vs "
+                                          f"{_ms(entry)}); replace=True replaces it", entry, local))
+        else:
+            replaced.append(ImportItem(where, _why_replaced(local, entry, replace), entry, local))
+    return ImportPlan(tuple(added), tuple(replaced), tuple(kept), tuple(skipped))
+
+
+def _ms(entry: StoreEntry) -> str:
+    best = entry.best_ms()
+    return "unmeasured" if best is None else f"{best:.4g} ms"
+
+
+def _newer_and_faster(local: StoreEntry, entry: StoreEntry) -> bool:
+    mine, theirs = local.best_ms(), entry.best_ms()
+    return local.created > entry.created and mine is not None and (theirs is None or mine < theirs)
+
+
+def _why_replaced(local: StoreEntry, entry: StoreEntry, replace: bool) -> str:
+    if _newer_and_faster(local, entry):
+        return "replace=True: replaces a newer, faster local winner"
+    if local.created <= entry.created:
+        return "the pack's winner is newer"
+    return "the local winner is newer but not measured faster"
+
+
+def apply_import(store: Any, plan: ImportPlan) -> int:
+    """Write the plan's added and replaced entries (one transaction on the SQLite
+    store, which keeps their ``created`` time); returns how many were written.
+
+    :raises StoreError: the store could not be written (SQLite store)."""
+    entries = plan.to_write
+    if not entries:
+        return 0
+    put_entries = getattr(store, "put_entries", None)
+    if put_entries is not None:
+        return put_entries(entries)
+    for e in entries:  # any other store: its own put (created becomes now)
+        store.put(e.tuner, e.key, e.timing_key, e.config, list(e.timings), e.provenance)
+    return len(entries)

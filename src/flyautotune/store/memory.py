@@ -1,0 +1,76 @@
+"""``MemoryStore``: a store in a dict, for tests and as the example of a
+replacement store (return one from a ``flyautotune_store`` hook)."""
+
+from __future__ import annotations
+
+import threading
+import time
+from typing import Any, Mapping, Optional, Sequence
+
+from .entries import StoreEntry, check_config, check_text, normalize_timings
+from .jsontext import canonical_config_json, jsonable
+
+
+class MemoryStore:
+    """Winners and timings of this process only, validated like ``TuningStore``'s.
+
+    Example plugin::
+
+        class InMemory:
+            def __init__(self):
+                self.store = MemoryStore()
+
+            @flyautotune.hookimpl
+            def flyautotune_store(self):
+                return self.store
+    """
+
+    def __init__(self) -> None:
+        self._entries: dict = {}  # (tuner, key) -> StoreEntry
+        self._timings: dict = {}  # (tuner, timing_key) -> {config json: ms or None}
+        self._lock = threading.Lock()
+        self.path = "<memory>"
+
+    def __repr__(self) -> str:
+        return f"<flyautotune.MemoryStore {len(self._entries)} entries>"
+
+    def get(self, tuner: str, key: str) -> Optional[StoreEntry]:
+        return self._entries.get((tuner, key))
+
+    def get_timings(self, tuner: str, timing_key: str) -> dict:
+        return dict(self._timings.get((tuner, timing_key), {}))
+
+    def put(self, tuner: str, key: str, timing_key: str, config: Mapping[str, Any],
+            timings: Sequence[Mapping[str, Any]], provenance: Mapping[str, Any]) -> bool:
+        for name, value in (("tuner", tuner), ("key", key), ("timing_key", timing_key)):
+            check_text(name, value)
+        check_config("config", config)
+        rows = normalize_timings(timings)
+        if not isinstance(provenance, Mapping):
+            raise TypeError(f"provenance must be a mapping, got {provenance!r}")
+        entry = StoreEntry(tuner=tuner, key=key, config=dict(config), timings=tuple(rows),
+                           provenance=jsonable(provenance), created=time.time(), timing_key=timing_key,
+                           origin=self.path)
+        with self._lock:
+            self._entries[(tuner, key)] = entry
+            pool = self._timings.setdefault((tuner, timing_key), {})
+            pool.update((canonical_config_json(r["config"]), r["ms"] if r["error"] is None else None) for r in rows)
+        return True
+
+    def delete(self, tuner: str, key: str) -> None:
+        with self._lock:
+            self._entries.pop((tuner, key), None)
+
+    def entries(self, tuner: Optional[str] = None) -> list:
+        with self._lock:
+            items = sorted(self._entries.items())
+        return [e for (t, _), e in items if tuner is None or t == tuner]
+
+    def clear(self, tuner: Optional[str] = None) -> int:
+        with self._lock:
+            gone = [k for k in self._entries if tuner is None or k[0] == tuner]
+            for k in gone:
+                del self._entries[k]
+            for k in [k for k in self._timings if tuner is None or k[0] == tuner]:
+                del self._timings[k]
+        return len(gone)
