@@ -68,7 +68,7 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
             traceback.print_exc()
         _error(f"{type(exc).__name__}: {first_line(exc)} (FLYAUTOTUNE_LOG=debug shows the traceback)")
         return 1
-    return 0
+    return status if isinstance(status, int) else 0
 
 
 def _tolerant_output() -> None:

@@ -155,7 +155,7 @@ def search(t: Any, call: Call, target: Target, snapshot: tuple, kd: dict, key: s
 
 
 #: Per-candidate fields the store keeps.
-_STORED = ("config", "ms", "error")
+_STORED = ("config", "ms", "error", "spread", "method", "reps")
 
 
 def agreed(t: Any, call: Call, target: Target, snapshot: tuple, kd: dict, key: str, forced: bool, store: Any,

@@ -64,8 +64,11 @@ class Candidate:
     def row(self) -> dict:
         row = {"config": config_repr(self.config), "ms": self.ms, "error": self.error}
         if self.measurement is not None:
-            row.update(spread=round(self.noise(), 6), method=self.measurement.method, reps=self.measurement.reps,
-                       rounds=len(self.samples))
+            row.update(spread=round(self.noise(), 6), rounds=len(self.samples))
+            if self.measurement.method:
+                row["method"] = self.measurement.method
+            if self.measurement.reps:
+                row["reps"] = self.measurement.reps
         if self.is_default:
             row["default"] = True
         return row
