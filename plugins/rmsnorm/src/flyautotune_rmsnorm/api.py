@@ -193,11 +193,11 @@ def clear_caches() -> None:
 
 
 def launch(x, weight, out, M, N, dtype, eps, sx, sy, stream=None,
-           BLOCK_THREADS=None, ROWS_PER_PROGRAM=1, CHUNK=0, CACHE_POLICY=1, PREFETCH=0):
+           BLOCK_THREADS=None, ROWS_PER_PROGRAM=1, CHUNK=0, CACHE_POLICY=1, PREFETCH=0, SPLIT=1, VEC=16):
     """Run one config on prepared arguments (what the tuner calls)."""
     if BLOCK_THREADS is None:
         raise fat.IncompatibleConfigError("rmsnorm: a config must set BLOCK_THREADS")
-    launcher = make_launcher(N, dtype, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLICY, PREFETCH)
+    launcher = make_launcher(N, dtype, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLICY, PREFETCH, SPLIT, VEC)
     if not x.is_cuda:
         launcher(x, weight, out, M, sx, sy, eps, None, (), True)
         return out
@@ -289,7 +289,8 @@ def bytes_moved(x, weight, *args, **kwargs) -> int:
 def compile_spec(shape, dtype, config, target=None) -> tuple:
     """``(kernel, signature, constexprs, extra)`` of the Triton kernel ``config`` builds for a
     contiguous input: ``extra["options"]`` holds the ``num_warps`` that BLOCK_THREADS implies,
-    ``extra["values"]`` the runtime integers of such a launch."""
+    ``extra["values"]`` the runtime integers of such a launch. A split config (``SPLIT > 1``)
+    reports its normalize kernel, the heavier of its two."""
     ds = dtype_str(dtype)
     N = int(shape[-1])
     M = 1
@@ -299,12 +300,21 @@ def compile_spec(shape, dtype, config, target=None) -> tuple:
     launcher = make_launcher(N, ds, **kw)
     from .factory import _CONST_NAMES, row_vec
 
-    rv = row_vec(N, N, launcher.elem)
+    rv = row_vec(N, N, launcher.elem, launcher.VEC)
+    warp = getattr(target, "warp_size", None) or 32
+    options = {"num_warps": max(1, kw["BLOCK_THREADS"] // warp)}
+    if launcher.SPLIT > 1:
+        from .kernel_split import kernels
+
+        consts = launcher.constexprs(rv)[1]
+        sig = {"X": f"*{ds}", "W": f"*{ds}", "Y": f"*{ds}", "P": "*fp32", "sx_vec": "i32", "sy_vec": "i32",
+               "eps": "fp32"}
+        sig.update({k: "constexpr" for k in consts})
+        return kernels()[1], sig, consts, {"options": options, "values": {"sx_vec": N // rv, "sy_vec": N // rv}}
     consts = dict(zip(_CONST_NAMES, launcher._constexprs(M, rv)))
     sig = {"X": f"*{ds}", "W": f"*{ds}", "Y": f"*{ds}", "M": "i32", "sx_vec": "i32", "sy_vec": "i32",
            "eps": "fp32"}
     sig.update({k: "constexpr" for k in consts})
-    warp = getattr(target, "warp_size", None) or 32
-    extra = {"options": {"num_warps": max(1, kw["BLOCK_THREADS"] // warp)},
+    extra = {"options": options,
              "values": {"M": M, "sx_vec": N // rv, "sy_vec": N // rv}}
     return jit_kernel(), sig, consts, extra
