@@ -7,7 +7,7 @@ import torch
 
 import flyautotune as fat
 from flyautotune_rmsnorm import cuda_space, default_config, make_launcher, rmsnorm, rmsnorm_autotuned
-from flyautotune_rmsnorm.api import _tuned_launch, launch
+from flyautotune_rmsnorm.api import launch, tuned_launch
 from flyautotune_rmsnorm.reference import relative_error, rmsnorm_reference, tolerance
 
 pytestmark = [
@@ -105,12 +105,12 @@ def test_forced_search_on_the_gpu_picks_from_the_space(monkeypatch):
     monkeypatch.setenv("FLYAUTOTUNE", "1")
     y = rmsnorm_autotuned(x, w)
     torch.cuda.synchronize()
-    assert _tuned_launch.last_source == "search"
-    assert _tuned_launch.last_config in cuda_space(2048, 8192, "bf16")
+    assert tuned_launch.last_source == "search"
+    assert tuned_launch.last_config in cuda_space(2048, 8192, "bf16")
     _check(y, x, w)
     monkeypatch.delenv("FLYAUTOTUNE")
     rmsnorm_autotuned(x, w)
-    assert _tuned_launch.last_source == "memory"
+    assert tuned_launch.last_source == "memory"
 
 
 def test_target_and_hints_on_the_gpu():
