@@ -40,7 +40,7 @@ FEW_ROWS = 264
 #: Programs per SM worth filling when rows are split (two are resident at 1024 threads on Hopper).
 SPLIT_PROGRAMS = 2 * 132
 #: Shortest slice worth a program of its own (elements).
-MIN_SLICE = 2048
+MIN_SLICE = 1024
 
 
 def _cfg(bt: int, rows: int = 1, chunk: int = 0, policy: int = 1, prefetch: int = 0, split: int = 1,
@@ -79,7 +79,7 @@ def short_row_space(N: int, dtype_str: str) -> list:
     return _unique(out)
 
 
-def split_configs(M: int, N: int, dtype_str: str, block_threads=(256, 1024)) -> list:
+def split_configs(M: int, N: int, dtype_str: str, block_threads=(128, 256, 1024)) -> list:
     """Split rows for a few long rows: the three largest ``SPLIT`` with slices of at least
     ``MIN_SLICE`` elements and at most ``2 * SPLIT_PROGRAMS`` programs in all.
 
@@ -96,7 +96,7 @@ def split_configs(M: int, N: int, dtype_str: str, block_threads=(256, 1024)) -> 
         slice_n = npad // split
         for bt in block_threads:
             tile = min(slice_n, 2 * vec * bt)  # 16 elements per thread at most: no spills
-            if tile >= vec * bt:
+            if tile >= vec * bt and (bt < 1024 or tile == slice_n):
                 out.append(_cfg(bt, 1, 0 if tile == slice_n else tile, 2, split=split))
     return out
 
