@@ -105,19 +105,23 @@ def test_adopter_is_registered_through_its_entry_point():
 @pytest.mark.skipif(shutil.which("ptxas") is None and not os.path.exists(
     os.path.join(os.path.dirname(__import__("triton").__file__), "backends/nvidia/bin/ptxas")),
     reason="needs Triton's NVIDIA backend (ptxas) to cross-compile")
-@pytest.mark.parametrize("N,cfg_kw", [(65536, None), (32768, None), (8192, None)])
-def test_compile_spec_cross_compiles_for_sm90_without_spills(N, cfg_kw):
-    """The CPU counterpart of the GPU no-spill test: ptxas's resource report of the default."""
+@pytest.mark.parametrize("M,N,split", [(1024, 65536, 1), (1024, 32768, 1), (1024, 8192, 1), (1, 65536, 16),
+                                       (1, 262144, 32)])
+def test_compile_spec_cross_compiles_for_sm90_without_spills(M, N, split):
+    """The CPU counterpart of the GPU no-spill test: ptxas's resource report of the default, or of a
+    split config of the space (its normalize kernel)."""
     import re
     import subprocess
 
     import triton
     from triton.backends.compiler import GPUTarget
 
-    cfg = default_config(1024, N, "bf16")
-    kernel, sig, consts, extra = api.compile_spec((1024, N), "bf16", cfg, target=fat.Target("cuda", "sm_90", 32))
+    cfg = default_config(M, N, "bf16")
+    if split > 1:
+        cfg = next(c for c in cuda_space(M, N, "bf16") if c.kwargs["SPLIT"] == split)
+    kernel, sig, consts, extra = api.compile_spec((M, N), "bf16", cfg, target=fat.Target("cuda", "sm_90", 32))
     assert extra["options"] == {"num_warps": cfg.kwargs["BLOCK_THREADS"] // 32}
-    attrs = {(i,): [["tt.divisibility", 16]] for i in range(3)}
+    attrs = {(i,): [["tt.divisibility", 16]] for i in range(4 if split > 1 else 3)}
     k = triton.compile(triton.compiler.ASTSource(kernel, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
                        options=extra["options"])
     cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump")

@@ -37,11 +37,12 @@ class SplitLauncher(RMSNormLauncher):
         got = self._consts.get(rv)
         if got is None:
             x_last, x_keep, w_pol, y_pol = CACHE_POLICIES[self.CACHE_POLICY]
-            common = dict(N=self.N, BLOCK_N=self.BLOCK_N, TILES=self.TILES, SPLIT=self.programs,
-                          EVEN_N=self.EVEN_N, ROW_VEC=rv)
-            got = self._consts[rv] = (
-                dict(common, X_KEEP=x_keep),
-                dict(common, SPLIT_POW2=next_pow2(self.programs), X_LAST=x_last, W_POLICY=w_pol, Y_POLICY=y_pol))
+            values = dict(N=self.N, BLOCK_N=self.BLOCK_N, TILES=self.TILES, SPLIT=self.programs,
+                          SPLIT_POW2=next_pow2(self.programs), EVEN_N=self.EVEN_N, ROW_VEC=rv, X_KEEP=x_keep,
+                          X_LAST=x_last, W_POLICY=w_pol, Y_POLICY=y_pol)
+            # In the kernels' parameter order: the direct launch passes them by position.
+            got = self._consts[rv] = ({k: values[k] for k in _ks.SUMSQ_CONSTS},
+                                      {k: values[k] for k in _ks.NORMALIZE_CONSTS})
         return got
 
     def __call__(self, x, w, y, M: int, sx: int, sy: int, eps: float, stream: Any = None,
