@@ -273,11 +273,15 @@ def stream_handle(stream: Any, dev: int) -> int:
 
 
 def _raw_stream(dev: int) -> int:
+    """The current stream's raw handle on ``dev`` (torch's C getter, looked up on the first call)."""
+    global _raw_stream
     torch = _torch()
     raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    if raw is not None:
-        return raw(dev)
-    return torch.cuda.current_stream(dev).cuda_stream
+    if raw is None:
+        def raw(d):
+            return torch.cuda.current_stream(d).cuda_stream
+    _raw_stream = raw  # later calls go straight to the getter
+    return raw(dev)
 
 
 def _torch():
