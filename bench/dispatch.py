@@ -1,6 +1,8 @@
 """Host time of one RMSNorm call on a CUDA GPU: what each layer costs.
 
-Run on a CUDA machine: ``python bench/dispatch.py --out DIR``. A tiny input
+Run on a CUDA machine: ``python bench/dispatch.py --out DIR``. Without a GPU it
+times the host-only pieces on CPU tensors (the argument check and the output
+allocation), which need no launch. A tiny input
 (1 x 4096 bf16) keeps the GPU idle enough that each loop measures the host:
 ``calls`` launches are enqueued back to back (fewer than the launch queue
 holds), wall time over the loop, synchronize, median of ``repeats`` runs with
@@ -49,7 +51,10 @@ def main(argv=None):
     import triton
 
     from flyautotune_rmsnorm import make_launcher, rmsnorm, rmsnorm_autotuned
-    from flyautotune_rmsnorm.api import _check, _compile_options, _target, _tuned_launch, launch
+    if not torch.cuda.is_available():
+        return cpu_only(args)
+    from flyautotune_rmsnorm.api import _check, _compile_options, _target, launch
+    from flyautotune_rmsnorm.api import tuned_launch as _tuned_launch
     from flyautotune_rmsnorm.kernel import jit_kernel
 
     M, N, eps = args.M, args.N, 1e-6
@@ -113,6 +118,24 @@ def main(argv=None):
     with open(os.path.join(args.out, "dispatch.json"), "w") as f:
         json.dump({"meta": meta, "us": us, "spread": spread, "layer_us": layer, "markdown": md}, f, indent=1)
     print(md)
+
+
+def cpu_only(args) -> None:
+    """The host-only pieces on CPU tensors: argument check (with allocation) and allocation alone."""
+    import timeit
+
+    import torch
+
+    from flyautotune_rmsnorm.api import _check
+
+    x = torch.randn(args.M, args.N, dtype=torch.bfloat16)
+    w = torch.rand(args.N, dtype=torch.bfloat16)
+    paths = {"checks + output alloc": lambda: _check(x, w, 1e-6, None),
+             "torch.empty_like(x)": lambda: torch.empty_like(x), "x.new_empty(x.shape)": lambda: x.new_empty(x.shape)}
+    print(f"No GPU: host µs per call on CPU tensors, {args.M} × {args.N} bf16 (best of {args.repeats} loops)")
+    for name, fn in paths.items():
+        us = min(timeit.repeat(fn, number=args.calls * 10, repeat=args.repeats)) / (args.calls * 10) * 1e6
+        print(f"| {name} | {us:.2f} |")
 
 
 if __name__ == "__main__":

@@ -10,9 +10,10 @@ fp64 reference, then times it two ways:
   calls do not hit in L2), replayed under ``do_bench``; time per call.
 
 GB/s = (2*M*N + N) * element size / median time. Implementations: torch
-``F.rms_norm``, ``torch.compile`` of it, Liger's Triton RMSNorm (when
-installed), our default config (``rmsnorm``) and our tuned config
-(``rmsnorm_autotuned`` after a forced search). ``--explore`` also times every
+``F.rms_norm``, ``torch.compile`` of it, Liger's Triton RMSNorm and QuACK's
+CuTe-DSL RMSNorm (each when it imports; the bench says so and goes on when it
+does not), our default config (``rmsnorm``) and our tuned config
+(``rmsnorm_autotuned`` after a forced search of that shape). ``--explore`` also times every
 config of a wider grid per shape (graph mode), to check the space and the
 default against it. Writes ``rmsnorm.json``, ``rmsnorm.md``, ``rmsnorm.png``
 (and ``explore.json``) under ``--out``.
@@ -32,14 +33,17 @@ import sys
 import tempfile
 import time
 
+from rmsnorm_report import IMPLS, NAMES, PEERS, fmt, gbps, markdown, plot  # noqa: F401  (bench/ is on sys.path)
+
 SHAPES = [
     (1, 4096, "bf16"), (32, 4096, "bf16"), (256, 8192, "bf16"), (4096, 4096, "bf16"),
     (4096, 8192, "bf16"), (16384, 8192, "bf16"), (32768, 4096, "bf16"), (65536, 1024, "bf16"),
     (8192, 16384, "bf16"), (2048, 32768, "bf16"), (1024, 65536, "bf16"),
     (256, 8192, "fp32"), (4096, 8192, "fp32"), (32768, 4096, "fp32"),
+    # single long rows (split across programs), short rows, widths off the 16-byte grid
+    (1, 65536, "bf16"), (4, 131072, "bf16"), (1, 262144, "bf16"),
+    (65536, 128, "bf16"), (262144, 256, "bf16"), (4096, 1000, "bf16"), (32, 3000, "bf16"),
 ]
-IMPLS = ("torch", "compile", "liger", "default", "tuned")
-PEERS = ("torch", "compile", "liger")
 EPS = 1e-6
 #: Footprint the rotating inputs of one graph should exceed (about 3x an H200's L2).
 ROTATE_BYTES = 200e6
@@ -59,7 +63,17 @@ def nbytes(M, N, ds):
 # -- implementations -------------------------------------------------------------
 
 
-def make_impls(N, have_liger):
+def load_quack():
+    """QuACK's ``rmsnorm_fwd``, or the reason it cannot be used here."""
+    import importlib
+
+    try:
+        return importlib.import_module("quack.rmsnorm").rmsnorm_fwd, None
+    except Exception as exc:  # not installed, or no CUTLASS DSL for this GPU
+        return None, f"{type(exc).__name__}: {exc}"[:200]
+
+
+def make_impls(N, have_liger, quack_fwd=None):
     import torch
     import torch.nn.functional as F
 
@@ -79,6 +93,8 @@ def make_impls(N, have_liger):
         from liger_kernel.ops.rms_norm import LigerRMSNormFunction
 
         impls["liger"] = lambda x, w: LigerRMSNormFunction.apply(x, w, EPS, 0.0, "llama", False)
+    if quack_fwd is not None:
+        impls["quack"] = lambda x, w: quack_fwd(x, w, eps=EPS)[0]
     return impls
 
 
@@ -121,14 +137,22 @@ def _precompile_one(job):
     from flyautotune_rmsnorm import make_launcher
     from flyautotune_rmsnorm.factory import _CONST_NAMES, row_vec
     from flyautotune_rmsnorm.kernel import jit_kernel
+    from flyautotune_rmsnorm.kernel_split import kernels
 
     N, ds, *knobs, M = job
     L = make_launcher(N, ds, *knobs)
-    rv = row_vec(N, N, L.elem)
-    kw = dict(zip(_CONST_NAMES, L._constexprs(M, rv)))
+    rv = row_vec(N, N, L.elem, L.VEC)
     dt = torch_dtype(ds)
+    nw = max(1, knobs[0] // 32)
     t0 = time.perf_counter()
-    jit_kernel().warmup(dt, dt, dt, M, N // rv, N // rv, EPS, grid=(1,), num_warps=max(1, knobs[0] // 32), **kw)
+    if L.SPLIT > 1:
+        c1, c2 = L.constexprs(rv)
+        k1, k2 = kernels()
+        k1.warmup(dt, torch.float32, N // rv, grid=(1,), num_warps=nw, **c1)
+        k2.warmup(dt, dt, dt, torch.float32, N // rv, N // rv, EPS, grid=(1,), num_warps=nw, **c2)
+    else:
+        kw = dict(zip(_CONST_NAMES, L._constexprs(M, rv)))
+        jit_kernel().warmup(dt, dt, dt, M, N // rv, N // rv, EPS, grid=(1,), num_warps=nw, **kw)
     return time.perf_counter() - t0
 
 
@@ -145,8 +169,9 @@ def precompile(jobs, workers):
     return dt
 
 
-def explore_grid(N, ds):
-    """A wider grid than the CUDA space (every cache policy), to check the space and default against it."""
+def explore_grid(M, N, ds):
+    """A wider grid than the CUDA space (every cache policy; split rows for few rows), to check the
+    space and default against it."""
     from flyautotune_rmsnorm.factory import next_pow2
 
     npad = next_pow2(N)
@@ -164,6 +189,13 @@ def explore_grid(N, ds):
                     if chunk < npad and 4 <= chunk // bt <= 32:
                         for prefetch in ((0, 1) if npad >= 32768 else (0,)):
                             out.append((bt, 1, chunk, policy, prefetch))
+    if M < 132 and npad >= 4096:
+        for split in (2, 4, 8, 16, 32, 64, 128):
+            for bt in (128, 256, 512, 1024):
+                slice_n = npad // split
+                tile = min(slice_n, 16 * bt)
+                if M * split <= 1024 and slice_n >= 512 and tile >= 4 * bt:
+                    out.append((bt, 1, 0 if tile == slice_n else tile, 2, 0, split))
     return out
 
 
@@ -172,7 +204,7 @@ def space_jobs(M, N, ds, explore):
 
     cfgs = {tuple(c.kwargs[k] for k in KNOBS) for c in cuda_space(M, N, ds) + [default_config(M, N, ds)]}
     if explore:
-        cfgs |= set(explore_grid(N, ds))
+        cfgs |= set(explore_grid(M, N, ds))
     # EVEN_M is a constexpr: M % ROWS == 0 decides which binary a shape uses.
     # knobs[1] is ROWS_PER_PROGRAM
     return [(N, ds, *knobs, M if M % knobs[1] else knobs[1] * 16) for knobs in cfgs]
@@ -189,9 +221,10 @@ def kernel_report(cfg, N, ds):
     L = make_launcher(N, ds, **kw)
     out = []
     for launch in list(L._launches.values()):
-        k = launch.kernel
-        out.append({"n_regs": getattr(k, "n_regs", None), "n_spills": getattr(k, "n_spills", None),
-                    "shared": k.metadata.shared if hasattr(k.metadata, "shared") else None})
+        for one in (launch if isinstance(launch, tuple) else (launch,)):  # split rows: two kernels
+            k = one.kernel
+            out.append({"n_regs": getattr(k, "n_regs", None), "n_spills": getattr(k, "n_spills", None),
+                        "shared": k.metadata.shared if hasattr(k.metadata, "shared") else None})
     return out
 
 
@@ -200,7 +233,7 @@ def bench_shape(M, N, ds, impls, explore, log):
     import triton
 
     from flyautotune_rmsnorm import make_launcher
-    from flyautotune_rmsnorm.api import _tuned_launch
+    from flyautotune_rmsnorm.api import tuned_launch as _tuned_launch
     from flyautotune_rmsnorm.reference import relative_error, rmsnorm_reference, tolerance
     from flyautotune_rmsnorm.space import KNOBS, cuda_space, default_config
 
@@ -257,7 +290,7 @@ def bench_shape(M, N, ds, impls, explore, log):
         grid = []
         y = torch.empty_like(x)
         ys = [torch.empty_like(x) for _ in xs]
-        for knobs in explore_grid(N, ds):
+        for knobs in explore_grid(M, N, ds):
             bt = knobs[0]
             L = make_launcher(N, ds, *knobs)
             opts = (("num_warps", max(1, bt // 32)),)
@@ -278,83 +311,6 @@ def bench_shape(M, N, ds, impls, explore, log):
                 grid.append({"cfg": list(knobs), "error": f"{type(exc).__name__}: {exc}"[:300]})
         row["explore"] = grid
     return row
-
-
-# -- report --------------------------------------------------------------------------------
-
-
-def gbps(row, mode, name):
-    ms = row[f"{mode}_ms"].get(name)
-    return row["bytes"] / (ms * 1e-3) / 1e9 if ms else None
-
-
-def fmt(v):
-    return "—" if v is None else (f"{v:.0f}" if v >= 100 else f"{v:.1f}")
-
-
-def markdown(rows, meta):
-    lines = [
-        f"Device: {meta['device']}; torch {meta['torch']}, Triton {meta['triton']}, CUDA {meta['cuda']}, "
-        f"Liger {meta.get('liger') or 'not installed'}; {meta['date']}. Copy ceiling measured in the same run: "
-        f"{meta['copy_gbps']:.0f} GB/s.",
-        "",
-    ]
-    for mode, title in (("eager", "eager per call (do_bench, host dispatch included)"),
-                        ("graph", "CUDA-graph replay (GPU time per call)")):
-        lines += [f"GB/s, {title}:", "",
-                  "| M × N | dtype | F.rms_norm | torch.compile | Liger | ours default | ours tuned | "
-                  "tuned / best peer | tuned config |",
-                  "|---|---|---|---|---|---|---|---|---|"]
-        for r in rows:
-            vals = {n: gbps(r, mode, n) for n in IMPLS}
-            peers = [vals[p] for p in PEERS if vals[p]]
-            best = max(peers) if peers else None
-            ratio = vals["tuned"] / best if best and vals["tuned"] else None
-            c = r.get("tuned_config") or {}
-            cfg = f"{c.get('BLOCK_THREADS')}t×{c.get('ROWS_PER_PROGRAM')}r" + (
-                f", chunk {c['CHUNK']}" if c.get("CHUNK") else "") + f", p{c.get('CACHE_POLICY')}" + (
-                ", prefetch" if c.get("PREFETCH") else "")
-            ratio_s = f"{ratio:.2f}×" if ratio else "—"
-            lines.append(f"| {r['M']} × {r['N']} | {r['dtype']} | " + " | ".join(fmt(vals[n]) for n in IMPLS)
-                         + f" | {ratio_s} | {cfg} |")
-        ratios = []
-        for r in rows:
-            peers = [gbps(r, mode, p) for p in PEERS if gbps(r, mode, p)]
-            t = gbps(r, mode, "tuned")
-            if peers and t:
-                ratios.append(t / max(peers))
-        if ratios:
-            geo = math.exp(sum(math.log(v) for v in ratios) / len(ratios))
-            lines += ["", f"Geometric mean of tuned / best peer ({mode}): {geo:.2f}× over {len(ratios)} shapes; "
-                          f"minimum {min(ratios):.2f}×."]
-        lines.append("")
-    return "\n".join(lines)
-
-
-def plot(rows, path):
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    fig, axes = plt.subplots(2, 1, figsize=(14, 9), sharex=True)
-    labels = [f"{r['M']}×{r['N']}\n{r['dtype']}" for r in rows]
-    width = 0.16
-    names = {"torch": "F.rms_norm", "compile": "torch.compile", "liger": "Liger", "default": "ours default",
-             "tuned": "ours tuned"}
-    for ax, mode in zip(axes, ("eager", "graph")):
-        for i, n in enumerate(IMPLS):
-            vals = [gbps(r, mode, n) or 0 for r in rows]
-            ax.bar([j + (i - 2) * width for j in range(len(rows))], vals, width, label=names[n])
-        ax.set_ylabel("GB/s")
-        ax.set_yscale("log")
-        ax.set_title(f"RMSNorm forward on {rows and rows[0].get('device', '')} — {mode}")
-        ax.grid(axis="y", alpha=0.3)
-    axes[0].legend(ncol=5, fontsize=8)
-    axes[1].set_xticks(range(len(rows)))
-    axes[1].set_xticklabels(labels, fontsize=7)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
 
 
 def copy_ceiling():
@@ -395,10 +351,20 @@ def main(argv=None):
         liger = version("liger-kernel")
     except Exception:
         liger = None
+    from importlib.metadata import version
+    quack_fwd, quack_why = load_quack()
+    if quack_fwd is None:
+        print(f"QuACK not available ({quack_why}): measuring without it", flush=True)
+        quack = None
+    else:
+        try:
+            quack = version("quack-kernels")
+        except Exception:
+            quack = "installed"
     shapes = SHAPES if args.shapes == "all" else [SHAPES[int(i)] for i in args.shapes.split(",")]
     meta = {
         "device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
-        "cuda": torch.version.cuda, "liger": liger, "python": platform.python_version(),
+        "cuda": torch.version.cuda, "liger": liger, "quack": quack, "python": platform.python_version(),
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     }
     meta["copy_gbps"] = copy_ceiling()
@@ -413,7 +379,7 @@ def main(argv=None):
         if time.perf_counter() - t_start > args.budget_s:
             log(f"budget spent: skipping {M}x{N} {ds}")
             continue
-        impls = impl_cache.get(N) or impl_cache.setdefault(N, make_impls(N, liger is not None))
+        impls = impl_cache.get(N) or impl_cache.setdefault(N, make_impls(N, liger is not None, quack_fwd))
         t0 = time.perf_counter()
         row = bench_shape(M, N, ds, impls, args.explore, log)
         row["device"] = meta["device"]

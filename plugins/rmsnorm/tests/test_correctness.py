@@ -110,25 +110,27 @@ def _knob_points():
     """Every knob tuple the CUDA and ROCm spaces hold, with an N that uses it; every cache policy and
     prefetch value too."""
     seen = {}
-    for N in (100, 1024, 2000, 4096, 8192, 16384, 32768, 65536):
+    for N in (100, 256, 1000, 1024, 2000, 3001, 4096, 8192, 16384, 32768, 65536):
         for dtype in ("bf16", "fp32"):
-            for cfg in cuda_space(4096, N, dtype) + cuda_space(8, N, dtype) + rocm_space(4096, N, dtype):
-                seen.setdefault(tuple(cfg.kwargs[k] for k in KNOBS), N)
+            for M in (4096, 8, 1):
+                for cfg in cuda_space(M, N, dtype) + rocm_space(M, N, dtype):
+                    seen.setdefault(tuple(cfg.kwargs[k] for k in KNOBS), N)
     for policy in CACHE_POLICIES:
         for prefetch in (0, 1):
-            seen.setdefault((256, 1, 1024, policy, prefetch), 4096)
-        seen.setdefault((256, 2, 0, policy, 0), 1024)
+            seen.setdefault((256, 1, 1024, policy, prefetch, 1, 16), 4096)
+        seen.setdefault((256, 2, 0, policy, 0, 1, 16), 1024)
     return sorted(seen.items())
 
 
 @pytest.mark.parametrize("knobs,N", _knob_points(), ids=lambda v: str(v))
 def test_every_structural_knob_value_in_the_space(knobs, N):
-    bt, rows, chunk, policy, prefetch = knobs
+    kw = dict(zip(KNOBS, knobs))
+    rows = kw["ROWS_PER_PROGRAM"]
     # A row count that is not a multiple of ROWS_PER_PROGRAM exercises the row mask;
-    # N - 3 (when chunked) leaves a partial last chunk.
+    # N - 3 (when chunked or split) leaves a partial last chunk or slice.
     M = rows + 1 if rows > 1 else 2
-    n = N - 3 if chunk else N
-    x, w = inputs((M, n), torch.float32, seed=bt + rows + chunk)
+    n = N - 3 if kw["CHUNK"] or kw["SPLIT"] > 1 else N
+    x, w = inputs((M, n), torch.float32, seed=sum(knobs))
     y = torch.full_like(x, float("nan"))
-    make_launcher(n, "fp32", bt, rows, chunk, policy, prefetch)(x, w, y, M, n, n, 1e-6)
+    make_launcher(n, "fp32", **kw)(x, w, y, M, n, n, 1e-6)
     assert_close(y, x, w)

@@ -7,7 +7,7 @@ import torch
 
 import flyautotune as fat
 from flyautotune_rmsnorm import cuda_space, default_config, make_launcher, rmsnorm, rmsnorm_autotuned
-from flyautotune_rmsnorm.api import _tuned_launch, launch
+from flyautotune_rmsnorm.api import launch, tuned_launch
 from flyautotune_rmsnorm.reference import relative_error, rmsnorm_reference, tolerance
 
 pytestmark = [
@@ -47,11 +47,44 @@ def test_every_config_of_the_space_is_right_on_the_gpu(N, dtype):
             _check(y, x, w)
 
 
+@pytest.mark.parametrize("M,N", [(1, 65536), (4, 131072), (1, 262144), (3, 40001), (32, 4096), (2, 3000)])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+def test_split_rows_are_right_on_the_gpu(M, N, dtype):
+    ds = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}[dtype]
+    x, w = _inputs(M, N, dtype)
+    splits = [c for c in cuda_space(M, N, ds) if c.kwargs["SPLIT"] > 1] or [
+        fat.Config(BLOCK_THREADS=256, SPLIT=4, CHUNK=512)]
+    for cfg in splits:
+        for attempt in ("jit", "direct"):
+            y = torch.full_like(x, float("nan"))
+            launch(x, w, y, M, N, ds, 1e-6, N, N, None, **cfg.kwargs)
+            torch.cuda.synchronize()
+            _check(y, x, w)
+
+
+def test_split_rows_replay_in_a_cuda_graph_on_the_given_stream():
+    x, w = _inputs(2, 65536, torch.bfloat16)
+    kw = dict(BLOCK_THREADS=256, SPLIT=16, CACHE_POLICY=2)
+    y = torch.full_like(x, float("nan"))
+    launch(x, w, y, 2, 65536, "bf16", 1e-6, 65536, 65536, None, **kw)  # compiled outside the capture
+    y.fill_(float("nan"))
+    cap = torch.cuda.Stream()
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=cap):
+        launch(x, w, y, 2, 65536, "bf16", 1e-6, 65536, 65536, cap, **kw)
+    torch.cuda.synchronize()
+    assert torch.isnan(y).all()
+    g.replay()
+    torch.cuda.synchronize()
+    _check(y, x, w)
+
+
 @pytest.mark.parametrize("N", ANCHOR_NS)
 def test_no_config_in_the_space_spills(N):
     x, w = _inputs(16, N, torch.bfloat16)
     y = torch.empty_like(x)
-    for cfg in cuda_space(4096, N, "bf16"):
+    for cfg in cuda_space(4096, N, "bf16") + cuda_space(1, N, "bf16"):
         kw = cfg.kwargs
         L = make_launcher(N, "bf16", **kw)
         k = L.compiled(x, w, y, 16 * kw["ROWS_PER_PROGRAM"], N, N, (("num_warps", kw["BLOCK_THREADS"] // 32),))
@@ -105,12 +138,12 @@ def test_forced_search_on_the_gpu_picks_from_the_space(monkeypatch):
     monkeypatch.setenv("FLYAUTOTUNE", "1")
     y = rmsnorm_autotuned(x, w)
     torch.cuda.synchronize()
-    assert _tuned_launch.last_source == "search"
-    assert _tuned_launch.last_config in cuda_space(2048, 8192, "bf16")
+    assert tuned_launch.last_source == "search"
+    assert tuned_launch.last_config in cuda_space(2048, 8192, "bf16")
     _check(y, x, w)
     monkeypatch.delenv("FLYAUTOTUNE")
     rmsnorm_autotuned(x, w)
-    assert _tuned_launch.last_source == "memory"
+    assert tuned_launch.last_source == "memory"
 
 
 def test_target_and_hints_on_the_gpu():

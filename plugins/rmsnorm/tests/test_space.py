@@ -8,8 +8,8 @@ import torch
 
 import flyautotune as fat
 from flyautotune_rmsnorm import api, cuda_space, default_config, rmsnorm_autotuned, rocm_space
-from flyautotune_rmsnorm.api import _tuned_launch
-from flyautotune_rmsnorm.space import KNOBS, MAX_REGISTER_ROW, SMALL_N
+from flyautotune_rmsnorm.api import tuned_launch
+from flyautotune_rmsnorm.space import KNOBS, MAX_REGISTER_ROW, SMALL_N, split_configs
 
 ANCHOR_SHAPES = [
     (1, 4096, "bf16"), (32, 4096, "bf16"), (256, 8192, "bf16"), (4096, 4096, "bf16"), (4096, 8192, "bf16"),
@@ -19,17 +19,32 @@ ANCHOR_SHAPES = [
 ]
 
 
-@pytest.mark.parametrize("N", [1, 7, 64, 300, SMALL_N])
-def test_small_rows_get_one_config(N):
+@pytest.mark.parametrize("N", [64, 128, 300, SMALL_N])
+def test_short_rows_search_rows_per_program_warps_and_access_width(N):
     for ds in ("bf16", "fp16", "fp32"):
-        assert cuda_space(4096, N, ds) == [default_config(4096, N, ds)]
-        assert rocm_space(4096, N, ds) == [default_config(4096, N, ds)]
+        for space in (cuda_space(65536, N, ds), rocm_space(65536, N, ds)):
+            assert default_config(65536, N, ds) in space
+            assert 4 <= len(space) <= 16
+            knobs = {(c.kwargs["BLOCK_THREADS"], c.kwargs["ROWS_PER_PROGRAM"], c.kwargs["VEC"]) for c in space}
+            assert len({k[0] for k in knobs}) >= 3 and len({k[1] for k in knobs}) >= 3
+            assert {k[2] for k in knobs} == {8, 16}
+
+
+def test_rows_shorter_than_a_vector_still_get_a_choice():
+    assert len(cuda_space(4096, 1, "bf16")) >= 2 and default_config(4096, 1, "bf16") in cuda_space(4096, 1, "bf16")
+
+
+@pytest.mark.parametrize("M,N", [(4096, 1001), (32, 3001), (8, 777)])
+def test_widths_off_the_16_byte_grid_search_more_threads(M, N):
+    space = cuda_space(M, N, "bf16")
+    assert default_config(M, N, "bf16") in space and len(space) >= 6
+    assert len({c.kwargs["BLOCK_THREADS"] for c in space}) >= 3
 
 
 @pytest.mark.parametrize("M,N,ds", ANCHOR_SHAPES, ids=str)
 def test_cuda_space_is_small_and_holds_the_default(M, N, ds):
     space = cuda_space(M, N, ds)
-    assert 2 <= len(space) <= 16
+    assert 2 <= len(space) <= 24
     assert default_config(M, N, ds) in space
     assert len(set(space)) == len(space)
     for cfg in space:
@@ -48,7 +63,7 @@ def test_rows_too_long_for_registers_stream_in_chunks_and_short_ones_may():
     for M, N in ((1024, 65536), (16, 131072)):
         cfg = default_config(M, N, "bf16")
         assert cfg.kwargs["CHUNK"] and cfg.kwargs["CHUNK"] < N
-        assert all(c.kwargs["CHUNK"] for c in cuda_space(M, N, "bf16"))
+        assert all(c.kwargs["CHUNK"] or c.kwargs["SPLIT"] > 1 for c in cuda_space(M, N, "bf16"))
     # Rows that fit in registers stay there when there are few of them (latency-bound) ...
     assert default_config(64, MAX_REGISTER_ROW, "bf16").kwargs["CHUNK"] == 0
     assert default_config(200, 8192, "bf16").kwargs["CHUNK"] == 0
@@ -57,40 +72,56 @@ def test_rows_too_long_for_registers_stream_in_chunks_and_short_ones_may():
     assert default_config(4096, 8192, "bf16").kwargs["CHUNK"] > 0
 
 
+@pytest.mark.parametrize("M,N", [(1, 65536), (4, 131072), (1, 262144), (16, 32768)])
+def test_few_long_rows_may_split_across_programs(M, N):
+    space = cuda_space(M, N, "bf16")
+    splits = [c for c in space if c.kwargs["SPLIT"] > 1]
+    assert splits and {c.kwargs["SPLIT"] for c in splits} <= {2, 4, 8, 16, 32, 64, 128}
+    assert default_config(M, N, "bf16").kwargs["SPLIT"] == 1  # the default stays one program per row
+    assert split_configs(4096, N, "bf16") == []  # enough rows fill the GPU without splitting
+
+
 def test_adopter_is_registered_through_its_entry_point():
     pm = fat.build_plugin_manager()
     ad = pm.get_adopter("rmsnorm")
     assert ad.distribution.startswith("flyautotune-rmsnorm")
-    assert ad.key == ("M", "N", "dtype") and ad.knobs == KNOBS
+    assert ad.key == ("M", "N", "dtype") and ad.tuner is tuned_launch
     assert ad.entry is rmsnorm_autotuned
     (x, w), kw = ad.example((3, 256), "bf16", "cpu")
     assert x.shape == (3, 256) and x.dtype == torch.bfloat16 and w.shape == (256,)
     assert ad.bytes_moved(x, w) == 2 * 3 * 256 * 2 + 256 * 2
-    assert ad.specialize(x, w) == {"N": 256, "dtype_str": "bf16"}
-    launcher = ad.factory(**ad.specialize(x, w), **ad.default(M=3, N=256, dtype="bf16").kwargs)
-    assert launcher.N == 256
+    args, kwargs = ad.bind(x, w, **kw)
+    assert args[3:6] == (3, 256, "bf16") and kwargs == {}
+    assert set(ad.default(M=3, N=256, dtype="bf16").kwargs) == set(KNOBS)
     cpu = ad.configs(M=1024, N=65536, dtype="bf16", x=torch.empty(0))
     assert default_config(1024, 65536, "bf16", "cpu") in cpu
-    assert sorted(c.kwargs["ROWS_PER_PROGRAM"] for c in cpu) == [1, 2, 4]  # rows per program only
+    assert sorted(c.kwargs["SPLIT"] for c in cpu) == [1, 2, 4]  # chunked rows: split, one row per program
+    assert {c.kwargs["ROWS_PER_PROGRAM"] for c in cpu} == {1}
+    cpu = ad.configs(M=8, N=4096, dtype="bf16", x=torch.empty(0))
+    assert sorted(c.kwargs["ROWS_PER_PROGRAM"] for c in cpu) == [1, 2, 4]
     assert ad.configs(M=8, N=256, dtype="bf16", x=torch.empty(0)) == [default_config(8, 256, "bf16", "cpu")]
 
 
 @pytest.mark.skipif(shutil.which("ptxas") is None and not os.path.exists(
     os.path.join(os.path.dirname(__import__("triton").__file__), "backends/nvidia/bin/ptxas")),
     reason="needs Triton's NVIDIA backend (ptxas) to cross-compile")
-@pytest.mark.parametrize("N,cfg_kw", [(65536, None), (32768, None), (8192, None)])
-def test_compile_spec_cross_compiles_for_sm90_without_spills(N, cfg_kw):
-    """The CPU counterpart of the GPU no-spill test: ptxas's resource report of the default."""
+@pytest.mark.parametrize("M,N,split", [(1024, 65536, 1), (1024, 32768, 1), (1024, 8192, 1), (1, 65536, 16),
+                                       (1, 262144, 32)])
+def test_compile_spec_cross_compiles_for_sm90_without_spills(M, N, split):
+    """The CPU counterpart of the GPU no-spill test: ptxas's resource report of the default, or of a
+    split config of the space (its normalize kernel)."""
     import re
     import subprocess
 
     import triton
     from triton.backends.compiler import GPUTarget
 
-    cfg = default_config(1024, N, "bf16")
-    kernel, sig, consts, extra = api.compile_spec((1024, N), "bf16", cfg, target=fat.Target("cuda", "sm_90", 32))
+    cfg = default_config(M, N, "bf16")
+    if split > 1:
+        cfg = next(c for c in cuda_space(M, N, "bf16") if c.kwargs["SPLIT"] == split)
+    kernel, sig, consts, extra = api.compile_spec((M, N), "bf16", cfg, target=fat.Target("cuda", "sm_90", 32))
     assert extra["options"] == {"num_warps": cfg.kwargs["BLOCK_THREADS"] // 32}
-    attrs = {(i,): [["tt.divisibility", 16]] for i in range(3)}
+    attrs = {(i,): [["tt.divisibility", 16]] for i in range(4 if split > 1 else 3)}
     k = triton.compile(triton.compiler.ASTSource(kernel, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
                        options=extra["options"])
     cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump")
@@ -156,14 +187,16 @@ def test_forced_search_benchmarks_the_cuda_space_and_stores_the_winner(fresh_pm,
     x, w = torch.randn(4, 4096), torch.rand(4096) + 0.5
     monkeypatch.setenv("FLYAUTOTUNE", "1")
     y = rmsnorm_autotuned(x, w)
-    assert _tuned_launch.last_source == "search"
+    assert tuned_launch.last_source == "search"
     assert len(picked) == len(space)  # every candidate of the CUDA space was timed once
-    assert _tuned_launch.last_config == space[-2]
+    assert any(c[5] > 1 for c in picked)  # the split rows ran too (through the interpreter)
+    assert tuned_launch.last_config == space[-2]
     assert torch.allclose(y, api.rmsnorm(x, w))
     monkeypatch.delenv("FLYAUTOTUNE")
-    _tuned_launch._memo.clear()
+    tuned_launch._memo.clear()
+    tuned_launch._fast_memo.clear()
     rmsnorm_autotuned(x, w)
-    assert _tuned_launch.last_source == "store" and _tuned_launch.last_config == space[-2]
+    assert tuned_launch.last_source == "store" and tuned_launch.last_config == space[-2]
     assert len(picked) == len(space)
 
 
@@ -172,6 +205,6 @@ def test_without_a_stored_winner_the_default_runs_unbenchmarked(fresh_pm):
     fresh_pm(plug)
     x, w = torch.randn(3, 2048), torch.rand(2048) + 0.5
     rmsnorm_autotuned(x, w)
-    assert _tuned_launch.last_source == "default"
-    assert _tuned_launch.last_config == default_config(3, 2048, "fp32")
+    assert tuned_launch.last_source == "default"
+    assert tuned_launch.last_config == default_config(3, 2048, "fp32")
     assert plug.timed == []

@@ -8,6 +8,8 @@ from __future__ import annotations
 
 from typing import Any, Optional
 
+import torch
+
 import flyautotune as fat
 from flyautotune import current_hint_key
 
@@ -29,6 +31,7 @@ def _dtype_strs() -> dict:
 
 
 _dtype_strs()
+_empty_like = torch.empty_like
 
 
 def dtype_str(dtype: Any) -> str:
@@ -59,10 +62,11 @@ def _row_stride(t: Any, N: int) -> Optional[int]:
 
 
 def _check(x: Any, weight: Any, eps: Any, out: Any) -> tuple:
-    """Validate the inputs; returns ``(x, weight, y, M, N, sx, sy, dtype_str, result)``.
+    """Validate the inputs; returns ``(x, weight, y, M, N, sx, sy, dtype_str, result, eps)``.
 
-    The common case (2-D, same device, float eps, no ``out``) touches each
-    tensor attribute once: this runs on every call.
+    Runs on every call: the common case (contiguous x, float eps, no ``out``)
+    reads each attribute once and allocates with ``torch.empty_like``, which
+    costs half of ``new_empty`` (measured: NOTES.md).
     """
     try:
         ds = _DTYPE_STR.get(x.dtype)
@@ -72,49 +76,48 @@ def _check(x: Any, weight: Any, eps: Any, out: Any) -> tuple:
         ds = w_ok = shape = None
     if ds is None or not w_ok:
         _bad_inputs(x, weight)
-    nd = len(shape)
-    if nd == 0:
+    if not shape:
         raise ValueError("rmsnorm: x must have at least one dimension (..., N), got a 0-d tensor")
     N = shape[-1]
     if weight.shape != (N,):
         raise ValueError(f"rmsnorm: weight.shape={tuple(weight.shape)} must be ({N},) to match the last "
                          f"dimension of x.shape={tuple(shape)}")
-    if x.is_cuda:
-        if not weight.is_cuda or weight.get_device() != x.get_device():
-            raise ValueError(f"rmsnorm: x is on {x.device} but weight is on {weight.device}; put both on one "
-                             f"device")
-    elif weight.device != x.device:
+    if weight.device != x.device:
         raise ValueError(f"rmsnorm: x is on {x.device} but weight is on {weight.device}; put both on one device")
     if eps.__class__ is not float or not eps >= 0.0:
         if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0:
             raise ValueError(f"rmsnorm: eps={eps!r} must be a non-negative float")
         eps = float(eps)
+    if not weight.is_contiguous():
+        weight = weight.contiguous()  # N elements: a copy costs nothing next to the rows
+    if x.is_contiguous():
+        M = x.numel() // N if N else 0
+        if out is None:
+            y = _empty_like(x)  # x is contiguous: so is y, rows N apart
+            return x, weight, y, M, N, N, N, ds, y, eps
+        return x, weight, out, M, N, N, _check_out(x, out, shape, N, M), ds, out, eps
+    x2, M, sx = _strided_rows(x, shape, N)
+    if out is None:
+        y = x.new_empty(shape)
+        return x2, weight, y, M, N, sx, N, ds, y, eps
+    return x2, weight, out, M, N, sx, _check_out(x, out, shape, N, M), ds, out, eps
+
+
+def _strided_rows(x: Any, shape: Any, N: int) -> tuple:
+    """``(x, M, row stride)`` for a non-contiguous x (copied once when no row stride describes it)."""
     strides = x.stride()
     if strides[-1] != 1 and N > 1:
         raise ValueError(f"rmsnorm: x has stride {strides[-1]} in its last dimension; the kernel reads "
                          f"rows of contiguous elements: pass x.contiguous()")
-    if N > 1 and weight.stride(0) != 1:
-        weight = weight.contiguous()  # N elements: a copy costs nothing next to the rows
-    if nd == 2:
-        M = shape[0]
-        sx = strides[0] if M > 1 else N
-    else:
-        M = 1
-        for d in shape[:-1]:
-            M *= d
-        sx = _row_stride(x, N) if M else N
-        if sx is None:
-            x = x.reshape(M, N)  # leading dims that no single row stride describes: one copy
-            sx = N
+    M = 1
+    for d in shape[:-1]:
+        M *= d
     if N == 0:
-        M = 0
-    if out is None:
-        y = result = x.new_empty(shape)
-        sy = N
-    else:
-        y = result = out
-        sy = _check_out(x, out, shape, N, M)
-    return x, weight, y, M, N, sx, sy, ds, result, eps
+        return x, 0, N
+    sx = _row_stride(x, N) if M else N
+    if sx is None:
+        return x.reshape(M, N), M, N  # leading dims that no single row stride describes: one copy
+    return x, M, sx
 
 
 def _bad_inputs(x: Any, weight: Any) -> None:
@@ -190,19 +193,24 @@ def clear_caches() -> None:
     """Forget cached targets and lowered options (after the plugin set changes)."""
     _targets.clear()
     _options.clear()
+    _defaults.clear()
 
 
 def launch(x, weight, out, M, N, dtype, eps, sx, sy, stream=None,
-           BLOCK_THREADS=None, ROWS_PER_PROGRAM=1, CHUNK=0, CACHE_POLICY=1, PREFETCH=0):
+           BLOCK_THREADS=None, ROWS_PER_PROGRAM=1, CHUNK=0, CACHE_POLICY=1, PREFETCH=0, SPLIT=1, VEC=16):
     """Run one config on prepared arguments (what the tuner calls)."""
     if BLOCK_THREADS is None:
         raise fat.IncompatibleConfigError("rmsnorm: a config must set BLOCK_THREADS")
-    launcher = make_launcher(N, dtype, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLICY, PREFETCH)
+    launcher = make_launcher(N, dtype, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLICY, PREFETCH, SPLIT, VEC)
+    return _run(launcher, x, weight, out, M, sx, sy, eps, stream)
+
+
+def _run(launcher, x, weight, out, M, sx, sy, eps, stream):
     if not x.is_cuda:
         launcher(x, weight, out, M, sx, sy, eps, None, (), True)
         return out
     target = fat.current_target() or _target(x.get_device())
-    launcher(x, weight, out, M, sx, sy, eps, stream, _compile_options(target, BLOCK_THREADS))
+    launcher(x, weight, out, M, sx, sy, eps, stream, _compile_options(target, launcher.BLOCK_THREADS))
     return out
 
 
@@ -235,11 +243,11 @@ def rmsnorm(x, weight, eps: float = 1e-6, out=None, stream=None):
         return result
     cuda = x2.is_cuda
     dkey = (M, N, ds, cuda)
-    cfg = _defaults.get(dkey)
-    if cfg is None:
+    launcher = _defaults.get(dkey)
+    if launcher is None:
         backend = _target(x2.get_device()).backend if cuda else "cpu"
-        cfg = _defaults[dkey] = space.default_config(M, N, ds, backend).kwargs
-    launch(x2, w, y, M, N, ds, eps, sx, sy, stream, **cfg)
+        launcher = _defaults[dkey] = make_launcher(N, ds, **space.default_config(M, N, ds, backend).kwargs)
+    _run(launcher, x2, w, y, M, sx, sy, eps, stream)
     return result
 
 
@@ -289,7 +297,8 @@ def bytes_moved(x, weight, *args, **kwargs) -> int:
 def compile_spec(shape, dtype, config, target=None) -> tuple:
     """``(kernel, signature, constexprs, extra)`` of the Triton kernel ``config`` builds for a
     contiguous input: ``extra["options"]`` holds the ``num_warps`` that BLOCK_THREADS implies,
-    ``extra["values"]`` the runtime integers of such a launch."""
+    ``extra["values"]`` the runtime integers of such a launch. A split config (``SPLIT > 1``)
+    reports its normalize kernel, the heavier of its two."""
     ds = dtype_str(dtype)
     N = int(shape[-1])
     M = 1
@@ -299,12 +308,21 @@ def compile_spec(shape, dtype, config, target=None) -> tuple:
     launcher = make_launcher(N, ds, **kw)
     from .factory import _CONST_NAMES, row_vec
 
-    rv = row_vec(N, N, launcher.elem)
+    rv = row_vec(N, N, launcher.elem, launcher.VEC)
+    warp = getattr(target, "warp_size", None) or 32
+    options = {"num_warps": max(1, kw["BLOCK_THREADS"] // warp)}
+    if launcher.SPLIT > 1:
+        from .kernel_split import kernels
+
+        consts = launcher.constexprs(rv)[1]
+        sig = {"X": f"*{ds}", "W": f"*{ds}", "Y": f"*{ds}", "P": "*fp32", "sx_vec": "i32", "sy_vec": "i32",
+               "eps": "fp32"}
+        sig.update({k: "constexpr" for k in consts})
+        return kernels()[1], sig, consts, {"options": options, "values": {"sx_vec": N // rv, "sy_vec": N // rv}}
     consts = dict(zip(_CONST_NAMES, launcher._constexprs(M, rv)))
     sig = {"X": f"*{ds}", "W": f"*{ds}", "Y": f"*{ds}", "M": "i32", "sx_vec": "i32", "sy_vec": "i32",
            "eps": "fp32"}
     sig.update({k: "constexpr" for k in consts})
-    warp = getattr(target, "warp_size", None) or 32
-    extra = {"options": {"num_warps": max(1, kw["BLOCK_THREADS"] // warp)},
+    extra = {"options": options,
              "values": {"M": M, "sx_vec": N // rv, "sy_vec": N // rv}}
     return jit_kernel(), sig, consts, extra

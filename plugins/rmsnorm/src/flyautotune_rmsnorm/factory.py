@@ -1,7 +1,8 @@
 """The factory: one launcher per specialization of the RMSNorm body.
 
 ``make_launcher(N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK,
-CACHE_POLICY, PREFETCH)`` is cached; the launcher compiles lazily per device, per pointer
+CACHE_POLICY, PREFETCH, SPLIT, VEC)`` is cached; ``SPLIT > 1`` builds the
+split-row launcher (``split.py``), otherwise the one-program-per-rows body; the launcher compiles lazily per device, per pointer
 alignment and per compile-option set (the lowered hint snapshot), then launches
 the cached binary straight through Triton's launcher, so a call costs a few
 microseconds of host time rather than a trip through ``JITFunction.run``.
@@ -25,6 +26,9 @@ ELEMENT_SIZE = {"bf16": 2, "fp16": 2, "fp32": 4}
 VECTOR_BYTES = 16
 #: Threads per program the kernel is built for (num_warps 1..32).
 BLOCK_THREADS_CHOICES = (32, 64, 128, 256, 512, 1024)
+#: Programs one row may be split across (SPLIT), and the widest access a thread may issue (VEC, bytes).
+SPLIT_CHOICES = (1, 2, 4, 8, 16, 32, 64, 128)
+VEC_CHOICES = (4, 8, 16)
 #: L2 eviction policies per CACHE_POLICY: (last read of x, first read of a two-pass row, weight, y).
 CACHE_POLICIES = {
     0: ("", "", "", ""),  # the hardware's default everywhere
@@ -45,9 +49,11 @@ def _is_pow2(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
 
-def _check_spec(N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLICY, PREFETCH) -> None:
+def _check_spec(N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLICY, PREFETCH, SPLIT=1,
+                VEC=16) -> None:
     for name, value in (("N", N), ("BLOCK_THREADS", BLOCK_THREADS), ("ROWS_PER_PROGRAM", ROWS_PER_PROGRAM),
-                        ("CHUNK", CHUNK), ("CACHE_POLICY", CACHE_POLICY), ("PREFETCH", PREFETCH)):
+                        ("CHUNK", CHUNK), ("CACHE_POLICY", CACHE_POLICY), ("PREFETCH", PREFETCH),
+                        ("SPLIT", SPLIT), ("VEC", VEC)):
         if isinstance(value, bool) or not isinstance(value, int):
             raise TypeError(f"rmsnorm factory: {name}={value!r} must be an int")
     if N <= 0:
@@ -72,11 +78,18 @@ def _check_spec(N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLI
         raise ValueError(f"rmsnorm factory: CACHE_POLICY={CACHE_POLICY}; accepted: {sorted(CACHE_POLICIES)}")
     if PREFETCH not in (0, 1) or (PREFETCH and not CHUNK):
         raise ValueError(f"rmsnorm factory: PREFETCH={PREFETCH}; accepted: 0, or 1 with a CHUNK (two-pass rows)")
+    if SPLIT not in SPLIT_CHOICES:
+        raise ValueError(f"rmsnorm factory: SPLIT={SPLIT}; accepted: {SPLIT_CHOICES} (programs per row)")
+    if SPLIT > 1 and (ROWS_PER_PROGRAM != 1 or PREFETCH):
+        raise ValueError(f"rmsnorm factory: SPLIT={SPLIT} (a row across programs) needs ROWS_PER_PROGRAM=1 and "
+                         f"PREFETCH=0, got ROWS_PER_PROGRAM={ROWS_PER_PROGRAM}, PREFETCH={PREFETCH}")
+    if VEC not in VEC_CHOICES:
+        raise ValueError(f"rmsnorm factory: VEC={VEC}; accepted: {VEC_CHOICES} (bytes per access)")
 
 
-def row_vec(sx: int, sy: int, elem: int) -> int:
-    """Largest power-of-two element count (<= 16 bytes) dividing both row strides."""
-    v = VECTOR_BYTES // elem
+def row_vec(sx: int, sy: int, elem: int, vec_bytes: int = VECTOR_BYTES) -> int:
+    """Largest power-of-two element count (<= ``vec_bytes``) dividing both row strides."""
+    v = max(1, vec_bytes // elem)
     while v > 1 and (sx % v or sy % v):
         v >>= 1
     return v
@@ -86,7 +99,7 @@ def row_vec(sx: int, sy: int, elem: int) -> int:
 class Launch:
     """The cached pieces of one compiled binary, enough to launch it directly."""
 
-    call: Any  # call(grid, stream_handle, *kernel_args)
+    call: Any  # call(grid_x, grid_y, stream_handle, *kernel_args)
     kernel: Any  # triton CompiledKernel: .asm, .n_regs, .n_spills, .metadata
 
 
@@ -109,11 +122,11 @@ def _direct_call(compiled) -> Any:
             and not getattr(run, "global_scratch_size", 1) and not getattr(run, "profile_scratch_size", 1)):
         coop, pdl = run.launch_cooperative_grid, run.launch_pdl
 
-        def call(grid, stream, *args):
-            c_launch(grid, 1, 1, stream, function, coop, pdl, None, None, meta, None, None, None, *args)
+        def call(gx, gy, stream, *args):
+            c_launch(gx, gy, 1, stream, function, coop, pdl, None, None, meta, None, None, None, *args)
     else:
-        def call(grid, stream, *args):
-            run(grid, 1, 1, stream, function, meta, None, None, None, *args)
+        def call(gx, gy, stream, *args):
+            run(gx, gy, 1, stream, function, meta, None, None, None, *args)
     return call
 
 
@@ -127,8 +140,8 @@ class RMSNormLauncher:
     """
 
     def __init__(self, N: int, dtype_str: str, BLOCK_THREADS: int, ROWS_PER_PROGRAM: int = 1, CHUNK: int = 0,
-                 CACHE_POLICY: int = 1, PREFETCH: int = 0):
-        _check_spec(N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLICY, PREFETCH)
+                 CACHE_POLICY: int = 1, PREFETCH: int = 0, SPLIT: int = 1, VEC: int = VECTOR_BYTES):
+        _check_spec(N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLICY, PREFETCH, SPLIT, VEC)
         self.N = N
         self.dtype_str = dtype_str
         self.BLOCK_THREADS = BLOCK_THREADS
@@ -136,8 +149,10 @@ class RMSNormLauncher:
         self.CHUNK = CHUNK
         self.CACHE_POLICY = CACHE_POLICY
         self.PREFETCH = PREFETCH
+        self.SPLIT = SPLIT
+        self.VEC = VEC
         self.elem = ELEMENT_SIZE[dtype_str]
-        self.vec = VECTOR_BYTES // self.elem
+        self.vec = max(1, VEC // self.elem)
         npad = next_pow2(N)
         if CHUNK == 0 or CHUNK >= npad:
             self.BLOCK_N, self.NUM_CHUNKS = npad, 1
@@ -153,7 +168,7 @@ class RMSNormLauncher:
     def __repr__(self) -> str:
         return (f"RMSNormLauncher(N={self.N}, dtype_str={self.dtype_str!r}, BLOCK_THREADS={self.BLOCK_THREADS}, "
                 f"ROWS_PER_PROGRAM={self.ROWS_PER_PROGRAM}, CHUNK={self.CHUNK}, CACHE_POLICY={self.CACHE_POLICY}, "
-                f"PREFETCH={self.PREFETCH})")
+                f"PREFETCH={self.PREFETCH}, SPLIT={self.SPLIT}, VEC={self.VEC})")
 
     # -- options ---------------------------------------------------------------
     def compile_options(self, lowered: Optional[Mapping[str, Any]] = None) -> dict:
@@ -190,7 +205,7 @@ class RMSNormLauncher:
         if M == 0:
             return
         vec = self.vec
-        rv = vec if not (sx | sy) & (vec - 1) else row_vec(sx, sy, self.elem)
+        rv = vec if not (sx | sy) & (vec - 1) else row_vec(sx, sy, self.elem, self.VEC)
         consts = self._constexprs(M, rv)
         if interpret is None:
             interpret = not x.is_cuda or _INTERPRET
@@ -210,18 +225,14 @@ class RMSNormLauncher:
             handle = stream
         else:
             handle = stream.cuda_stream
-        launch.call(-(-M // self.ROWS_PER_PROGRAM), handle, xp, wp, yp, M, sx // rv, sy // rv, eps, *consts)
+        launch.call(-(-M // self.ROWS_PER_PROGRAM), 1, handle, xp, wp, yp, M, sx // rv, sy // rv, eps, *consts)
 
     def _first_launch(self, key, x, w, y, M, sxv, syv, eps, consts, options, stream) -> None:
         torch = _torch()
         dev = key[0]
         kw = dict(zip(_CONST_NAMES, consts))
         opts = self.compile_options(dict(options)) if options else self.compile_options()
-        if stream is None:
-            stream = torch.cuda.current_stream(dev)
-        elif isinstance(stream, int):
-            stream = torch.cuda.ExternalStream(stream, device=x.device) if stream else torch.cuda.default_stream(dev)
-        with torch.cuda.device(dev), torch.cuda.stream(stream):
+        with torch.cuda.device(dev), torch.cuda.stream(torch_stream(stream, x.device)):
             compiled = _kernel.jit_kernel()[(self.grid(M),)](x, w, y, M, sxv, syv, eps, **kw, **opts)
             launch = Launch(_direct_call(compiled), compiled)
         with self._lock:
@@ -232,7 +243,7 @@ class RMSNormLauncher:
 
         For reports: ``.n_regs``, ``.n_spills``, ``.asm["ptx"]``, ``.asm["sass"]``.
         """
-        rv = row_vec(sx, sy, self.elem)
+        rv = row_vec(sx, sy, self.elem, self.VEC)
         kw = dict(zip(_CONST_NAMES, self._constexprs(M, rv)))
         torch = _torch()
         with torch.cuda.device(x.get_device()):
@@ -242,12 +253,35 @@ class RMSNormLauncher:
         return k
 
 
+def torch_stream(stream: Any, device: Any) -> Any:
+    """A torch stream object for ``stream`` (None: current; int: a raw handle, 0 the default stream)."""
+    torch = _torch()
+    if stream is None:
+        return torch.cuda.current_stream(device)
+    if isinstance(stream, int):
+        return torch.cuda.ExternalStream(stream, device=device) if stream else torch.cuda.default_stream(device)
+    return stream
+
+
+def stream_handle(stream: Any, dev: int) -> int:
+    """The raw handle of ``stream`` on device ``dev`` (None: the current stream)."""
+    if stream is None:
+        return _raw_stream(dev)
+    if isinstance(stream, int):
+        return stream
+    return stream.cuda_stream
+
+
 def _raw_stream(dev: int) -> int:
+    """The current stream's raw handle on ``dev`` (torch's C getter, looked up on the first call)."""
+    global _raw_stream
     torch = _torch()
     raw = getattr(torch._C, "_cuda_getCurrentRawStream", None)
-    if raw is not None:
-        return raw(dev)
-    return torch.cuda.current_stream(dev).cuda_stream
+    if raw is None:
+        def raw(d):
+            return torch.cuda.current_stream(d).cuda_stream
+    _raw_stream = raw  # later calls go straight to the getter
+    return raw(dev)
 
 
 def _torch():
@@ -261,12 +295,20 @@ _launchers_lock = threading.Lock()
 
 
 def make_launcher(N: int, dtype_str: str, BLOCK_THREADS: int, ROWS_PER_PROGRAM: int = 1, CHUNK: int = 0,
-                  CACHE_POLICY: int = 1, PREFETCH: int = 0) -> RMSNormLauncher:
-    """The (cached) launcher for one specialization; raises on an invalid knob value."""
-    spec = (N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLICY, PREFETCH)
+                  CACHE_POLICY: int = 1, PREFETCH: int = 0, SPLIT: int = 1, VEC: int = VECTOR_BYTES) -> Any:
+    """The (cached) launcher for one specialization; raises on an invalid knob value.
+
+    ``SPLIT > 1`` gives a :class:`~flyautotune_rmsnorm.split.SplitLauncher`, which is called the same way.
+    """
+    spec = (N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLICY, PREFETCH, SPLIT, VEC)
     launcher = _launchers.get(spec)
     if launcher is None:
-        built = RMSNormLauncher(*spec)  # validates the knobs
+        if SPLIT != 1 and not isinstance(SPLIT, bool) and isinstance(SPLIT, int):
+            from .split import SplitLauncher
+
+            built = SplitLauncher(*spec)
+        else:
+            built = RMSNormLauncher(*spec)  # validates the knobs
         with _launchers_lock:
             launcher = _launchers.setdefault(spec, built)
     return launcher

@@ -8,6 +8,13 @@ Knobs (structural kwargs the factory consumes):
   row in chunks, two passes (rows too long for registers).
 * ``CACHE_POLICY``: the L2 eviction policies of the accesses (see
   ``factory.CACHE_POLICIES``).
+* ``PREFETCH``: two-pass rows load the next chunk before summing this one.
+* ``SPLIT``: programs one row is split across (two launches: partial sums,
+  then normalize); for a few very long rows that would leave SMs idle.
+* ``VEC``: the widest access per thread in bytes (16, 8, 4): narrower
+  accesses spread a short row over more threads.
+
+Every config a space offers is one the factory builds (a test checks it).
 
 Occupancy hints come on top: ``maxnreg`` on CUDA is not needed by this body
 (it never spills in the space below); ``waves_per_eu`` on ROCm.
@@ -19,9 +26,9 @@ from typing import Optional
 
 import flyautotune as fat
 
-from .factory import ELEMENT_SIZE, next_pow2
+from .factory import ELEMENT_SIZE, SPLIT_CHOICES, next_pow2
 
-KNOBS = ("BLOCK_THREADS", "ROWS_PER_PROGRAM", "CHUNK", "CACHE_POLICY", "PREFETCH")
+KNOBS = ("BLOCK_THREADS", "ROWS_PER_PROGRAM", "CHUNK", "CACHE_POLICY", "PREFETCH", "SPLIT", "VEC")
 #: Rows of at most this many elements get one config and no search.
 SMALL_N = 512
 #: Longest padded row held in registers (32 fp32 values per thread at 1024 threads).
@@ -30,9 +37,68 @@ MAX_REGISTER_ROW = 32768
 FEW_ROWS = 264
 
 
-def _cfg(bt: int, rows: int = 1, chunk: int = 0, policy: int = 1, prefetch: int = 0, **hints) -> fat.Config:
+#: Programs per SM worth filling when rows are split (two are resident at 1024 threads on Hopper).
+SPLIT_PROGRAMS = 2 * 132
+#: Shortest slice worth a program of its own (elements).
+MIN_SLICE = 1024
+
+
+def _cfg(bt: int, rows: int = 1, chunk: int = 0, policy: int = 1, prefetch: int = 0, split: int = 1,
+         vec: int = 16, **hints) -> fat.Config:
     return fat.Config(BLOCK_THREADS=bt, ROWS_PER_PROGRAM=rows, CHUNK=chunk, CACHE_POLICY=policy,
-                      PREFETCH=prefetch, **hints)
+                      PREFETCH=prefetch, SPLIT=split, VEC=vec, **hints)
+
+
+def _unique(configs: list) -> list:
+    out = []
+    for c in configs:
+        if c not in out:
+            out.append(c)
+    return out
+
+
+def short_row_space(N: int, dtype_str: str) -> list:
+    """Rows of at most 512 elements: rows per program x warps x access width, 4-32 elements per thread.
+
+    Short rows are many: what matters is bytes in flight per program and how many
+    threads a row keeps busy, so the knobs trade rows per program against
+    16- or 8-byte accesses at 1-8 warps.
+    """
+    npad = next_pow2(N)
+    elem = ELEMENT_SIZE[dtype_str]
+    out = [small_config(N, dtype_str)]
+    for vec in (16, 8):
+        v = max(1, vec // elem)
+        for per_thread in ((v, 2 * v) if vec == 16 else (v,)):
+            for bt in (32, 64, 128, 256):
+                rows = per_thread * bt // npad
+                if 1 <= rows <= 64 and rows * npad == per_thread * bt:
+                    out.append(_cfg(bt, rows, policy=0, vec=vec))
+    if npad < 16 // elem:  # rows shorter than one vector: only rows per program matter
+        out += [_cfg(32, 32, policy=0), _cfg(64, 64, policy=0)]
+    return _unique(out)
+
+
+def split_configs(M: int, N: int, dtype_str: str, block_threads=(128, 256, 1024)) -> list:
+    """Split rows for a few long rows: the three largest ``SPLIT`` with slices of at least
+    ``MIN_SLICE`` elements and at most ``2 * SPLIT_PROGRAMS`` programs in all.
+
+    Each slice is read in tiles of 8-16 elements per thread (16-byte vectors), so
+    nothing spills; empty when there are enough rows to fill the GPU without it.
+    """
+    npad = next_pow2(N)
+    if M >= SPLIT_PROGRAMS // 2:
+        return []
+    vec = 16 // ELEMENT_SIZE[dtype_str]
+    splits = [s for s in SPLIT_CHOICES[1:] if npad // s >= MIN_SLICE and M * s <= 2 * SPLIT_PROGRAMS][-3:]
+    out = []
+    for split in splits:
+        slice_n = npad // split
+        for bt in block_threads:
+            tile = min(slice_n, 2 * vec * bt)  # 16 elements per thread at most: no spills
+            if tile >= vec * bt and (bt < 1024 or tile == slice_n):
+                out.append(_cfg(bt, 1, 0 if tile == slice_n else tile, 2, split=split))
+    return out
 
 
 def small_config(N: int, dtype_str: str) -> fat.Config:
@@ -73,9 +139,16 @@ def cuda_space(M: int, N: int, dtype_str: str) -> list:
     """The CUDA search space: at most 16 candidates, tuned in seconds."""
     npad = next_pow2(N)
     if npad <= SMALL_N:
-        return [small_config(N, dtype_str)]
+        return short_row_space(N, dtype_str)
     out = []
-    if npad <= 2048:
+    if N % (16 // ELEMENT_SIZE[dtype_str]) and npad <= 4096:
+        # Rows not a multiple of 16 bytes: scalar or narrow accesses, so more threads per row pay off.
+        for policy in (0, 1):
+            for bt in (64, 128, 256, 512, 1024):
+                for rows in (1, 2, 4):
+                    if 4 <= rows * npad // bt <= 16:
+                        out.append(_cfg(bt, rows, policy=policy))
+    elif npad <= 2048:
         for policy in (0, 1):
             for bt in (64, 128, 256):
                 for rows in (1, 2, 4):
@@ -99,10 +172,11 @@ def cuda_space(M: int, N: int, dtype_str: str) -> list:
         for chunk, bt in ((8192, 512), (8192, 1024), (16384, 1024), (32768, 1024)):
             for prefetch in (0, 1):
                 out.append(_cfg(bt, 1, chunk, 2, prefetch))
+    out += split_configs(M, N, dtype_str)
     default = default_config(M, N, dtype_str)
     if default not in out:
         out.append(default)
-    return out
+    return _unique(out)
 
 
 #: The seven BLOCK_THREADS x waves_per_eu combinations searched on ROCm. A workgroup of
@@ -114,13 +188,16 @@ ROCM_COMBOS = ((256, 0), (256, 1), (256, 2), (512, 0), (512, 2), (1024, 0), (102
 def rocm_space(M: int, N: int, dtype_str: str) -> list:
     npad = next_pow2(N)
     if npad <= SMALL_N:
-        return [small_config(N, dtype_str)]
+        return short_row_space(N, dtype_str)
     chunk = 8192 if npad > MAX_REGISTER_ROW else 0
-    return [_cfg(bt, 1, chunk, waves_per_eu=w) for bt, w in ROCM_COMBOS]
+    out = [_cfg(bt, 1, chunk, waves_per_eu=w) for bt, w in ROCM_COMBOS]
+    # Split rows only for rows of 16 K and more: unmeasured on ROCm, so offered where the need is plainest.
+    return out + (split_configs(M, N, dtype_str) if npad >= 16384 else [])
 
 
 def cpu_space(M: int, N: int, dtype_str: str) -> list:
-    """Under Triton's interpreter: rows per program around the default (1, 2, 4).
+    """Under Triton's interpreter: rows per program (1, 2, 4) around the default, or SPLIT (1, 2, 4) for
+    chunked rows.
 
     The interpreter runs every program in Python, so rows per program is the one
     knob whose cost it measures; the CPU winner is keyed to the CPU target and
@@ -130,7 +207,11 @@ def cpu_space(M: int, N: int, dtype_str: str) -> list:
     if next_pow2(N) <= SMALL_N:
         return [d]
     kw = d.kwargs
-    out = [_cfg(kw["BLOCK_THREADS"], rows, kw["CHUNK"], kw["CACHE_POLICY"], kw["PREFETCH"]) for rows in (1, 2, 4)]
+    if kw["CHUNK"]:
+        # Chunked rows take one row per program: split them instead (the factory refuses rows > 1).
+        out = [_cfg(kw["BLOCK_THREADS"], 1, kw["CHUNK"], kw["CACHE_POLICY"], split=s) for s in (1, 2, 4)]
+    else:
+        out = [_cfg(kw["BLOCK_THREADS"], rows, 0, kw["CACHE_POLICY"]) for rows in (1, 2, 4)]
     if d not in out:
         out.append(d)
     return out

@@ -1,0 +1,87 @@
+"""Tables and plots of ``bench/rmsnorm.py`` results (GB/s per implementation and shape)."""
+
+from __future__ import annotations
+
+import math
+
+IMPLS = ("torch", "compile", "liger", "quack", "default", "tuned")
+PEERS = ("torch", "compile", "liger", "quack")
+NAMES = {"torch": "F.rms_norm", "compile": "torch.compile", "liger": "Liger", "quack": "QuACK",
+         "default": "ours default", "tuned": "ours tuned"}
+
+
+def gbps(row, mode, name):
+    ms = row[f"{mode}_ms"].get(name)
+    return row["bytes"] / (ms * 1e-3) / 1e9 if ms else None
+
+
+def fmt(v):
+    return "—" if v is None else (f"{v:.0f}" if v >= 100 else f"{v:.1f}")
+
+
+def markdown(rows, meta):
+    lines = [
+        f"Device: {meta['device']}; torch {meta['torch']}, Triton {meta['triton']}, CUDA {meta['cuda']}, "
+        f"Liger {meta.get('liger') or 'not installed'}, QuACK {meta.get('quack') or 'not available'}; "
+        f"{meta['date']}. Copy ceiling measured in the same run: "
+        f"{meta['copy_gbps']:.0f} GB/s.",
+        "",
+    ]
+    for mode, title in (("eager", "eager per call (do_bench, host dispatch included)"),
+                        ("graph", "CUDA-graph replay (GPU time per call)")):
+        lines += [f"GB/s, {title}:", "",
+                  "| M × N | dtype | " + " | ".join(NAMES[n] for n in IMPLS) + " | tuned / best peer | tuned config |",
+                  "|---|---|" + "---|" * len(IMPLS) + "---|---|"]
+        for r in rows:
+            vals = {n: gbps(r, mode, n) for n in IMPLS}
+            peers = [vals[p] for p in PEERS if vals[p]]
+            best = max(peers) if peers else None
+            ratio = vals["tuned"] / best if best and vals["tuned"] else None
+            c = r.get("tuned_config") or {}
+            cfg = f"{c.get('BLOCK_THREADS')}t×{c.get('ROWS_PER_PROGRAM')}r" + (
+                f", chunk {c['CHUNK']}" if c.get("CHUNK") else "") + f", p{c.get('CACHE_POLICY')}" + (
+                ", prefetch" if c.get("PREFETCH") else "") + (
+                f", split {c['SPLIT']}" if c.get("SPLIT", 1) > 1 else "") + (
+                f", vec {c['VEC']}B" if c.get("VEC", 16) != 16 else "")
+            ratio_s = f"{ratio:.2f}×" if ratio else "—"
+            lines.append(f"| {r['M']} × {r['N']} | {r['dtype']} | " + " | ".join(fmt(vals[n]) for n in IMPLS)
+                         + f" | {ratio_s} | {cfg} |")
+        ratios = []
+        for r in rows:
+            peers = [gbps(r, mode, p) for p in PEERS if gbps(r, mode, p)]
+            t = gbps(r, mode, "tuned")
+            if peers and t:
+                ratios.append(t / max(peers))
+        if ratios:
+            geo = math.exp(sum(math.log(v) for v in ratios) / len(ratios))
+            lines += ["", f"Geometric mean of tuned / best peer ({mode}): {geo:.2f}× over {len(ratios)} shapes; "
+                          f"minimum {min(ratios):.2f}×."]
+        lines.append("")
+    return "\n".join(lines)
+
+
+def plot(rows, path):
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    fig, axes = plt.subplots(2, 1, figsize=(14, 9), sharex=True)
+    labels = [f"{r['M']}×{r['N']}\n{r['dtype']}" for r in rows]
+    width = 0.8 / len(IMPLS)
+    names = NAMES
+    for ax, mode in zip(axes, ("eager", "graph")):
+        for i, n in enumerate(IMPLS):
+            vals = [gbps(r, mode, n) or 0 for r in rows]
+            ax.bar([j + (i - len(IMPLS) / 2 + 0.5) * width for j in range(len(rows))], vals, width, label=names[n])
+        ax.set_ylabel("GB/s")
+        ax.set_yscale("log")
+        ax.set_title(f"RMSNorm forward on {rows and rows[0].get('device', '')} — {mode}")
+        ax.grid(axis="y", alpha=0.3)
+    axes[0].legend(ncol=len(IMPLS), fontsize=8)
+    axes[1].set_xticks(range(len(rows)))
+    axes[1].set_xticklabels(labels, fontsize=7)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+
+

@@ -1,0 +1,102 @@
+"""The launcher of split rows (``SPLIT > 1``): two launches per call, see ``kernel_split.py``."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from . import kernel_split as _ks
+from .factory import (_INTERPRET, CACHE_POLICIES, Launch, RMSNormLauncher, _direct_call, _torch, next_pow2,
+                      row_vec, stream_handle, torch_stream)
+
+
+class SplitLauncher(RMSNormLauncher):
+    """One row across ``SPLIT`` programs: partial sums of squares, then normalize.
+
+    A row of ``N`` is cut into slices of ``TILES`` tiles of ``BLOCK_N``
+    elements (``BLOCK_N`` = ``CHUNK``, or the whole slice when ``CHUNK`` is 0);
+    ``programs`` slices cover it (at most ``SPLIT``). Called like
+    :class:`RMSNormLauncher`; it allocates ``M * programs`` fp32 partial sums
+    per call.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        per = -(-self.N // self.SPLIT)
+        self.BLOCK_N = min(self.CHUNK, next_pow2(per)) if self.CHUNK else next_pow2(per)
+        self.TILES = -(-per // self.BLOCK_N)
+        self.slice = self.TILES * self.BLOCK_N
+        self.programs = -(-self.N // self.slice)
+        self.EVEN_N = self.N % self.slice == 0
+        self.NUM_CHUNKS = self.TILES
+
+    def grid(self, M: int) -> int:
+        return M * self.programs
+
+    def constexprs(self, rv: int) -> tuple:
+        """``(sumsq constexprs, normalize constexprs)`` as dicts for row vector ``rv``."""
+        got = self._consts.get(rv)
+        if got is None:
+            x_last, x_keep, w_pol, y_pol = CACHE_POLICIES[self.CACHE_POLICY]
+            values = dict(N=self.N, BLOCK_N=self.BLOCK_N, TILES=self.TILES, SPLIT=self.programs,
+                          SPLIT_POW2=next_pow2(self.programs), EVEN_N=self.EVEN_N, ROW_VEC=rv, X_KEEP=x_keep,
+                          X_LAST=x_last, W_POLICY=w_pol, Y_POLICY=y_pol)
+            # In the kernels' parameter order: the direct launch passes them by position.
+            got = self._consts[rv] = ({k: values[k] for k in _ks.SUMSQ_CONSTS},
+                                      {k: values[k] for k in _ks.NORMALIZE_CONSTS})
+        return got
+
+    def __call__(self, x, w, y, M: int, sx: int, sy: int, eps: float, stream: Any = None,
+                 options: tuple = (), interpret: Optional[bool] = None) -> None:
+        if M == 0:
+            return
+        vec = self.vec
+        rv = vec if not (sx | sy) & (vec - 1) else row_vec(sx, sy, self.elem, self.VEC)
+        c1, c2 = self.constexprs(rv)
+        S = self.programs
+        grid = (M, S)
+        if interpret is None:
+            interpret = not x.is_cuda or _INTERPRET
+        if interpret:
+            p = x.new_empty(M * S, dtype=_torch().float32)
+            k1, k2 = _ks.kernels(True)
+            k1[grid](x, p, sx // rv, **c1)
+            k2[grid](x, w, y, p, sx // rv, sy // rv, eps, **c2)
+            return
+        xp, wp, yp = x.data_ptr(), w.data_ptr(), y.data_ptr()
+        key = (x.get_device(), rv, xp & 15 == 0, yp & 15 == 0, wp & 15 == 0, w.dtype, options)
+        pair = self._launches.get(key)
+        torch = _torch()
+        if pair is None or stream is not None:
+            # The partial sums live on the launch stream (the caching allocator reuses per stream).
+            with torch.cuda.device(key[0]), torch.cuda.stream(torch_stream(stream, x.device)):
+                p = torch.empty(M * S, dtype=torch.float32, device=x.device)
+                if pair is None:
+                    self._first_launch_pair(key, x, w, y, p, grid, sx // rv, sy // rv, eps, c1, c2, options)
+                    return
+        else:
+            p = torch.empty(M * S, dtype=torch.float32, device=x.device)
+        handle = stream_handle(stream, key[0])
+        pp = p.data_ptr()
+        pair[0].call(M, S, handle, xp, pp, sx // rv, *c1.values())
+        pair[1].call(M, S, handle, xp, wp, yp, pp, sx // rv, sy // rv, eps, *c2.values())
+
+    def _first_launch_pair(self, key, x, w, y, p, grid, sxv, syv, eps, c1, c2, options) -> None:
+        opts = self.compile_options(dict(options)) if options else self.compile_options()
+        k1, k2 = _ks.kernels(False)
+        a = k1[grid](x, p, sxv, **c1, **opts)
+        b = k2[grid](x, w, y, p, sxv, syv, eps, **c2, **opts)
+        pair = (Launch(_direct_call(a), a), Launch(_direct_call(b), b))
+        with self._lock:
+            self._launches[key] = pair
+
+    def compiled(self, x, w, y, M: int, sx: int, sy: int, options: tuple = ()):
+        """The normalize kernel's ``CompiledKernel`` (the heavier of the two), loaded."""
+        torch = _torch()
+        rv = row_vec(sx, sy, self.elem, self.VEC)
+        _, c2 = self.constexprs(rv)
+        p = torch.empty(M * self.programs, dtype=torch.float32, device=x.device)
+        with torch.cuda.device(x.get_device()):
+            k = _ks.kernels(False)[1].warmup(x, w, y, p, sx // rv, sy // rv, 1e-6, grid=(M, self.programs), **c2,
+                                             **self.compile_options(dict(options)))
+            k.run
+        return k

@@ -1,0 +1,88 @@
+"""Split rows (SPLIT > 1) and narrow accesses (VEC) against the fp64 reference, under the interpreter."""
+
+import pytest
+import torch
+
+from flyautotune_rmsnorm import api, make_launcher
+from flyautotune_rmsnorm.reference import relative_error, rmsnorm_reference, tolerance
+
+DTYPES = [torch.bfloat16, torch.float16, torch.float32]
+DS = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
+
+
+def inputs(shape, dtype, seed=0):
+    g = torch.Generator().manual_seed(seed)
+    return (torch.randn(shape, generator=g) * 3).to(dtype), (torch.rand(shape[-1], generator=g) + 0.5).to(dtype)
+
+
+def assert_close(y, x, w, eps=1e-6):
+    assert not torch.isnan(y).any(), "an output element was not written"
+    err = relative_error(y, rmsnorm_reference(x, w, eps))
+    tol = tolerance(y.dtype)
+    if x.shape[-1] == 1 and y.dtype == torch.bfloat16:
+        # y = w * (1 - eps/x**2 / 2): the interpreter rounds fp32 -> bf16 toward zero, one ulp (2**-8) below w.
+        tol = 2.0 ** -7
+    assert err <= tol, f"relative error {err:.3g} > {tol} for {y.dtype}"
+
+
+def run(x, w, out=None, **knobs):
+    """One launch of a forced config through the adopter's launch, as the tuner runs it."""
+    (x2, w2, y, M, N, ds, eps, sx, sy), _ = api.tuner_args(x, w, out=out)
+    api.launch(x2, w2, y, M, N, ds, eps, sx, sy, **dict(dict(BLOCK_THREADS=256), **knobs))
+    return y
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("N", [1, 7, 1000, 4093, 4096])
+@pytest.mark.parametrize("split,chunk", [(2, 0), (8, 0), (4, 256), (128, 0)])
+def test_split_rows_match_fp64(N, split, chunk, dtype):
+    x, w = inputs((3 if N > 1 else 64, N), dtype, seed=N + split)
+    y = run(x, w, SPLIT=split, CHUNK=chunk, CACHE_POLICY=2)
+    assert y.shape == x.shape
+    assert_close(y, x, w)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_split_rows_strided_in_and_out(dtype):
+    base, w = inputs((6, 3100), dtype)
+    x = base[::2, 37:3037]  # row stride 6200, 3000 columns at an odd offset
+    buf = torch.full((3, 3200), -7.0, dtype=dtype)
+    out = buf[:, 100:3100]
+    got = run(x, w[:3000].contiguous(), out=out, SPLIT=4, CHUNK=512)
+    assert got.data_ptr() == out.data_ptr()
+    assert_close(out, x, w[:3000])
+    assert torch.all(buf[:, :100] == -7.0) and torch.all(buf[:, 3100:] == -7.0)
+
+
+def test_split_rows_in_place_and_3d():
+    x, w = inputs((2, 3, 2000), torch.float32)
+    ref = rmsnorm_reference(x, w)
+    run(x, w, out=x, SPLIT=8)
+    assert relative_error(x, ref) <= tolerance(torch.float32)
+
+
+def test_split_launcher_covers_the_row_with_at_most_split_programs():
+    L = make_launcher(4093, "bf16", 256, 1, 256, 1, 0, 8)
+    assert (L.BLOCK_N, L.TILES, L.programs) == (256, 2, 8)
+    assert L.programs * L.slice >= 4093 > (L.programs - 1) * L.slice
+    short = make_launcher(100, "bf16", 256, 1, 0, 1, 0, 64)  # slices of 2: 50 programs do the work
+    assert short.programs == 50
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("vec", [4, 8])
+@pytest.mark.parametrize("shape,rows", [((37, 128), 8), ((5, 300), 2), ((9, 1), 4)], ids=str)
+def test_narrow_accesses_match_fp64(shape, rows, vec, dtype):
+    x, w = inputs(shape, dtype, seed=vec)
+    assert_close(run(x, w, VEC=vec, ROWS_PER_PROGRAM=rows, CACHE_POLICY=0), x, w)
+
+
+@pytest.mark.parametrize("knobs,words", [
+    (dict(SPLIT=3), "SPLIT=3"),
+    (dict(SPLIT=4, ROWS_PER_PROGRAM=2), "needs ROWS_PER_PROGRAM=1"),
+    (dict(SPLIT=4, CHUNK=1024, PREFETCH=1), "PREFETCH=0"),
+    (dict(VEC=32), "VEC=32"),
+])
+def test_factory_refuses_split_and_vec_values_it_cannot_build(knobs, words):
+    with pytest.raises(ValueError, match=words):
+        make_launcher(4096, "bf16", 256, **knobs)
