@@ -2,7 +2,7 @@
 # Everything that needs an NVIDIA GPU, in one go: install the packages, run the
 # plugin tests with CUDA, then the RMSNorm benchmark and the dispatch benchmark.
 #
-#   bash bench/gpu_suite.sh OUT_DIR [tests] [coretests] [bench] [explore] [dispatch] [overhead]
+#   bash bench/gpu_suite.sh OUT_DIR [tests] [coretests] [bench] [explore] [stability] [dispatch] [overhead]
 #
 # No network is needed: the three packages are built from this checkout
 # (setuptools must be installed); wheels under .whl/ (e.g. liger-kernel) are
@@ -36,11 +36,11 @@ for stage in $STAGES; do
       echo "== tests"
       XDIST=$("$PY" -c "import xdist" 2>/dev/null && echo "-n 8" || true)
       (cd "$ROOT" && "$PY" -m pytest -q -p no:cacheprovider -rs --durations=10 $XDIST \
-        plugins/cuda/tests plugins/rmsnorm/tests 2>&1 | tee "$OUT_DIR/pytest.log") || status=1 ;;
+        plugins/cuda/tests plugins/rmsnorm/tests tests/test_timing.py 2>&1 | tee "$OUT_DIR/pytest.log") || status=1 ;;
     coretests)
       echo "== core tests that have GPU cases (streams, fast path, CLI on a GPU)"
       (cd "$ROOT" && "$PY" -m pytest -q -p no:cacheprovider -rs tests/test_streams.py tests/test_fast_path.py \
-        tests/test_autotune_select.py tests/test_cli_rmsnorm.py tests/test_cli_template.py 2>&1 \
+        tests/test_autotune_select.py tests/test_search_decision.py tests/test_cli_rmsnorm.py 2>&1 \
         | tee "$OUT_DIR/pytest_core.log") || status=1 ;;
     overhead)
       echo "== autotune layer host overhead"
@@ -51,6 +51,9 @@ for stage in $STAGES; do
     explore)
       echo "== bench + explore"
       "$PY" "$ROOT/bench/rmsnorm.py" --out "$OUT_DIR" --explore ${BENCH_ARGS:-} || status=1 ;;
+    stability)
+      echo "== stability: five forced searches per shape in fresh processes, winners in graph replay"
+      "$PY" "$ROOT/bench/stability.py" --out "$OUT_DIR" | tee "$OUT_DIR/stability.md" || status=1 ;;
     dispatch)
       echo "== dispatch"
       "$PY" "$ROOT/bench/dispatch.py" --out "$OUT_DIR" || status=1 ;;
