@@ -439,7 +439,7 @@ def test_show_export_clear_import_round_trip(cli, tmp_path):
     assert "exported 2 entries" in ok(cli("export", only, "--adopter", "clidemo"))
     assert ok(cli("clear", "clidemo")).startswith("removed 2 entries of clidemo from ")
     assert "No tuned entries" in ok(cli("show"))
-    assert ok(cli("import", pack)).startswith(f"imported 2 entries from {pack}")
+    assert f"imported 2 entries from {pack}" in ok(cli("import", pack))
     assert ok(cli("show")).splitlines()[1:] == before.splitlines()[1:]
     again = cli("tune", "clidemo", "--shape", "2x8", "--device", "cpu")
     assert "winner from the store" in ok(again)  # imported winners are used by the next tune
@@ -488,7 +488,7 @@ def _documented_events() -> dict:
     for line in section.splitlines():
         cells = [c.strip() for c in line.strip().strip("|").split("|")]
         if len(cells) >= 2 and cells[0].startswith("`"):
-            fields = {f.strip().strip("`") for f in cells[1].split(",") if f.strip()}
+            fields = {f.strip().replace("`", "") for f in cells[1].split(",") if f.strip()}
             events[cells[0].strip("`")] = fields
     return events
 
@@ -501,7 +501,10 @@ def test_event_log_matches_the_documented_schema(cli, tmp_path):
     ok(cli("tune", "clidemo", "--shape", "2x8", "--device", "cpu", env={"FLYAUTOTUNE_EVENT_LOG": str(log_path)}))
     records = [json.loads(line) for line in log_path.read_text().splitlines()]
     for r in records:
-        assert set(r) == {"event", "time"} | documented[r["event"]], r
+        # fields in parentheses in the table appear when they apply (a timed candidate, a protected default)
+        fields = documented[r["event"]]
+        assert set(r) - {"event", "time"} <= {f.strip("()") for f in fields}, r
+        assert {f for f in fields if not f.startswith("(")} <= set(r), r
         assert isinstance(r["time"], float) and r["tuner"] == "clidemo"
         assert json.loads(r["key"])["args"] == {"n": 16}
     kinds = [r["event"] for r in records]
@@ -518,7 +521,7 @@ def test_event_log_matches_the_documented_schema(cli, tmp_path):
     end = records[6]
     assert end["winner"] == {"kwargs": {"BLOCK": 4}, "compile_hints": {}}
     assert end["duration_s"] > 0 and end["ms"] == min(c["ms"] for c in cands if c["ms"] is not None)
-    assert len(end["candidates"]) == 4 and {"config", "ms", "error"} == set(end["candidates"][0])
+    assert len(end["candidates"]) == 4 and {"config", "ms", "error"} <= set(end["candidates"][0])
     assert records[7]["config"] == end["winner"]
 
 

@@ -80,7 +80,7 @@ def test_installed_template_tunes_and_its_entry_uses_the_winner(venv):
         y = vscale(x)
         assert torch.equal(y, (x.float() * 2.0).to(torch.bfloat16))
         assert torch.equal(vscale_default(x), y)
-        print(kernel._tuned.last_source, kernel._tuned.last_config)
+        print(kernel.tuned.last_source, kernel.tuned.last_config)
     """)
     source, config = run(venv, code=probe).split(" ", 1)
     assert source == "store"  # a new process: the winner the command stored

@@ -42,13 +42,9 @@ def compile_spec(shape, dtype, config):
 def flyautotune_register_adopters(register):
     register(fat.Adopter(
         name="vscale",
-        factory=kernel.kernel_for,
-        specialize=lambda x, *args, **kwargs: {"device_type": x.device.type},
-        configs=kernel.CONFIGS,
-        default=kernel.default_config,
-        key=("n",),
-        knobs=("BLOCK",),
+        tuner=kernel.tuned,
         entry=kernel.vscale,
+        tuner_args=kernel.tuner_args,
         example=example,
         bytes_moved=bytes_moved,
         compile_spec=compile_spec,

@@ -65,7 +65,7 @@ def default_config(n, **_):
     return fat.Config(BLOCK=1024 if n >= 4096 else 256, num_warps=4)
 
 
-_tuned = fat.autotune(configs=CONFIGS, key=["n"], name="vscale", default=default_config)(_launch)
+tuned = fat.autotune(configs=CONFIGS, key=["n"], name="vscale", default=default_config)(_launch)
 
 
 def vscale(x, alpha=2.0):
@@ -73,8 +73,15 @@ def vscale(x, alpha=2.0):
     import torch
 
     y = torch.empty_like(x)
-    _tuned(x, y, x.numel(), float(alpha))
+    tuned(x, y, x.numel(), float(alpha))
     return y
+
+
+def tuner_args(x, alpha=2.0):
+    """The tuned launch's ``(args, kwargs)`` for a ``vscale`` call (what ``vscale`` prepares)."""
+    import torch
+
+    return (x, torch.empty_like(x), x.numel(), float(alpha)), {}
 
 
 def vscale_default(x, alpha=2.0):

@@ -212,7 +212,7 @@ def _time_once(adopter: Any, args: tuple, kwargs: dict, device: str) -> Optional
     try:
         ms = plugin_manager().hook.flyautotune_benchmark(
             fn=lambda: call(*args, **kwargs), setup=None, target=fat.target_for(device), stream=None,
-            warmup=1, rep=5, rotations=[])
+            warmup=1, rep=5, rotations=[], cutoff_ms=None)
         return float(getattr(ms, "ms", ms))
     except Exception as exc:
         log.warning("%s: could not time the only candidate: %s", adopter.name, exc)
