@@ -256,9 +256,9 @@ def test_resolve_config_tunes_without_launching(pm, counting_bench):
     bench = counting_bench(cost=lambda i: {1: 3.0, 2: 1.0, 3: 2.0}[i])
     launch, ran = make_tuner(pm, bench, name="t_resolve")
     assert launch.resolve_config(torch.zeros(2), 2) == fat.Config(BLOCK=2)
-    assert ran == [1, 2, 4]  # only the benchmark runs, no final launch
+    assert ran == [1, 1, 2, 4]  # a probe run of the first config, then the benchmark; no final launch
     assert launch.resolve_config(torch.zeros(2), 2) == fat.Config(BLOCK=2)
-    assert ran == [1, 2, 4]
+    assert ran == [1, 1, 2, 4]
 
 
 def test_hints_reach_the_launch_and_caller_contexts_survive(pm, counting_bench):
