@@ -8,7 +8,7 @@ rotated past L2), interleaved over several rounds. Reports, per shape: the winne
 the spread of their graph times (target: within 1%), tuned / default (target >= 0.99)
 and the wall time of the searching call (targets: <= 3 s cold, <= 1 s warm).
 
-    python bench/stability.py --out DIR [--shapes 4096x8192:bf16,256x8192:fp32]
+    python bench/stability.py --out DIR [--shapes 4096x8192:bf16,256x8192:fp32,256x8192:bf16]
 """
 
 from __future__ import annotations
@@ -30,13 +30,20 @@ x = torch.randn(M, N, device="cuda", dtype=dt)
 w = torch.rand(N, device="cuda", dtype=dt) + 0.5
 torch.cuda.synchronize()
 t0 = time.perf_counter()
+import flyautotune as fat
 from flyautotune_rmsnorm import rmsnorm_autotuned
 from flyautotune_rmsnorm.api import tuned_launch
+ends = []
+fat.add_listener(lambda e: ends.append(e) if e["event"] == "search_end" else None)
+t1 = time.perf_counter()
 rmsnorm_autotuned(x, w)
 torch.cuda.synchronize()
-wall = time.perf_counter() - t0
+t2 = time.perf_counter()
+end = ends[-1] if ends else {}
 print(json.dumps({"config": tuned_launch.last_config.kwargs, "source": tuned_launch.last_source,
-                  "call_s": wall}))
+                  "call_s": t2 - t0, "first_call_s": t2 - t1, "search_s": end.get("duration_s"),
+                  "margin": end.get("margin"), "noise": end.get("noise"),
+                  "methods": sorted({c.get("method") for c in end.get("candidates", []) if c.get("method")})}))
 """
 
 
@@ -87,7 +94,7 @@ def graph_ms(M, N, ds, configs, rounds=5):
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=".")
-    ap.add_argument("--shapes", default="4096x8192:bf16,256x8192:fp32")
+    ap.add_argument("--shapes", default="4096x8192:bf16,256x8192:fp32,256x8192:bf16")
     ap.add_argument("--runs", type=int, default=5)
     args = ap.parse_args(argv)
     from flyautotune_rmsnorm.space import default_config
@@ -113,18 +120,20 @@ def main(argv=None):
         row = {"shape": spec, "default": default, "default_ms": times[0], "runs": runs, "winner_ms": winner_ms,
                "winner_spread": max(winner_ms) / min(winner_ms) - 1,
                "tuned_over_default": [times[0] / t for t in winner_ms],
-               "cold_call_s": runs[0]["call_s"], "warm_call_s": statistics.median(r["call_s"] for r in runs[1:])}
+               "cold_call_s": runs[0]["first_call_s"], "warm_call_s": statistics.median(r["first_call_s"] for r in runs[1:]),
+               "cold_search_s": runs[0]["search_s"], "warm_search_s": statistics.median(r["search_s"] for r in runs[1:])}
         results.append(row)
         print(json.dumps({k: v for k, v in row.items() if k != "runs"}), flush=True)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "stability.json"), "w") as f:
         json.dump(results, f, indent=1)
-    print("| shape | winners (graph ms) | spread | tuned/default (speed) | cold call s | warm call s |")
+    print("| shape | winners (graph µs) | spread | tuned/default (speed) | first call s, cold / warm Triton cache | "
+          "search s, cold / warm |")
     print("|---|---|---|---|---|---|")
     for r in results:
-        print(f"| {r['shape']} | {', '.join(f'{t * 1e3:.1f}us' for t in r['winner_ms'])} | "
+        print(f"| {r['shape']} | {', '.join(f'{t * 1e3:.1f}' for t in r['winner_ms'])} | "
               f"{r['winner_spread']:.2%} | {min(r['tuned_over_default']):.3f}-{max(r['tuned_over_default']):.3f} | "
-              f"{r['cold_call_s']:.2f} | {r['warm_call_s']:.2f} |")
+              f"{r['cold_call_s']:.2f} / {r['warm_call_s']:.2f} | {r['cold_search_s']:.2f} / {r['warm_search_s']:.2f} |")
 
 
 if __name__ == "__main__":

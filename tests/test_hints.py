@@ -113,3 +113,17 @@ def test_current_key_matches_the_snapshot_without_copying():
     with fat.compile_hints(num_warps=4, waves_per_eu=(1, 2)):
         assert current_key() == hint_key(fat.current_hints()) == (("num_warps", 4), ("waves_per_eu", (1, 2)))
     assert current_key() == ()
+
+
+def test_a_repeated_block_is_validated_by_value_and_type():
+    with fat.compile_hints(num_warps=4):
+        pass
+    for bad in (4.0, True):  # equal to 4 or 1 as dict keys, but not valid hint values
+        with pytest.raises(TypeError, match="num_warps"):
+            with fat.compile_hints(num_warps=bad):
+                pass
+    with fat.compile_hints(num_warps=8):
+        with fat.compile_hints(num_stages=2):
+            assert fat.current_hints() == {"num_warps": 8, "num_stages": 2}
+    with fat.compile_hints(num_stages=2):  # the same inner block over another outer one
+        assert fat.current_hints() == {"num_stages": 2}

@@ -14,7 +14,15 @@ from typing import Any, Callable, Iterator, Mapping, Optional
 from . import hints as _hints
 from .target import Target
 
-_local = threading.local()
+class _State(threading.local):
+    """Per-thread state; class-level defaults make a read on a fresh thread an attribute hit
+    (a missing ``threading.local`` attribute costs an exception on every hot-path read)."""
+
+    stack: Optional[list] = None
+    launch: Optional[tuple] = None
+
+
+_local = _State()
 
 
 class Frame:
@@ -27,8 +35,21 @@ class Frame:
         self.key = _hints.hint_key(merged)
 
 
+# Blocks repeat: the same hints over the same outer block give the same frame, so validation,
+# merging and key building run once per distinct block (bounded, as shapes of use are few).
+_layers: dict = {}
+_frames: dict = {}
+_CACHE_MAX = 1024
+
+
+def _remember(cache: dict, key: Any, value: Any) -> None:
+    if len(cache) >= _CACHE_MAX:
+        cache.clear()
+    cache[key] = value
+
+
 def _stack() -> list:
-    stack = getattr(_local, "stack", None)
+    stack = _local.stack
     if stack is None:
         stack = _local.stack = []
     return stack
@@ -43,14 +64,31 @@ class compile_hints:
     Values are validated when the block is created.
     """
 
-    __slots__ = ("_layer",)
+    __slots__ = ("_layer", "_lkey")
 
     def __init__(self, **hints: Any) -> None:
-        self._layer = _hints.normalize_hints(hints)
+        try:
+            # the value's type is part of the key: 1, 1.0 and True are equal but only 1 is a valid hint
+            lkey = tuple([(k, v.__class__, v) for k, v in hints.items()])
+            layer = _layers.get(lkey)
+        except TypeError:  # an unhashable value: validated below, which names it
+            lkey, layer = None, None
+        if layer is None:
+            layer = _hints.normalize_hints(hints)
+            if lkey is not None:
+                _remember(_layers, lkey, layer)
+        self._layer = layer
+        self._lkey = lkey
 
     def __enter__(self) -> dict:
         stack = _stack()
-        frame = Frame(_hints.merge_hints(stack[-1].merged if stack else None, self._layer))
+        parent = stack[-1] if stack else None
+        ck = (parent.key if parent is not None else (), self._lkey)
+        frame = _frames.get(ck) if self._lkey is not None else None
+        if frame is None:
+            frame = Frame(_hints.merge_hints(parent.merged if parent is not None else None, self._layer))
+            if self._lkey is not None:
+                _remember(_frames, ck, frame)
         stack.append(frame)
         return dict(frame.merged)
 
@@ -60,20 +98,20 @@ class compile_hints:
 
 def current_hints() -> dict:
     """The merged hint snapshot in force on this thread (a copy)."""
-    stack = getattr(_local, "stack", None)
+    stack = _local.stack
     return dict(stack[-1].merged) if stack else {}
 
 
 def current_hint_key() -> tuple:
     """The hashable form of ``current_hints()`` without copying it: what a
     launcher caches lowered compile options by."""
-    stack = getattr(_local, "stack", None)
+    stack = _local.stack
     return stack[-1].key if stack else ()
 
 
 def open_hints() -> Optional[dict]:
     """The merged snapshot of the caller's open blocks (not a copy), or None."""
-    stack = getattr(_local, "stack", None)
+    stack = _local.stack
     return stack[-1].merged if stack else None
 
 
@@ -85,8 +123,8 @@ def launch_with(layers: list, launch: tuple, fn: Callable[..., Any], args: tuple
     blocks of its own); the caller's blocks are back when it returns.
     """
     local = _local
-    stack = getattr(local, "stack", None)
-    old = getattr(local, "launch", None)
+    stack = local.stack
+    old = local.launch
     local.launch = launch
     if layers or stack:
         local.stack = layers.copy()
@@ -103,7 +141,7 @@ def launch_with(layers: list, launch: tuple, fn: Callable[..., Any], args: tuple
 
 def current_target() -> Optional[Target]:
     """The target of the launch running on this thread (inside a tuned call), else None."""
-    launch = getattr(_local, "launch", None)
+    launch = _local.launch
     return launch[0] if launch else None
 
 
@@ -114,7 +152,7 @@ def target_context(target: Target, plugin_manager: Any = None) -> Iterator[Targe
     e.g. cross-compiled reports. Nests; thread-local."""
     if not isinstance(target, Target):
         raise TypeError(f"target_context: expected a flyautotune.Target, got {target!r}")
-    old = getattr(_local, "launch", None)
+    old = _local.launch
     _local.launch = (target, plugin_manager)
     try:
         yield target
@@ -142,7 +180,7 @@ def lower_compile_hints(ir: Any = None, target: Optional[Target] = None, hints: 
                 "(e.g. flyautotune.target_for(device))"
             )
     snapshot = current_hints() if hints is None else _hints.merge_hints(_hints.normalize_hints(hints))
-    launch = getattr(_local, "launch", None)
+    launch = _local.launch
     pm = (launch[1] if launch else None) or plugin_manager()
     result = pm.hook.flyautotune_lower_compile_hints(ir=ir, hints=snapshot, target=target)
     if result is None:
