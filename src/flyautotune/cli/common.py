@@ -139,9 +139,13 @@ def get_adopter(name: str):
 
 
 def store():
-    from ..store import get_store
+    """The store the plugins provide (``flyautotune_store``): the built-in SQLite one unless replaced."""
+    from ..plugins import plugin_manager
 
-    return get_store()
+    found = plugin_manager().hook.flyautotune_store()
+    if found is None:
+        raise CommandError("no flyautotune_store plugin provides a store (is flyautotune.store disabled?)")
+    return found
 
 
 def tuner_names(name: str, known_tuners: Sequence[str]) -> list:

@@ -118,9 +118,9 @@ class _Bounded:
         if backend == "gloo":
             self.device = "cpu"
         else:  # NCCL and other device backends move device tensors
-            import torch
+            from ..devices import current_device
 
-            self.device = torch.device("cuda", torch.cuda.current_device())
+            self.device = current_device()
 
     def restart(self) -> None:
         self.deadline = time.monotonic() + self.timeout_s

@@ -16,6 +16,8 @@ import tempfile
 import time
 from typing import Any, Optional
 
+from .._markers import hookimpl
+
 import attrs
 
 from .plan import Plan, PlanKey, plugin_manager_for
@@ -40,11 +42,9 @@ def ray_installed() -> bool:
 
 def local_gpus() -> int:
     """GPUs torch sees on this machine (0 without torch)."""
-    try:
-        import torch
-    except ImportError:
-        return 0
-    return torch.cuda.device_count() if torch.cuda.is_available() else 0
+    from ..devices import device_count
+
+    return device_count()
 
 
 def _tune_in_worker(key: dict, force: bool, plugins: tuple, known: Optional[str], use_gpu: bool) -> dict:
@@ -53,42 +53,58 @@ def _tune_in_worker(key: dict, force: bool, plugins: tuple, known: Optional[str]
     ``known`` is pack text of the driver's winners for this key's tuner, so a key
     stored earlier is not searched again (unless ``force``).
     """
-    from ..store import get_store
+    from ..devices import default_device
+    from ..store import TuningStore
 
     pkey = PlanKey.from_dict(key)
     folder = tempfile.mkdtemp(prefix="flyautotune-worker-")
-    old = os.environ.get("FLYAUTOTUNE_CACHE_DIR")
-    os.environ["FLYAUTOTUNE_CACHE_DIR"] = folder
     store = None
+    managers: list = []
+    plug = None
     try:
         # Ray gives a GPU task its GPU as the only visible one.
-        device = "cuda:0" if use_gpu else "cpu"
+        device = default_device() if use_gpu else "cpu"
         if device == "cpu":
             os.environ.setdefault("TRITON_INTERPRET", "1")
         pm = plugin_manager_for(tuple(plugins))
-        store = get_store()
+        store = TuningStore(folder)
+        plug = _WorkerStore(store)
+        adopter = pm.get_adopter(pkey.adopter)
+        # The worker's private store, through the store hook of every manager the tune consults.
+        managers = list({id(m): m for m in (pm, adopter.tuner.pm)}.values())
+        for m in managers:
+            m.register(plug)
         if known:
             path = os.path.join(folder, "known.json")
             with open(path, "w", encoding="utf-8") as f:
                 f.write(known)
             store.import_pack(path)
-        result = tune_key(pm.get_adopter(pkey.adopter), pkey, device, force)
+        result = tune_key(adopter, pkey, device, force)
         return attrs.evolve(result, worker=f"{socket.gethostname()}:{os.getpid()}").to_dict()
     finally:
+        for m in managers:
+            m.unregister(plug)
         if store is not None:
             store.close()
-        if old is None:
-            os.environ.pop("FLYAUTOTUNE_CACHE_DIR", None)
-        else:
-            os.environ["FLYAUTOTUNE_CACHE_DIR"] = old
         shutil.rmtree(folder, ignore_errors=True)
+
+
+class _WorkerStore:
+    """A Ray worker's private store, handed to the tuners through ``flyautotune_store``."""
+
+    def __init__(self, store: Any) -> None:
+        self.store = store
+
+    @hookimpl(tryfirst=True)
+    def flyautotune_store(self) -> Any:
+        return self.store
 
 
 def _known_winners(plan: Plan, pm: Any) -> dict:
     """Pack text of the driver store's winners, per adopter of the plan."""
-    from ..store import dump_pack, get_store
+    from ..store import dump_pack
 
-    store = get_store()
+    store = pm.hook.flyautotune_store()
     out = {}
     for name in {k.adopter for k in plan.keys}:
         try:

@@ -84,18 +84,16 @@ def tune_key(adopter: Any, key: PlanKey, device: str, force: bool = False) -> Ke
     """Tune one key in this process: build inputs with ``adopter.example``, map them
     with ``adopter.bind`` and call ``adopter.tuner.select``. A key without a stored
     winner (default, pack or a remembered default) is searched; failures are returned, not raised."""
-    from ..store import get_store
-
     t0 = time.perf_counter()
     try:
         args, kwargs = adopter.example(key.shape, key.dtype, device)
         targs, tkw = adopter.bind(*args, **kwargs)
         tuner = adopter.tuner
         sel = tuner.select(*targs, force=force, **tkw)
-        entry = get_store().get(tuner.name, sel.key)
+        entry = tuner.store().get(tuner.name, sel.key)
         if entry is None and not force:  # a default or a shipped pack answered: tuning means searching here
             sel = tuner.select(*targs, force=True, **tkw)
-            entry = get_store().get(tuner.name, sel.key)
+            entry = tuner.store().get(tuner.name, sel.key)
     except Exception as exc:  # one bad key must not stop the plan
         log.warning("%s: %s: %s", key.label(), type(exc).__name__, exc)
         return KeyResult(key, "error", seconds=time.perf_counter() - t0, error=f"{type(exc).__name__}: {exc}",
@@ -162,14 +160,12 @@ def summary_table(result: PlanResult) -> str:
 
 
 def pick_device(requested: Optional[str]) -> str:
-    """``requested``, else ``cuda:0`` when a GPU is visible, else ``cpu``."""
+    """``requested``, else the first accelerator device when torch sees one, else ``cpu``."""
     if requested:
         return requested
-    try:
-        import torch
-    except ImportError:
-        return "cpu"
-    return "cuda:0" if torch.cuda.is_available() else "cpu"
+    from ..devices import default_device
+
+    return default_device()
 
 
 def run_serial(plan: Plan, *, device: Optional[str] = None, force: Optional[bool] = None,
@@ -222,9 +218,9 @@ def write_pack(result: PlanResult, path: Any) -> int:
 def merge_into_store(result: PlanResult, store: Any = None) -> int:
     """Write the winners tuned elsewhere (source ``search``) into ``store`` (default:
     this process's); returns how many were written."""
-    from ..store import get_store
+    from ..plugins import plugin_manager
 
-    store = store if store is not None else get_store()
+    store = store if store is not None else plugin_manager().hook.flyautotune_store()
     searched = {(r.entry["tuner"], r.entry["key"]) for r in result.results if r.source == "search" and r.entry}
     n = 0
     for e in result.entries():

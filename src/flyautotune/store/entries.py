@@ -114,7 +114,7 @@ def _check_stats(where: str, t: Mapping) -> dict:
         out["spread"] = float(spread)
     if method is not None:
         if not isinstance(method, str) or not method or text_problem(method):
-            raise ValueError(f"{where}['method'] must be a short name such as 'cuda-graph', got {method!r}")
+            raise ValueError(f"{where}['method'] must be a short name such as 'graph', got {method!r}")
         out["method"] = method
     if reps is not None:
         if type(reps) is not int or reps < 1:

@@ -77,10 +77,16 @@ class FakeGpu:
                 fake.log.append("graph-reset")
 
         self.Stream, self.Event = Stream, Event
-        if capture:
-            setattr(self, name.upper() + "Graph", Graph)
+        self._graph_cls = Graph if capture else None
+        self._graph_name = name.upper() + "Graph"
         self.default = Stream(label="default")
         self.current = self.default
+
+    def __getattr__(self, attr: str) -> Any:
+        # the graph class under the device module's own name (``<NAME>Graph``), when capture is on
+        if attr != "_graph_name" and attr == self.__dict__.get("_graph_name") and self._graph_cls is not None:
+            return self._graph_cls
+        raise AttributeError(attr)
 
     # -- what the engine calls -------------------------------------------------------------
     def current_stream(self, device=None):

@@ -59,9 +59,10 @@ def run(args: argparse.Namespace) -> None:
     if args.plot:
         _check_plot_path(args.plot)
     if interpreted:
-        torch = sys.modules.get("torch")
-        gpu = " (a GPU is visible: pass --device cuda:0 to use it)" if torch is not None and \
-            torch.cuda.is_available() else ""
+        from ...devices import default_device
+
+        visible = default_device()
+        gpu = f" (a GPU is visible: pass --device {visible} to use it)" if visible != "cpu" else ""
         out(f"No GPU in use: running on the CPU under Triton's interpreter (TRITON_INTERPRET=1): slow, and the "
             f"times below are interpreter times, not GPU times{gpu}.")
     force = args.force or force_search()
@@ -92,35 +93,36 @@ def _check_cpu_shapes(shapes: list, allow_slow: bool) -> None:
 
 
 def pick_device(requested: Optional[str]) -> str:
-    """``cpu`` or ``cuda:N``, checked against what torch sees."""
+    """``cpu`` or ``<accelerator>:N``, checked against what torch's accelerator registry sees."""
     if requested is not None and requested.strip().lower() == "cpu":
         return "cpu"  # no torch import needed to know that
+    from ...devices import accelerator_type, default_device, device_count
+
+    if requested is None:
+        return default_device()
     try:
         import torch
     except ImportError:
-        torch = None
-    if requested is None:
-        return "cuda:0" if torch is not None and torch.cuda.is_available() else "cpu"
-    if torch is None:
-        raise UsageError(f"argument --device: {requested!r} needs torch, which is not installed; use --device cpu")
+        raise UsageError(f"argument --device: {requested!r} needs torch, which is not installed; use --device cpu") \
+            from None
+    kind = accelerator_type()
+    accepted = "cpu" + (f", {kind}, {kind}:N" if kind else "")
     try:
         dev = torch.device(requested)
     except (RuntimeError, ValueError, TypeError):
-        raise UsageError(f"argument --device: {requested!r} is not a torch device; accepted: cpu, cuda, cuda:N") \
-            from None
+        raise UsageError(f"argument --device: {requested!r} is not a torch device; accepted: {accepted}") from None
     if dev.type == "cpu":
         return "cpu"
-    if dev.type != "cuda":
-        raise UsageError(f"argument --device: {requested!r} is a {dev.type} device; accepted: cpu, cuda, cuda:N")
-    if not torch.cuda.is_available():
-        raise UsageError(f"argument --device: {requested!r} but no GPU is visible "
-                         f"(torch.cuda.is_available() is False); use --device cpu")
+    if kind is None:
+        raise UsageError(f"argument --device: {requested!r} but torch sees no accelerator; use --device cpu")
+    if dev.type != kind:
+        raise UsageError(f"argument --device: {requested!r} is a {dev.type} device; accepted: {accepted}")
     index = dev.index if dev.index is not None else 0
-    count = torch.cuda.device_count()
+    count = device_count()
     if index >= count:
-        raise UsageError(f"argument --device: {requested!r} but only {count} GPU(s) are visible "
-                         f"(cuda:0..cuda:{count - 1})")
-    return f"cuda:{index}"
+        raise UsageError(f"argument --device: {requested!r} but only {count} device(s) are visible "
+                         f"({kind}:0..{kind}:{count - 1})")
+    return f"{kind}:{index}"
 
 
 def _check_plot_path(path: str) -> None:
