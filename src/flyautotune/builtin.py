@@ -39,17 +39,13 @@ class PerfCounterBenchmark:
 
     @staticmethod
     @hookimpl(trylast=True)
-    def flyautotune_benchmark(
-        fn: Callable[[], Any],
-        setup: Optional[Callable[[], Any]],
-        target: Target,
-        stream: Any,
-        warmup: int,
-        rep: int,
-    ) -> Optional[Measurement]:
+    def flyautotune_benchmark(fn: Callable[[], Any], setup: Optional[Callable[[], Any]], target: Target,
+                              warmup: int, rep: int, cutoff_ms: Optional[float]) -> Optional[Measurement]:
+        # synchronous launches: no stream, and nothing to rotate (the host clock sees every launch)
         if target.backend != "cpu":
             return None
-        return timing.benchmark(fn, setup=setup, warmup=warmup, rep=rep, method="wall", warm=False)
+        return timing.benchmark(fn, setup=setup, warmup=warmup, rep=rep, method="wall", warm=False,
+                                cutoff_ms=cutoff_ms)
 
 
 def perf_counter_bench(fn, setup=None, *, warmup: int = 1, rep: int = 5) -> float:

@@ -238,3 +238,17 @@ def _short(value: Any) -> str:
     if type(value) is int and abs(value) >= 10**30:
         return f"an integer of {len(str(abs(value)))} digits"
     return ascii(value)[:120]
+
+
+def check_put(tuner: Any, key: Any, timing_key: Any, config: Any, timings: Any, provenance: Any) -> list:
+    """Validate the arguments of a store's ``put``; returns the normalized timing rows.
+
+    :raises TypeError, ValueError: naming the malformed argument (a caller bug, not an I/O problem).
+    """
+    for name, value in (("tuner", tuner), ("key", key), ("timing_key", timing_key)):
+        check_text(name, value)
+    check_config("config", config)
+    rows = normalize_timings(timings)
+    if not isinstance(provenance, Mapping):
+        raise TypeError(f"provenance must be a mapping, got {provenance!r}")
+    return rows

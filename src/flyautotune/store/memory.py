@@ -7,7 +7,7 @@ import threading
 import time
 from typing import Any, Mapping, Optional, Sequence
 
-from .entries import StoreEntry, check_config, check_text, normalize_timings
+from .entries import StoreEntry, check_put
 from .jsontext import canonical_config_json, jsonable
 
 
@@ -42,12 +42,7 @@ class MemoryStore:
 
     def put(self, tuner: str, key: str, timing_key: str, config: Mapping[str, Any],
             timings: Sequence[Mapping[str, Any]], provenance: Mapping[str, Any]) -> bool:
-        for name, value in (("tuner", tuner), ("key", key), ("timing_key", timing_key)):
-            check_text(name, value)
-        check_config("config", config)
-        rows = normalize_timings(timings)
-        if not isinstance(provenance, Mapping):
-            raise TypeError(f"provenance must be a mapping, got {provenance!r}")
+        rows = check_put(tuner, key, timing_key, config, timings, provenance)
         entry = StoreEntry(tuner=tuner, key=key, config=dict(config), timings=tuple(rows),
                            provenance=jsonable(provenance), created=time.time(), timing_key=timing_key,
                            origin=self.path)

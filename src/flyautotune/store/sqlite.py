@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from . import recovery
 from .deferred import DeferredWrites, register
-from .entries import StoreEntry, StoreError, check_config, check_text, entry_from_row, is_time, normalize_timings
+from .entries import StoreEntry, StoreError, check_put, check_text, entry_from_row, is_time
 from .files import PathLike, ownership_problem
 from .jsontext import canonical_config_json, compact_json, jsonable
 
@@ -322,12 +322,7 @@ class TuningStore:
             returns it) and written later; or when the store is unusable.
         :raises TypeError, ValueError: malformed arguments (a caller bug, not an I/O problem).
         """
-        for name, value in (("tuner", tuner), ("key", key), ("timing_key", timing_key)):
-            check_text(name, value)
-        check_config("config", config)
-        rows = normalize_timings(timings)
-        if not isinstance(provenance, Mapping):
-            raise TypeError(f"provenance must be a mapping, got {provenance!r}")
+        rows = check_put(tuner, key, timing_key, config, timings, provenance)
         now = time.time()
         entry = (tuner, key, timing_key, canonical_config_json(config), compact_json(rows),
                  compact_json(jsonable(provenance)), now)

@@ -15,12 +15,15 @@ from .rotate import (
     unregister_cache_probe,
 )
 from .clocks import warm_clocks
+from .hook import benchmark_hook, time_on_stream
 
 __all__ = [
     "CaptureError",
     "DEFAULT_CACHE_BYTES",
     "METHODS",
     "benchmark",
+    "benchmark_hook",
+    "time_on_stream",
     "current_cutoff",
     "cutoff_after",
     "last_level_cache_bytes",

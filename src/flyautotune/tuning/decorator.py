@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+import inspect
 import logging
 import os
 import threading
@@ -291,18 +292,9 @@ def _min_pos(sig: Signature, kwargs: dict) -> int:
     return min((sig.positional.index(k) for k in kwargs if k in sig.positional), default=1 << 30)
 
 
-def autotune(
-    configs: Sequence[Config] | Callable[..., Sequence[Config]],
-    key: Iterable[str] = (),
-    name: Optional[str] = None,
-    default: Optional[Callable[..., Config]] = None,
-    prune_configs_by: Optional[Callable[..., Sequence[Config]]] = None,
-    restore_value: Iterable[str] = (),
-    reset_to_zero: Iterable[str] = (),
-    do_bench: Optional[Callable[..., float]] = None,
-    **options: Any,
-) -> Callable[[Callable[..., Any]], Autotuner]:
-    """Decorate a launch callable with config selection.
+def autotune(configs: Sequence[Config] | Callable[..., Sequence[Config]], *args: Any,
+             **options: Any) -> Callable[[Callable[..., Any]], Autotuner]:
+    """Decorate a launch callable with config selection: ``Autotuner(fn, configs, ...)``.
 
     :param configs: the search space, or a callable ``configs(**named_args)``
         evaluated only when a search runs.
@@ -313,7 +305,7 @@ def autotune(
     :param restore_value: tensor args snapshotted once and restored before every rep.
     :param reset_to_zero: tensor args zeroed before every rep and before the real call.
     :param do_bench: ``do_bench(fn, setup=None) -> ms``; None = the backend's hook.
-    :param options: the other keyword arguments of :class:`Autotuner`: ``hints=``
+    :param options: the rest of :class:`Autotuner`'s keyword arguments: ``hints=``
         persistent compile hints, ``warmup=``, ``rep=``, ``packs=`` shipped JSON
         packs, ``source_files=`` extra files in the source fingerprint,
         ``check=`` (True: compare each candidate's outputs with the default's;
@@ -322,9 +314,18 @@ def autotune(
         shipped winners), ``max_search_s=`` (a search's time budget),
         ``plugin_manager=``.
     """
+    try:  # a misspelled option fails here, where it was written, not at decoration
+        _TUNER_SIGNATURE.bind(None, None, configs, *args, **options)
+    except TypeError as exc:
+        raise TypeError(f"autotune: {exc}") from None
 
     def decorator(fn: Callable[..., Any]) -> Autotuner:
-        return Autotuner(fn, configs, key=key, name=name, default=default, prune_configs_by=prune_configs_by,
-                         restore_value=restore_value, reset_to_zero=reset_to_zero, do_bench=do_bench, **options)
+        return Autotuner(fn, configs, *args, **options)
 
     return decorator
+
+
+_TUNER_SIGNATURE = inspect.signature(Autotuner.__init__)
+# help(autotune) shows Autotuner's own arguments (less self and fn): one signature, declared once.
+autotune.__signature__ = _TUNER_SIGNATURE.replace(  # type: ignore[attr-defined]
+    parameters=list(_TUNER_SIGNATURE.parameters.values())[2:])

@@ -7,35 +7,13 @@ graph cannot be captured or ``setup`` must run between launches.
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional, Sequence
+from typing import Any, Callable, Optional
 
 from flyautotune import timing
-from flyautotune.measurement import Measurement
 
 
-def _device(stream: Any) -> Any:
-    import torch
-
-    device = getattr(stream, "device", None)
-    return device if device is not None else torch.device("cuda", torch.cuda.current_device())
-
-
-def benchmark(
-    fn: Callable[[], Any],
-    setup: Optional[Callable[[], Any]] = None,
-    *,
-    stream: Any = None,
-    warmup: int = 5,
-    rep: int = 20,
-    rotations: Sequence[Callable[[], Any]] = (),
-    **options: Any,
-) -> Measurement:
-    """One launch of ``fn`` timed on ``stream`` (None = the current stream); see :func:`flyautotune.timing.benchmark`.
-
-    :param options: passed on to the engine (``cutoff_ms``, ``method``, ``warm``, ``name``).
-    """
-    return timing.benchmark(fn, setup=setup, stream=stream, device=_device(stream), warmup=warmup, rep=rep,
-                            rotations=rotations, **options)
+#: One launch timed on its stream's device (see :func:`flyautotune.timing.time_on_stream`).
+benchmark = timing.time_on_stream
 
 
 def cuda_benchmark(

@@ -10,12 +10,10 @@ from __future__ import annotations
 import hashlib
 import os
 import sys
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional
 
-from flyautotune import Target, hookimpl
-from flyautotune.measurement import Measurement
+from flyautotune import Target, hookimpl, timing
 
-from . import bench as _bench
 from .hints import check_hints, triton_options
 from .report import flyautotune_compile_report, flyautotune_report_targets  # noqa: F401
 
@@ -154,17 +152,5 @@ def flyautotune_cache_key(target: Target) -> Optional[dict]:
     return axes
 
 
-@hookimpl
-def flyautotune_benchmark(
-    fn: Callable[[], Any],
-    setup: Optional[Callable[[], Any]],
-    target: Target,
-    stream: Any,
-    warmup: int,
-    rep: int,
-    rotations: Sequence[Callable[[], Any]],
-    cutoff_ms: Optional[float],
-) -> Optional[Measurement]:
-    if target.backend != BACKEND:
-        return None
-    return _bench.benchmark(fn, setup, stream=stream, warmup=warmup, rep=rep, rotations=rotations, cutoff_ms=cutoff_ms)
+#: Graph replay over rotated inputs (device events where capture fails): the core's timing engine.
+flyautotune_benchmark = timing.benchmark_hook(lambda target: target.backend == BACKEND)

@@ -2,12 +2,11 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Mapping, Optional, Sequence
+from typing import Any, Mapping, Optional
 
-from flyautotune import Target, hookimpl
-from flyautotune.measurement import Measurement
+from flyautotune import Target, hookimpl, timing
 
-from . import bench as _bench
+from . import bench as _bench  # noqa: F401  (registers the Infinity Cache probe)
 from .hints import validate_rocm_hints
 from .report import flyautotune_compile_report, flyautotune_report_targets  # noqa: F401
 from .keys import cache_key_axes
@@ -50,17 +49,5 @@ def flyautotune_cache_key(target: Target) -> Optional[dict]:
     return cache_key_axes(target) if _ours(target) else None
 
 
-@hookimpl
-def flyautotune_benchmark(
-    fn: Callable[[], Any],
-    setup: Optional[Callable[[], Any]],
-    target: Target,
-    stream: Any,
-    warmup: int,
-    rep: int,
-    rotations: Sequence[Callable[[], Any]],
-    cutoff_ms: Optional[float],
-) -> Optional[Measurement]:
-    if not _ours(target):
-        return None
-    return _bench.benchmark(fn, setup, stream=stream, warmup=warmup, rep=rep, rotations=rotations, cutoff_ms=cutoff_ms)
+#: Graph replay over rotated inputs (device events where capture fails): the core's timing engine.
+flyautotune_benchmark = timing.benchmark_hook(_ours)

@@ -8,7 +8,6 @@ import json
 import logging
 import math
 import os
-import sys
 import time
 from typing import Any, Iterator, Optional
 
