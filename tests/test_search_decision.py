@@ -148,3 +148,28 @@ def test_a_failing_key_is_searched_once_by_many_threads(pm, counting_bench):
     for th in threads:
         th.join()
     assert len(errors) == 32 and runs == [1, 1, 2]  # one search: a probe run of the first config, then each
+
+
+def test_an_in_place_launch_without_restore_is_not_rejected(pm, counting_bench, caplog):
+    @fat.autotune(configs=[fat.Config(B=1), fat.Config(B=2)], key=["n"], plugin_manager=pm, name="d_inplace",
+                  do_bench=counting_bench(cost=lambda i: {1: 2.0, 2: 1.0}[i]))
+    def launch(x, n, B=None):
+        x.add_(1)  # not idempotent and no restore_value: outputs after timing cannot be compared
+
+    with caplog.at_level("INFO", logger="flyautotune"):
+        sel = launch.select(torch.zeros(4), 4, force=True)
+    assert sel.config == fat.Config(B=2) and all(r["error"] is None for r in sel.timings)
+    assert "not idempotent" in caplog.text
+
+
+def test_a_launch_that_reads_its_output_is_checked_without_poison(pm, counting_bench):
+    @fat.autotune(configs=[fat.Config(B=1), fat.Config(B=2), fat.Config(B=3)], key=["n"], plugin_manager=pm,
+                  name="d_reads_out", restore_value=["acc"],
+                  do_bench=counting_bench(cost=lambda i: {1: 3.0, 2: 1.0, 3: 2.0}[i]))
+    def launch(acc, x, n, B=None):
+        acc.add_(x if B != 2 else x * 2)  # reads acc; B=2 is fast and wrong
+
+    sel = launch.select(torch.ones(4), torch.full((4,), 2.0), 4, force=True)
+    rows = {r["config"]["kwargs"]["B"]: r for r in sel.timings}
+    assert rows[2]["error"].startswith("rejected: argument acc differs") and rows[3]["error"] is None
+    assert sel.config == fat.Config(B=3)

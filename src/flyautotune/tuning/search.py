@@ -101,6 +101,7 @@ class Search:
         self._snapshot: Optional[verify.Snapshot] = None
         self._written: list = []
         self._checkable = all(getattr(t.device, "type", "") != "meta" for _, t in call.tensors)
+        self._poison = True
 
     # -- plumbing ---------------------------------------------------------------------
     def _setup(self) -> None:
@@ -180,7 +181,7 @@ class Search:
                     self._checkable = False
                     return
             self._snapshot.restore()
-            if self._reference is not None and self.t.check is True:
+            if self._reference is not None and self.t.check is True and self._poison:
                 verify.poison(self.call.tensors, self._written, self.t.restore_value)
 
     def check(self, cand: Candidate, result: Any) -> Optional[str]:
@@ -284,25 +285,51 @@ class Search:
         return d, 0.0, noise
 
     def probe(self) -> None:
-        """Run the first config once, untimed, on pristine inputs: its outputs are the reference, and
-        when it writes none of the ``restore_value`` tensors (and nothing is zeroed), restoring them is a
-        no-op, so the reps need no setup and can be timed as graph replays over rotated inputs."""
+        """Run the first config untimed on pristine inputs: its outputs are the reference.
+
+        Up to two more runs decide how candidates are checked: a second run without a restore
+        shows whether the launch is idempotent (if not, outputs after timing cannot be compared, and
+        checks are off for this search); a run over poisoned outputs shows whether the launch reads
+        them (if so, they are restored, not poisoned, before each candidate). When the launch writes
+        none of the ``restore_value`` tensors (and nothing is zeroed), restoring them is a no-op, so
+        the reps need no setup and are timed as graph replays over rotated inputs.
+        """
         first = next((c for c in self.cands if self._prior(c) is None), None)
         if not self.call.tensors or not self._checkable or first is None:
             return
         import torch
 
-        try:
-            with torch.no_grad():
-                self._snapshot = verify.Snapshot(self.call.tensors)
+        run = self._runner(first.config, self.call)
+        tensors = self.call.tensors
+
+        def once() -> list:
             with streams.on_stream(self.stream):
                 if self.setup is not None:
-                    self.setup()  # zeroed as every rep is
-                result = self._runner(first.config, self.call)()
+                    self.setup()  # restored and zeroed as every rep is
+                result = run()
+            return verify.clone(verify.outputs(result, tensors, self._written))
+
+        try:
+            with torch.no_grad():
+                self._snapshot = verify.Snapshot(tensors)
+            with streams.on_stream(self.stream):
+                if self.setup is not None:
+                    self.setup()
+                result = run()
             with torch.no_grad():
                 self._written = self._snapshot.changed()
-                if self.t.check is True:
-                    self._reference = verify.clone(verify.outputs(result, self.call.tensors, self._written))
+                reference = verify.clone(verify.outputs(result, tensors, self._written))
+                if self.t.check is True and self._written:
+                    if verify.compare(reference, once(), None) is not None:
+                        self._checkable = False  # a second run changes the outputs: nothing to compare after reps
+                        log.info("%s: the launch is not idempotent (declare restore_value= to check outputs); "
+                                 "candidates are not compared", self.t.name)
+                    else:
+                        self._snapshot.restore()
+                        verify.poison(tensors, self._written, self.t.restore_value)
+                        if verify.compare(reference, once(), None) is not None:
+                            self._poison = False  # the launch reads its outputs: restore them instead
+                self._reference = reference if self.t.check is True and self._checkable else None
                 self._snapshot.restore()
         except Exception as exc:  # the first pass reports this candidate's failure; the next one is the reference
             log.debug("%s: probe run of %s failed: %s", self.t.name, first.config, exc)
