@@ -1,4 +1,4 @@
-"""Kernel adopters: a named config space, a zero-search default and a factory."""
+"""Kernel adopters: a name, the tuned launch (space, default, key) and what the command line needs."""
 
 from __future__ import annotations
 

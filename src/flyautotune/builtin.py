@@ -73,28 +73,16 @@ class DefaultKeyAxes:
         return axes
 
 
-class SqliteStore:
-    """The per-user SQLite store under ``FLYAUTOTUNE_CACHE_DIR``."""
-
-    __name__ = "flyautotune.builtin.SqliteStore"
-
-    @staticmethod
-    @hookimpl(trylast=True)
-    def flyautotune_store() -> Any:
-        from .store import get_store
-
-        return get_store()
-
-
 def builtin_plugins() -> tuple:
     """``(name, plugin)`` pairs the plugin manager registers after the installed plugins."""
     from .events import LISTENERS, EventLog
+    from .store.plugin import SqliteStorePlugin
 
     return (
         ("flyautotune.cpu", CpuBackend),
         ("flyautotune.benchmark", PerfCounterBenchmark),
         ("flyautotune.keys", DefaultKeyAxes),
-        ("flyautotune.store", SqliteStore),
+        ("flyautotune.store", SqliteStorePlugin),
         ("flyautotune.eventlog", EventLog()),
         ("flyautotune.listeners", LISTENERS),
     )
