@@ -2,7 +2,7 @@
 # Everything that needs an NVIDIA GPU, in one go: install the packages, run the
 # plugin tests with CUDA, then the RMSNorm benchmark and the dispatch benchmark.
 #
-#   bash bench/gpu_suite.sh OUT_DIR [tests] [coretests] [bench] [explore] [stability] [dispatch] [overhead]
+#   bash bench/gpu_suite.sh OUT_DIR [tests] [coretests] [bench] [explore] [stability] [agree] [plan] [dispatch] [overhead]
 #
 # No network is needed: the three packages are built from this checkout
 # (setuptools must be installed); wheels under .whl/ (e.g. liger-kernel) are
@@ -54,6 +54,13 @@ for stage in $STAGES; do
     stability)
       echo "== stability: five forced searches per shape in fresh processes, winners in graph replay"
       "$PY" "$ROOT/bench/stability.py" --out "$OUT_DIR" | tee "$OUT_DIR/stability.md" || status=1 ;;
+    agree)
+      echo "== agreement: two gloo ranks tune one key inside fat.distributed"
+      "$PY" "$ROOT/bench/agree_gpu.py" --out "$OUT_DIR" | tee "$OUT_DIR/agree.md" || status=1 ;;
+    plan)
+      echo "== a plan of 8 RMSNorm keys, serially on this GPU"
+      (cd "$OUT_DIR" && cp "$ROOT/bench/plans/rmsnorm_h200.toml" . && FLYAUTOTUNE_CACHE_DIR="$OUT_DIR/plan-store" \
+        "$PY" -m flyautotune plan rmsnorm_h200.toml --serial) 2>&1 | tee "$OUT_DIR/plan.log" || status=1 ;;
     dispatch)
       echo "== dispatch"
       "$PY" "$ROOT/bench/dispatch.py" --out "$OUT_DIR" || status=1 ;;

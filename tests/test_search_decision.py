@@ -173,3 +173,38 @@ def test_a_launch_that_reads_its_output_is_checked_without_poison(pm, counting_b
     rows = {r["config"]["kwargs"]["B"]: r for r in sel.timings}
     assert rows[2]["error"].startswith("rejected: argument acc differs") and rows[3]["error"] is None
     assert sel.config == fat.Config(B=3)
+
+
+CRASHING_CHILD = """
+import os, sys, torch
+import flyautotune as fat
+
+@fat.autotune(configs=[fat.Config(B=b) for b in (1, 2, 3)], key=["n"], name="d_crash",
+              do_bench=lambda fn, setup=None: float(fn()))
+def launch(x, n, B=None):
+    if B == 2 and os.environ.get("CRASH"):
+        os._exit(139)  # what a segfaulting kernel does to the process
+    return {1: 3.0, 2: 1.0, 3: 2.0}[B]
+
+sel = launch.select(torch.zeros(2), 2)
+print(sel.config.kwargs["B"], [r["error"] for r in sel.timings])
+"""
+
+
+@pytest.mark.slow
+def test_a_candidate_that_kills_the_process_is_skipped_when_the_search_restarts(tmp_path, isolated_store):
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "child.py"
+    script.write_text(CRASHING_CHILD)
+    env = dict(os.environ, FLYAUTOTUNE_CACHE_DIR=str(isolated_store), CRASH="1")
+    first = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert first.returncode == 139  # the process died in candidate B=2
+    second = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert second.returncode == 0, second.stderr
+    winner, errors = second.stdout.split(" ", 1)
+    assert winner == "3"  # B=2 would have won, but it crashed a search: skipped and recorded as failed
+    assert "skipped: it crashed an earlier search" in errors
+    assert "B=2" in second.stderr and "crashed an earlier search" in second.stderr

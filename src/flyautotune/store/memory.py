@@ -7,7 +7,7 @@ import threading
 import time
 from typing import Any, Mapping, Optional, Sequence
 
-from .entries import StoreEntry, check_put
+from .entries import StoreEntry, check_put, normalize_timings
 from .jsontext import canonical_config_json, jsonable
 
 
@@ -28,6 +28,7 @@ class MemoryStore:
     def __init__(self) -> None:
         self._entries: dict = {}  # (tuner, key) -> StoreEntry
         self._timings: dict = {}  # (tuner, timing_key) -> {config json: ms or None}
+        self._failures: dict = {}  # (tuner, timing_key) -> {config json: error}
         self._lock = threading.Lock()
         self.path = "<memory>"
 
@@ -52,6 +53,21 @@ class MemoryStore:
             pool.update((canonical_config_json(r["config"]), r["ms"] if r["error"] is None else None) for r in rows)
         return True
 
+    def put_timing(self, tuner: str, timing_key: str, timing: Mapping[str, Any]) -> bool:
+        (row,) = normalize_timings([timing])
+        with self._lock:
+            cj = canonical_config_json(row["config"])
+            self._timings.setdefault((tuner, timing_key), {})[cj] = row["ms"] if row["error"] is None else None
+            failures = self._failures.setdefault((tuner, timing_key), {})
+            if row["error"] is None:
+                failures.pop(cj, None)
+            else:
+                failures[cj] = row["error"]
+        return True
+
+    def get_failures(self, tuner: str, timing_key: str) -> dict:
+        return dict(self._failures.get((tuner, timing_key), {}))
+
     def delete(self, tuner: str, key: str) -> None:
         with self._lock:
             self._entries.pop((tuner, key), None)
@@ -68,4 +84,6 @@ class MemoryStore:
                 del self._entries[k]
             for k in [k for k in self._timings if tuner is None or k[0] == tuner]:
                 del self._timings[k]
+            for k in [k for k in self._failures if tuner is None or k[0] == tuner]:
+                del self._failures[k]
         return len(gone)

@@ -13,7 +13,12 @@ class Store(Protocol):
     and ``delete`` run on a tuned call: they must be quick and must not raise on
     I/O trouble (warn and return the documented fallback). ``entries`` and
     ``clear`` serve ``flyautotune show/export/clear`` and may raise ``StoreError``.
-    ``MemoryStore`` is the smallest complete example."""
+    ``MemoryStore`` is the smallest complete example.
+
+    Optional: ``put_timing(tuner, timing_key, timing)`` and ``get_failures(tuner,
+    timing_key) -> {config json: error}``; with them a search records each candidate as
+    it runs, so a restart after a crash keeps what was measured and skips the
+    candidate that brought the process down."""
 
     def get(self, tuner: str, key: str) -> Optional[StoreEntry]:
         """The winner for ``(tuner, key)``, or None."""

@@ -20,7 +20,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from . import recovery
 from .deferred import DeferredWrites, register
-from .entries import StoreEntry, StoreError, check_put, check_text, entry_from_row, is_time
+from .entries import StoreEntry, StoreError, check_put, check_text, entry_from_row, is_time, normalize_timings
 from .files import PathLike, ownership_problem
 from .jsontext import canonical_config_json, compact_json, jsonable
 
@@ -342,6 +342,36 @@ class TuningStore:
             return True
         self._defer(tuner, key, (entry, timing_rows))
         return False
+
+    def put_timing(self, tuner: str, timing_key: str, timing: Mapping[str, Any]) -> bool:
+        """Record one candidate's timing as soon as it is known, so a search that dies later keeps it.
+
+        :param timing: ``{"config": dict, "ms": float | None, "error": str | None}``.
+        :returns: True when committed; False (no retry) when the store is busy or unusable.
+        """
+        check_text("tuner", tuner)
+        check_text("timing_key", timing_key)
+        (row,) = normalize_timings([timing])
+        item = (tuner, timing_key, canonical_config_json(row["config"]), row["ms"], row["error"], time.time())
+
+        def write(conn: sqlite3.Connection) -> bool:
+            with recovery.transaction(conn):
+                conn.execute(_TIMING_SQL, item)
+            return True
+
+        return bool(self._do("save a timing", write, write=True, strict=False, default=False))
+
+    def get_failures(self, tuner: str, timing_key: str) -> dict:
+        """Stored failures for ``(tuner, timing_key)``: canonical config JSON -> error text."""
+        check_text("tuner", tuner)
+        check_text("timing_key", timing_key)
+        rows = self._do(
+            "read failures",
+            lambda c: c.execute("SELECT config_json, error FROM timings WHERE tuner = ? AND timing_key = ? "
+                                "AND error IS NOT NULL", (tuner, timing_key)).fetchall(),
+            write=False, strict=False, default=[],
+        )
+        return {cj: err for cj, err in rows if type(cj) is str and type(err) is str}
 
     def _defer(self, tuner: str, key: str, item: tuple) -> None:
         problem = self._local.problem

@@ -145,7 +145,7 @@ def search(t: Any, call: Call, target: Target, snapshot: tuple, kd: dict, key: s
     # fingerprint, so a grown space finds the timings of its old candidates.
     known = {} if forced else store.get_timings(t.name, key)
     winner, rows, margin, noise, duration = Search(t, call, target, snapshot, key, configs, default, known,
-                                                   stream).run()
+                                                   stream, store).run()
     if winner.pre_hook is None:
         prov = provenance(target, kd, duration, t._space_fp, call.device)
         prov.update(margin=margin, noise=noise)

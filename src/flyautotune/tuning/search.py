@@ -5,6 +5,9 @@ and reject candidates whose outputs disagree with the reference's."""
 from __future__ import annotations
 
 import logging
+import os
+import re
+import socket
 import statistics
 import time
 from typing import Any, Optional
@@ -24,6 +27,9 @@ FINALISTS = 2
 ROUNDS = 2
 #: A candidate whose first timing exceeds this multiple of the best so far is cut short.
 CUTOFF = 3.0
+#: Recorded for a candidate before it runs and replaced when it finishes: found by a later search,
+#: it means the process died while the candidate ran, and the candidate is skipped.
+CRASHED = "crashed: the process ended while this candidate ran (flyautotune clear ADOPTER retries it)"
 
 
 class AutotuneError(RuntimeError):
@@ -78,7 +84,7 @@ class Search:
     """The search of one key; ``run()`` returns ``(winner, rows, margin, noise)``."""
 
     def __init__(self, tuner: Any, call: Call, target: Any, snapshot: tuple, key: str, configs: list,
-                 default: Optional[Config], known: dict, stream: Any) -> None:
+                 default: Optional[Config], known: dict, stream: Any, store: Any = None) -> None:
         self.t = tuner
         self.call = call
         self.target = target
@@ -86,6 +92,9 @@ class Search:
         self.key = key
         self.stream = stream
         self.known = known
+        self.store = store if callable(getattr(store, "put_timing", None)) else None
+        failures = store.get_failures(tuner.name, key) if callable(getattr(store, "get_failures", None)) else {}
+        self.crashed = {cj for cj, err in failures.items() if _crashed(str(err))}
         self.t0 = time.perf_counter()
         cands = [Candidate(c, c == default) for c in configs]
         if default is not None and not any(c.is_default for c in cands):
@@ -204,6 +213,22 @@ class Search:
             return None
         return verify.compare(self._reference, got, self.t.tolerance)
 
+    def _cjson(self, cand: Candidate) -> Optional[str]:
+        return keys.canonical_json(cand.config.to_dict()) if cand.config.pre_hook is None else None
+
+    def _record(self, cand: Candidate, running: bool = False) -> None:
+        """Persist ``cand``'s timing now (or, before it runs, the crash marker), so a crash keeps it."""
+        if self.store is None or cand.config.pre_hook is not None:
+            return
+        row = {"config": cand.config.to_dict(), "ms": None if running else cand.ms,
+               "error": f"{CRASHED} [pid {os.getpid()} on {socket.gethostname()}]" if running else cand.error}
+        if row["ms"] is None and row["error"] is None:
+            return
+        try:
+            self.store.put_timing(self.t.name, self.key, row)
+        except Exception as exc:  # persistence is a convenience: never fail the search on it
+            log.debug("%s: could not record a timing: %s", self.t.name, exc)
+
     def _prior(self, cand: Candidate) -> Optional[float]:
         """The stored time of an earlier search for ``cand`` (never for the default: it is always re-timed)."""
         if cand.is_default or cand.config.pre_hook is not None:
@@ -219,10 +244,15 @@ class Search:
                 cand.error = "skipped: the search budget (max_search_s) ran out"
                 continue
             prior = self._prior(cand)
+            if self._cjson(cand) in self.crashed:
+                cand.error = CRASHED.replace("crashed:", "skipped: it crashed an earlier search:", 1)
+                log.warning("%s: candidate %d/%d %s %s", self.t.name, i, total, cand.config, cand.error)
+                continue
             try:
                 if prior is not None:
                     cand.measurement, cand.reused = Measurement(prior), True
                 else:
+                    self._record(cand, running=True)
                     self.prepare_check()
                     held: list = []
                     cand.measurement = self.measure(cand, cutoff_ms=None if best is None else best * CUTOFF,
@@ -239,6 +269,8 @@ class Search:
                 cand.error = str(exc) if isinstance(exc, _Rejected) else f"{type(exc).__name__}: {exc}"
                 cand.exc = exc
                 log.warning("%s: candidate %d/%d %s failed: %s", self.t.name, i, total, cand.config, cand.error)
+            if not cand.reused:
+                self._record(cand)
             self._emit("candidate", index=i, total=total, config=config_repr(cand.config), ms=cand.ms,
                        error=cand.error, reused=cand.reused,
                        **({} if cand.measurement is None else {"spread": cand.noise(),
@@ -294,13 +326,14 @@ class Search:
         none of the ``restore_value`` tensors (and nothing is zeroed), restoring them is a no-op, so
         the reps need no setup and are timed as graph replays over rotated inputs.
         """
-        first = next((c for c in self.cands if self._prior(c) is None), None)
+        first = next((c for c in self.cands if self._prior(c) is None and self._cjson(c) not in self.crashed), None)
         if not self.call.tensors or not self._checkable or first is None:
             return
         import torch
 
         run = self._runner(first.config, self.call)
         tensors = self.call.tensors
+        self._record(first, running=True)
 
         def once() -> list:
             with streams.on_stream(self.stream):
@@ -372,6 +405,25 @@ class Search:
         self._emit("search_end", winner=config_repr(winner.config), ms=winner.ms, duration_s=duration,
                    candidates=rows, margin=margin, noise=noise)
         return winner.config, rows, margin, noise, duration
+
+
+def _crashed(error: str) -> bool:
+    """A crash marker whose process is gone (on this host); a live process's marker is a search in progress."""
+    m = re.fullmatch(r"crashed:.*\[pid (\d+) on (.+)\]", error)
+    if m is None:
+        return False
+    pid, host = int(m.group(1)), m.group(2)
+    if host != socket.gethostname():
+        return False  # another machine's search: nothing tells whether it is still running
+    if pid == os.getpid():
+        return False
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return True
+    except OSError:  # it exists (another user's): still running
+        return False
+    return False
 
 
 class _Rejected(Exception):
