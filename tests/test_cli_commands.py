@@ -305,3 +305,25 @@ def test_tune_of_a_single_candidate_times_it_and_stores_nothing(pm, capsys):
     row = next(line for line in out.splitlines() if line.startswith("*  BLOCK=4"))
     assert float(row.split()[2]) >= 0 and row.rstrip().endswith("1.00x")
     assert store_mod.get_store().entries() == []
+
+
+def test_import_refuses_winners_the_adopter_would_never_run(pm, capsys, tmp_path):
+    from flyautotune_rmsnorm import api
+
+    pm.register_adopter(fat.Adopter(name="rmsnorm", tuner=api.tuned_launch, entry=api.rmsnorm_autotuned,
+                                    tuner_args=api.tuner_args))
+    key = json.dumps({"args": {"M": 4, "N": 64, "dtype": "bf16"}})
+    good = api.space.default_config(4, 64, "bf16", "cpu").to_dict()
+    bad = [{"kwargs": {**good["kwargs"], "BLOCK_THREADS": 7}, "compile_hints": {}},
+           {"kwargs": {**good["kwargs"], "stream": 3735928559}, "compile_hints": {}},
+           {"kwargs": {"BLOCK_THREADS": "banana"}, "compile_hints": {}}]
+    entries = [store_mod.StoreEntry(tuner="rmsnorm", key=f"{key[:-1]},\"i\":{i}}}", config=c,
+                                    timings=({"config": c, "ms": 1.0, "error": None},), provenance={},
+                                    created=1.0, timing_key="t") for i, c in enumerate([good] + bad)]
+    path = tmp_path / "pack.json"
+    path.write_text(store_mod.dump_pack(entries))
+    status, out, _ = run(capsys, "import", str(path))
+    assert status == 0
+    assert "add 1," in out and "skip 3" in out
+    assert out.count("refused: rmsnorm:") == 3 and "may not set the launch stream" in out
+    assert len(store_mod.get_store().entries("rmsnorm")) == 1

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import functools
 import inspect
+import json
 import logging
 import os
 import threading
@@ -163,6 +164,43 @@ class Autotuner:
 
         packs = self._packs() if callable(self._packs) else self._packs
         return _store.find_in_packs(list(_paths("packs", packs)), self.name, key)
+
+    def check_winner(self, config: Mapping[str, Any], key: Optional[str] = None) -> Config:
+        """Check a winner from a pack or store file without a call (what ``flyautotune import`` does):
+        only tunable names, plain values, and, where the key's arguments allow it, a member of the
+        space (or the default) that ``validate=`` accepts.
+
+        :param config: the winner in ``Config.to_dict()`` form.
+        :param key: the entry's key (canonical JSON); its ``args`` stand in for the call's arguments.
+        :returns: the winner as a ``Config``.
+        :raises IncompatibleConfigError: naming what is not allowed.
+        """
+        from .checks import UntrustedConfigError, check_untrusted, tunable_names
+
+        try:
+            winner = Config.from_dict(config)
+        except (TypeError, ValueError) as exc:
+            raise UntrustedConfigError(f"{self.name}: not a config: {exc}") from None
+        named: dict = {}
+        if key is not None:
+            try:
+                args = json.loads(key).get("args", {})
+                named = dict(args) if isinstance(args, dict) else {}
+            except (ValueError, AttributeError):
+                named = {}
+        static = None if callable(self.configs) else list(self.configs)
+        default = members = None
+        try:  # the key's arguments may not be all the callables need: check what can be checked
+            default = self.default(**named) if self.default is not None else None
+            members = static if static is not None else (list(self.configs(**named)) if default is None else None)
+        except Exception:
+            members = static
+        if default is not None and winner == default:
+            members = None
+        check_untrusted(self.name, self.sig, winner, tunable=tunable_names(static if static is not None else members,
+                                                                            default),
+                        members=members, validate=self.validate if named else None, named=named)
+        return winner
 
     def _snapshot(self) -> tuple:
         merged = open_hints()

@@ -219,6 +219,7 @@ tuned_launch = fat.autotune(
     key=["M", "N", "dtype"],
     name="rmsnorm",
     default=space.default,
+    validate=space.validate,  # a stored or shipped winner must be one of the space's configs
     restore_value=["x"],  # out= may alias x: every rep must see the original rows
     source_files=[_kernel_mod.__file__, _factory_mod.__file__, space.__file__],
 )(launch)

@@ -245,3 +245,10 @@ def default(M: int, N: int, dtype: str, x=None, **_: object) -> fat.Config:
     """``default=`` of the tuner."""
     backend: Optional[str] = backend_of(x.device) if x is not None else "cuda"
     return default_config(M, N, dtype, backend)
+
+
+def validate(config: fat.Config, M: int, N: int, dtype: str, x=None, **_: object) -> bool:
+    """``validate=`` of the tuner: a stored or shipped winner must be a config this space offers for
+    the shape (or its default). Without a tensor (``flyautotune import``), any backend's space counts."""
+    backends = [backend_of(x.device)] if x is not None else ["cuda", "rocm", "cpu"]
+    return any(config in space_for(b, M, N, dtype) or config == default_config(M, N, dtype, b) for b in backends)

@@ -1,0 +1,128 @@
+"""Stored and shipped winners are untrusted: they may set only the tuner's tunable names, to values of
+its space; anything else is skipped with one warning and the default runs."""
+
+import json
+
+import pytest
+import torch
+
+import flyautotune as fat
+from flyautotune import store as fat_store
+
+SPACE = [fat.Config(BLOCK=b) for b in (64, 128)]
+
+
+def make(pm, name, **kw):
+    ran = []
+
+    @fat.autotune(configs=SPACE, key=["n"], plugin_manager=pm, name=name,
+                  default=lambda **a: fat.Config(BLOCK=64), **kw)
+    def launch(x, n, BLOCK=None, stream=None):
+        ran.append((BLOCK, stream))
+        return BLOCK
+
+    return launch, ran
+
+
+def ship(tmp_path, tuner, key, config):
+    entry = fat_store.StoreEntry(tuner=tuner, key=key, config=config,
+                                 timings=({"config": config, "ms": 1.0, "error": None},), provenance={},
+                                 created=1.0, timing_key=key)
+    path = tmp_path / f"{tuner}.json"
+    path.write_text(fat_store.dump_pack([entry]))
+    return str(path)
+
+
+@pytest.mark.parametrize("config, why", [
+    ({"kwargs": {"BLOCK": 999999999}, "compile_hints": {}}, "not a member of the tuner's config space"),
+    ({"kwargs": {"BLOCK": 64, "stream": 0xDEADBEEF}, "compile_hints": {}}, "may not set the launch stream"),
+    ({"kwargs": {"x": 3}, "compile_hints": {}}, "not one of the tuner's tunable names"),
+])
+def test_a_shipped_winner_outside_the_space_is_skipped_and_the_default_runs(pm, tmp_path, caplog, config, why):
+    probe, _ = make(pm, "u_probe")
+    key = probe.select(torch.zeros(2), 2).key
+    launch, ran = make(pm, "u_ship", packs=[ship(tmp_path, "u_ship", key.replace("u_probe", "u_ship"), config)])
+    launch.source_fingerprint = probe.source_fingerprint
+    with caplog.at_level("WARNING"):
+        for _ in range(3):
+            assert launch(torch.zeros(2), 2) == 64
+    assert ran == [(64, None)] * 3 and launch.last_source == "memory"
+    assert why in caplog.text and caplog.text.count("ignoring the shipped winner") == 1
+
+
+def test_a_stored_winner_outside_the_space_is_dropped_from_the_store(pm, caplog):
+    launch, ran = make(pm, "u_store")
+    sel = launch.select(torch.zeros(2), 2)
+    launch.store().put("u_store", sel.key, sel.key, {"kwargs": {"BLOCK": 7}, "compile_hints": {}}, [], {})
+    launch.clear()
+    with caplog.at_level("WARNING"):
+        assert launch(torch.zeros(2), 2) == 64
+    assert launch.store().get("u_store", sel.key) is None
+    assert "not a member of the tuner's config space" in caplog.text
+
+
+def test_validate_refuses_what_the_adopter_does_not_accept(pm, counting_bench):
+    seen = []
+
+    def validate(config, n, **_):
+        seen.append((config.kwargs["BLOCK"], n))
+        return config.kwargs["BLOCK"] <= n
+
+    @fat.autotune(configs=lambda **a: [fat.Config(BLOCK=b) for b in (64, 128)], key=["n"], plugin_manager=pm,
+                  name="u_validate", default=lambda **a: fat.Config(BLOCK=64), validate=validate)
+    def launch(x, n, BLOCK=None):
+        return BLOCK
+
+    key = launch.select(torch.zeros(2), 100).key
+    launch.store().put("u_validate", key, key, {"kwargs": {"BLOCK": 128}, "compile_hints": {}}, [], {})
+    launch.clear()
+    assert launch(torch.zeros(2), 100) == 64 and (128, 100) in seen
+    with pytest.raises(fat.IncompatibleConfigError, match="refused by validate"):
+        launch.check_winner({"kwargs": {"BLOCK": 128}, "compile_hints": {}}, key)
+
+
+def test_a_tuned_argument_the_caller_passes_is_an_error_on_warm_keys_too(pm):
+    launch, _ = make(pm, "u_caller")
+    launch(torch.zeros(2), 2)
+    launch(torch.zeros(2), 2)  # warm: the memory answers
+    with pytest.raises(fat.IncompatibleConfigError, match="which the caller also passed"):
+        launch(torch.zeros(2), 2, BLOCK=128)
+    with pytest.raises(fat.IncompatibleConfigError, match="which the caller also passed"):
+        launch(torch.zeros(2), 2, None, 128)
+
+
+def test_bad_names_and_key_values_are_named(pm):
+    with pytest.raises(TypeError, match="name=123; expected a non-empty string"):
+        fat.autotune(configs=SPACE, name=123)(lambda n, BLOCK=None: BLOCK)
+    launch, _ = make(pm, "u_keys")
+    with pytest.raises(ValueError, match=r"key argument n=nan is not a finite number"):
+        launch(torch.zeros(2), float("nan"))
+
+    class Opaque:
+        pass
+
+    with pytest.raises(TypeError, match="key argument n=.*Opaque without a value representation"):
+        launch(torch.zeros(2), Opaque())
+    with pytest.raises(ValueError, match=r"Config: kwarg BLOCK=inf is not a finite number"):
+        fat.Config(BLOCK=float("inf"))
+
+
+def test_an_unknown_force_value_warns_once(pm, monkeypatch, caplog):
+    from flyautotune.tuning import env
+
+    monkeypatch.setenv("FLYAUTOTUNE", "banana")
+    with caplog.at_level("WARNING"):
+        assert env.force_search() is False and env.force_search() is False
+    assert caplog.text.count("FLYAUTOTUNE='banana' is not understood") == 1
+
+
+def test_a_forced_search_over_one_config_replaces_the_stored_winner(pm):
+    @fat.autotune(configs=[fat.Config(BLOCK=64), fat.Config(BLOCK=128)], key=["n"], plugin_manager=pm,
+                  name="u_single", prune_configs_by=lambda configs, **a: configs[1:])
+    def launch(x, n, BLOCK=None):
+        return BLOCK
+
+    sel = launch.select(torch.zeros(2), 2)
+    launch.store().put("u_single", sel.key, sel.key, {"kwargs": {"BLOCK": 64}, "compile_hints": {}}, [], {})
+    assert launch.select(torch.zeros(2), 2, force=True).config == fat.Config(BLOCK=128)
+    assert launch.store().get("u_single", sel.key).config == {"kwargs": {"BLOCK": 128}, "compile_hints": {}}
