@@ -122,3 +122,28 @@ def test_a_search_on_a_rocm_target_is_timed_on_the_launch_stream_and_stored(pm, 
     assert set(hip.captured_on) == {"launch"}
     entry = launch.store().get("h_rocm", sel.key)
     assert entry.config["kwargs"] == {"B": 2} and entry.provenance["target"]["arch"] == "gfx942"
+
+
+def test_an_omitted_stream_lets_the_launch_follow_the_capture_stream(pm, monkeypatch):
+    """A launch that takes ``stream=`` and was called without one is timed as a graph: it runs on the
+    current stream, which the engine makes its capture stream (the default stream cannot capture)."""
+    from flyautotune_rocm import hooks as rocm_hooks
+
+    hip = FakeGpu(name="cuda", l2=4 << 20)
+    monkeypatch.setattr(streams, "device_module", lambda device: hip if device.type == "meta" else None)
+    monkeypatch.setattr(timing_events, "flush_buffer", lambda device, module: Flush(hip))
+    monkeypatch.setattr(clocks, "make_work", lambda device: lambda: hip.launch(50.0, "warm"))
+    clocks.forget()
+    pm.register(MetaIsGfx942())
+    pm.register(rocm_hooks)
+    hip.default.device = torch.device("meta")  # the current (default) stream of the meta "GPU"
+    seen = []
+
+    @fat.autotune(configs=[fat.Config(B=1), fat.Config(B=2)], key=["n"], plugin_manager=pm, name="h_omitted")
+    def launch(x, n, B=None, stream=None):
+        seen.append(stream)
+        # like a Triton launcher handed a stream: an explicit stream escapes a capture on another one
+        hip.launch(0.01 * (3 - B), f"B{B}", escape=stream is not None and stream is not hip.current)
+
+    sel = launch.select(torch.zeros(4, device="meta"), 4, force=True)
+    assert {r["method"] for r in sel.timings} == {"graph"} and set(seen) == {None}

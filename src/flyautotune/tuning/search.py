@@ -91,6 +91,7 @@ class Search:
         self.snapshot = snapshot
         self.key = key
         self.stream = stream
+        self.given_stream = stream if tuner.sig.has_stream and call.named.get("stream") is not None else None
         self.known = known
         self.store = store if callable(getattr(store, "put_timing", None)) else None
         failures = store.get_failures(tuner.name, key) if callable(getattr(store, "get_failures", None)) else {}
@@ -123,7 +124,9 @@ class Search:
 
     def _runner(self, config: Config, call: Call):
         plan = self._plan(config)
-        fn, sig, stream = self.t.fn, self.t.sig, self.stream
+        # A stream the caller gave is passed on; an omitted one stays omitted, so the launch uses the
+        # current stream, which the timing engine makes the launch stream, or its capture stream.
+        fn, sig, stream = self.t.fn, self.t.sig, self.given_stream
         return lambda: run_plan(fn, sig, plan, call, stream)
 
     def _rotations(self) -> list:
