@@ -208,3 +208,34 @@ def test_a_candidate_that_kills_the_process_is_skipped_when_the_search_restarts(
     assert winner == "3"  # B=2 would have won, but it crashed a search: skipped and recorded as failed
     assert "skipped: it crashed an earlier search" in errors
     assert "B=2" in second.stderr and "crashed an earlier search" in second.stderr
+
+
+def test_candidates_compile_ahead_in_a_pool_with_their_hints_and_target(pm, counting_bench):
+    import threading as th
+
+    compiled = []
+    timed = []
+
+    def precompile(config, x, n, **_):
+        compiled.append((config.kwargs["B"], th.current_thread().name, fat.current_target().backend,
+                         fat.current_hints().get("num_warps")))
+        if config.kwargs["B"] == 3:
+            raise RuntimeError("this one only fails when it runs")
+
+    def bench(fn, setup=None):
+        timed.append(len(compiled))
+        return float(fn())
+
+    @fat.autotune(configs=[fat.Config(B=b, num_warps=4 * b) for b in (1, 2, 3)], key=["n"], plugin_manager=pm,
+                  name="d_precompile", do_bench=bench, precompile=precompile)
+    def launch(x, n, B=None):
+        return {1: 3.0, 2: 1.0, 3: 2.0}[B]
+
+    sel = launch.select(torch.zeros(2), 2, force=True)
+    assert sel.config.kwargs["B"] == 2
+    assert sorted(c[0] for c in compiled) == [1, 2, 3]
+    assert all(name.startswith("flyautotune-precompile") and backend == "cpu" for _, name, backend, _ in compiled)
+    assert {(b, w) for b, _, _, w in compiled} == {(1, 4), (2, 8), (3, 12)}  # each candidate's own hints
+    assert all(n >= 1 for n in timed)  # a candidate is timed only after it was compiled
+    with pytest.raises(TypeError, match="precompile= must be callable"):
+        fat.autotune(configs=[fat.Config(B=1)], precompile=3)(lambda B=None: B)

@@ -58,6 +58,7 @@ class Autotuner:
         tolerance: Any = None,
         validate: Optional[Callable[..., Any]] = None,
         max_search_s: Optional[float] = None,
+        precompile: Optional[Callable[..., Any]] = None,
     ) -> None:
         if not callable(fn):
             raise TypeError(f"autotune: the decorated object must be callable, got {fn!r}")
@@ -85,6 +86,7 @@ class Autotuner:
         self.prune_configs_by = optional_callable("prune_configs_by", prune_configs_by)
         self.do_bench = optional_callable("do_bench", do_bench)
         self.validate = optional_callable("validate", validate)
+        self.precompile = optional_callable("precompile", precompile)
         self.check = verify.check_arg(check)
         self.tolerance = verify.tolerance_arg(tolerance)
         if max_search_s is not None and (isinstance(max_search_s, bool) or not isinstance(max_search_s, (int, float))
@@ -350,7 +352,9 @@ def autotune(configs: Sequence[Config] | Callable[..., Sequence[Config]], *args:
         False; or ``check(result, **named)``), ``tolerance=`` ((rtol, atol) or
         per dtype), ``validate=`` (``validate(config, **named)`` for stored and
         shipped winners), ``max_search_s=`` (a search's time budget),
-        ``plugin_manager=``.
+        ``precompile=`` (``precompile(config, **named)`` compiles a candidate without
+        launching it; a search runs it for every candidate in a thread pool, ahead
+        of the timing), ``plugin_manager=``.
     """
     try:  # a misspelled option fails here, where it was written, not at decoration
         _TUNER_SIGNATURE.bind(None, None, configs, *args, **options)

@@ -12,7 +12,7 @@ import statistics
 import time
 from typing import Any, Optional
 
-from .. import events, keys, streams
+from .. import context, events, keys, streams
 from ..config import Config
 from ..measurement import Measurement
 from . import verify
@@ -239,6 +239,35 @@ class Search:
         prior = self.known.get(keys.canonical_json(cand.config.to_dict()))
         return prior if isinstance(prior, (int, float)) and not isinstance(prior, bool) and prior > 0 else None
 
+    def start_precompile(self) -> None:
+        """Compile every candidate ahead, in a thread pool, while earlier ones are timed: a cold search
+        then costs about the slowest compile plus the timing, not the sum of the compiles."""
+        if self.t.precompile is None or len(self.cands) < 2:
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        workers = max(1, min(8, os.cpu_count() or 1, len(self.cands)))
+        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="flyautotune-precompile")
+        named = dict(self.call.named)
+        for cand in self.cands:
+            if self._prior(cand) is None and self._cjson(cand) not in self.crashed:
+                plan = self._plan(cand.config)  # the candidate's hints and target, current in the worker
+                cand.compiled = self._pool.submit(context.launch_with, plan.layers, plan.launch, self.t.precompile,
+                                                  (cand.config,), named)
+
+    def wait_compiled(self, cand: Candidate) -> None:
+        future = getattr(cand, "compiled", None)
+        if future is not None:
+            try:
+                future.result()
+            except Exception as exc:  # the timed run reports the real failure
+                log.debug("%s: precompile of %s failed: %s", self.t.name, cand.config, exc)
+
+    def stop_precompile(self) -> None:
+        pool = getattr(self, "_pool", None)
+        if pool is not None:
+            pool.shutdown(wait=True, cancel_futures=True)
+
     def first_pass(self) -> None:
         total = len(self.cands)
         best: Optional[float] = None
@@ -255,6 +284,7 @@ class Search:
                 if prior is not None:
                     cand.measurement, cand.reused = Measurement(prior), True
                 else:
+                    self.wait_compiled(cand)
                     self._record(cand, running=True)
                     self.prepare_check()
                     held: list = []
@@ -336,6 +366,7 @@ class Search:
 
         run = self._runner(first.config, self.call)
         tensors = self.call.tensors
+        self.wait_compiled(first)
         self._record(first, running=True)
 
         def once() -> list:
@@ -379,11 +410,13 @@ class Search:
         self._emit("search_start", candidates=n)
         log.info("%s: searching %d configs on %s/%s", self.t.name, n, self.target.backend, self.target.arch)
         try:
+            self.start_precompile()
             self.probe()
             self.rotations = self._rotations()
             self.first_pass()
             self.rerank()
         finally:
+            self.stop_precompile()
             if self._snapshot is not None:
                 import torch
 

@@ -214,12 +214,24 @@ def _run(launcher, x, weight, out, M, sx, sy, eps, stream):
     return out
 
 
+def precompile(config: fat.Config, x, weight, out, M, N, dtype, eps, sx, sy, **_: Any) -> None:
+    """``precompile=`` of the tuner: build a candidate's binary without launching it (a search runs this
+    in a thread pool for every candidate, with the candidate's hints and target current)."""
+    if not x.is_cuda:
+        return  # the interpreter compiles nothing
+    kw = config.kwargs
+    launcher = make_launcher(N, dtype, **kw)
+    target = fat.current_target() or _target(x.get_device())
+    launcher.compiled(x, weight, out, M, sx, sy, _compile_options(target, kw["BLOCK_THREADS"]))
+
+
 tuned_launch = fat.autotune(
     configs=space.configs,
     key=["M", "N", "dtype"],
     name="rmsnorm",
     default=space.default,
     validate=space.validate,  # a stored or shipped winner must be one of the space's configs
+    precompile=precompile,  # candidates compile in a pool while earlier ones are timed
     restore_value=["x"],  # out= may alias x: every rep must see the original rows
     source_files=[_kernel_mod.__file__, _factory_mod.__file__, space.__file__],
 )(launch)
