@@ -64,6 +64,8 @@ def build(tuner: Any, args: tuple) -> Optional[Any]:
     # The open compile_hints block's key leads: hints are part of every key.
     key_expr = "(" + ", ".join(["hint_key()"] + parts) + ",)"
     unpack = (", ".join(f"a{i}" for i in range(n)) + ("," if n == 1 else "")) if n else "_"
+    # one identity test per argument: cheaper than building and comparing a tuple of types
+    same_types = " and ".join(f"type(a{i}) is T{i}" for i in range(n)) or "True"
     zero = "".join(f"    if a{names.index(z)} is not None:\n        a{names.index(z)}.zero_()\n"
                    for z in tuner.reset_to_zero)
     src = f"""
@@ -77,9 +79,9 @@ def key(args):
         return None
 
 def fast(args):
-    if tuple(map(type, args)) != types or len(environ) != tuner._env_size:
-        return tuner._call(args, {{}})
     {unpack} = args
+    if not ({same_types}) or len(environ) != tuner._env_size:
+        return tuner._call(args, {{}})
     try:
         plan = memo.get({key_expr})
     except TypeError:
@@ -90,7 +92,7 @@ def fast(args):
 {zero}    return launch_with(plan.layers, plan.launch, fn, args, plan.kwargs)
 """
     scope = {
-        "types": types, "environ": os.environ, "tuner": tuner, "memo": tuner._fast_memo, "fn": tuner.fn,
+        "environ": os.environ, **{f"T{i}": t for i, t in enumerate(types)}, "tuner": tuner, "memo": tuner._fast_memo, "fn": tuner.fn,
         "hint_key": context.current_hint_key, "launch_with": context.launch_with,
     }
     exec(compile(src, f"<flyautotune fast path of {tuner.name}>", "exec"), scope)
