@@ -17,6 +17,7 @@ def isolated_store(tmp_path, monkeypatch):
     monkeypatch.delenv("FLYAUTOTUNE", raising=False)
     monkeypatch.delenv("FLYAUTOTUNE_DISABLE_PLUGINS", raising=False)
     monkeypatch.delenv("FLYAUTOTUNE_EVENT_LOG", raising=False)
+    _fat_caches.clear_caches()  # the store moved in place: the tuners' memories belong to the old one
     yield cache
 
 

@@ -3,6 +3,8 @@ and a search on a ROCm target reaches a benchmarker that times on the launch str
 
 import types
 
+import pytest
+
 import torch
 
 import flyautotune as fat
@@ -147,3 +149,32 @@ def test_an_omitted_stream_lets_the_launch_follow_the_capture_stream(pm, monkeyp
 
     sel = launch.select(torch.zeros(4, device="meta"), 4, force=True)
     assert {r["method"] for r in sel.timings} == {"graph"} and set(seen) == {None}
+
+
+def test_an_event_log_that_cannot_be_written_warns_once_and_a_fifo_never_hangs(pm, counting_bench, tmp_path,
+                                                                               monkeypatch, caplog):
+    import os
+
+    t = fat.autotune(configs=[fat.Config(B=1), fat.Config(B=2)], key=["n"], plugin_manager=pm, name="h_log",
+                     do_bench=counting_bench())(lambda x, n, B=None: B)
+    monkeypatch.setenv("FLYAUTOTUNE_EVENT_LOG", str(tmp_path / "no-such-dir" / "events.jsonl"))
+    with caplog.at_level("WARNING"):
+        for n in range(20):
+            t(torch.zeros(2), n)
+    assert caplog.text.count("cannot write the flyautotune event log") == 1
+    fifo = tmp_path / "events.fifo"
+    os.mkfifo(fifo)  # no reader: opening it to write would block forever
+    monkeypatch.setenv("FLYAUTOTUNE_EVENT_LOG", str(fifo))
+    assert t(torch.zeros(2), 100) in (1, 2)
+
+
+def test_the_event_log_is_strict_json(pm, tmp_path, monkeypatch):
+    import json
+
+    log = tmp_path / "events.jsonl"
+    monkeypatch.setenv("FLYAUTOTUNE_EVENT_LOG", str(log))
+    t = fat.autotune(configs=[fat.Config(B=1), fat.Config(B=2)], key=["n"], plugin_manager=pm, name="h_strict",
+                     do_bench=lambda fn, setup=None: {1: 1.0, 2: float("inf")}[fn()])(lambda x, n, B=None: B)
+    t(torch.zeros(2), 2)
+    for line in log.read_text().splitlines():
+        json.loads(line, parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))

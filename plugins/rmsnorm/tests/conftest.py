@@ -16,6 +16,7 @@ def isolated_store(tmp_path, monkeypatch):
     monkeypatch.setenv("FLYAUTOTUNE_CACHE_DIR", str(tmp_path / "fat-cache"))
     monkeypatch.delenv("FLYAUTOTUNE", raising=False)
     monkeypatch.delenv("FLYAUTOTUNE_DISABLE_PLUGINS", raising=False)
+    _fat_caches.clear_caches()  # the store moved in place: the tuners' memories belong to the old one
     api.clear_caches()
     yield
     api.clear_caches()

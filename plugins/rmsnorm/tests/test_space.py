@@ -211,3 +211,20 @@ def test_without_a_stored_winner_the_default_runs_unbenchmarked(fresh_pm):
     assert tuned_launch.last_source == "default"
     assert tuned_launch.last_config == default_config(3, 2048, "fp32")
     assert plug.timed == []
+
+
+@pytest.mark.parametrize("bad", [{"BLOCK_THREADS": 7}, {"stream": 3735928559}, {"BLOCK_THREADS": "banana"}])
+def test_a_stored_winner_outside_the_space_runs_the_default_once_warned(bad, caplog):
+    x, w = torch.randn(4, 64), torch.rand(64) + 0.5
+    targs, tkw = api.tuner_args(x, w)
+    sel = tuned_launch.select(*targs, **tkw)
+    assert sel.source == "default"
+    stored = {"kwargs": {**sel.config.kwargs, **bad}, "compile_hints": {}}
+    tuned_launch.store().put("rmsnorm", sel.key, sel.key, stored, [], {})
+    tuned_launch.clear()
+    with caplog.at_level("WARNING"):
+        y = rmsnorm_autotuned(x, w)
+        rmsnorm_autotuned(x, w)
+    assert torch.allclose(y, api.rmsnorm(x, w)) and tuned_launch.last_config == sel.config
+    assert caplog.text.count("ignoring the stored winner") == 1
+    assert tuned_launch.store().get("rmsnorm", sel.key) is None
