@@ -127,8 +127,8 @@ def main(argv=None):
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "stability.json"), "w") as f:
         json.dump(results, f, indent=1)
-    print("| shape | winners (graph µs) | spread | tuned/default (speed) | first call s, cold / warm Triton cache | "
-          "search s, cold / warm |")
+    print("| shape | winners (graph µs) | spread | tuned/default (speed) | first call s (imports not counted), "
+          "cold / warm Triton cache | search s, cold / warm |")
     print("|---|---|---|---|---|---|")
     for r in results:
         print(f"| {r['shape']} | {', '.join(f'{t * 1e3:.1f}' for t in r['winner_ms'])} | "
