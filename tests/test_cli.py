@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import select
 import struct
 import subprocess
@@ -202,7 +203,7 @@ def _table_rows(out: str) -> dict:
         if not line.strip() or line.startswith("* winner"):
             break
         body = line[1:].strip()
-        rows[body.split("  ")[0]] = line
+        rows[body.split("  ")[0].replace(" (default)", "")] = line
     return rows
 
 
@@ -215,6 +216,8 @@ def test_tune_searches_prints_a_table_stores_the_winner_and_reports_progress(cli
     assert set(rows) == {"BLOCK=1", "BLOCK=2", "BLOCK=3", "BLOCK=4"}
     assert rows["BLOCK=4"].startswith("*") and "1.00x" in rows["BLOCK=4"]
     assert not rows["BLOCK=1"].startswith("*")
+    assert "BLOCK=1 (default)" in rows["BLOCK=1"]  # the default is marked: it is what a winner must beat
+    assert re.search(r"vs the default: \d+\.\d% faster, beyond the noise band of \d+\.\d%", out)
     assert "failed" in rows["BLOCK=3"] and "BLOCK=3 does not divide the rows" in rows["BLOCK=3"]
     assert "* winner: BLOCK=4" in out
     assert f"winner stored in {cli.cache}" in out

@@ -78,8 +78,8 @@ def test_show_keeps_keys_that_differ_only_in_dtype_or_strides_apart(pm, capsys):
     assert status == 0
     rows = [line for line in out.splitlines() if line.startswith("demo ")]
     assert len(rows) == 3 and len(set(rows)) == 3, out
-    assert any("dtype=bf16" in r for r in rows) and sum("dtype=fp16" in r for r in rows) == 2
-    fp16 = [r for r in rows if "dtype=fp16" in r]
+    assert any("tensors=bf16" in r for r in rows) and sum("tensors=fp16" in r for r in rows) == 2
+    fp16 = [r for r in rows if "tensors=fp16" in r]
     assert any("strides=x:2x1" in r for r in fp16) and any("strides=x:1x2" in r for r in fp16)
 
 
@@ -87,7 +87,7 @@ def test_show_of_a_plain_key_stays_short(pm, capsys):
     _put("demo", _key())
     status, out, _ = run(capsys, "show")
     row = next(line for line in out.splitlines() if line.startswith("demo "))
-    assert "n=16 dtype=bf16" in row and "strides" not in row and "cpu/x86_64" in row
+    assert "n=16 tensors=bf16" in row and "strides" not in row and "cpu/x86_64" in row
 
 
 def test_show_survives_keys_that_are_not_json_objects(pm, capsys):
@@ -189,7 +189,7 @@ def test_import_dry_run_shows_the_plan_and_changes_nothing(pm, demo, capsys, tmp
     assert fake_planner["plan"] == {"tuners": ["demo"], "replace": False, "n": 3}
     assert "applied" not in fake_planner
     assert out.splitlines()[0] == "dry run: would add 1, would replace 1, would keep 0 local, would skip 1"
-    assert re.search(r"^  add demo n=16 dtype=bf16 on cpu/x86_64: BLOCK=4$", out, re.M), out
+    assert re.search(r"^  add demo n=16 tensors=bf16 on cpu/x86_64: BLOCK=4$", out, re.M), out
     assert re.search(r"^  skip other n=16 .*\(not in --adopter\)$", out, re.M), out
 
 

@@ -38,8 +38,10 @@ def run(args: argparse.Namespace) -> None:
     texts = key_texts([(e.tuner, e.key) for e in found])
     rows = []
     for e, (key, where) in zip(found, texts):
-        rows.append([e.tuner, key, where, config_text(e.config), _best(e.timings), len(e.timings), _when(e.created)])
-    out(table(["tuner", "key", "target", "winner", "best ms", "candidates", "tuned"], rows, right=(4, 5)))
+        rows.append([e.tuner, key, where, config_text(e.config), _winner_ms(e), _decision(e), len(e.timings),
+                     _when(e.created)])
+    out(table(["tuner", "key", "target", "winner", "ms (±noise, method)", "vs default", "candidates", "tuned"], rows,
+              right=(4, 6)))
 
 
 def key_texts(keys: list) -> list:
@@ -72,7 +74,9 @@ def _parse(key: str) -> dict:
     dtypes = kd.get("dtypes") if isinstance(kd.get("dtypes"), dict) else {}
     names = {n: _dtype(d) for n, d in sorted(dtypes.items())}
     if len(set(names.values())) == 1:
-        parts["dtypes"] = f"dtype={next(iter(names.values()))}"
+        only = next(iter(names.values()))
+        if f"={only}" not in parts["args"]:  # a key argument already says it (rmsnorm's dtype=bf16)
+            parts["dtypes"] = f"tensors={only}"
     elif names:
         parts["dtypes"] = "dtypes=" + ",".join(f"{n}:{d}" for n, d in names.items())
     strides = kd.get("strides") if isinstance(kd.get("strides"), dict) else {}
@@ -108,6 +112,27 @@ def _best(timings: Any) -> str:
     times = [t.get("ms") for t in timings or () if isinstance(t, dict)]
     times = [t for t in times if isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t)]
     return f"{min(times):.4f}" if times else "-"
+
+
+def _winner_ms(entry: Any) -> str:
+    """The winner's stored time, with its relative spread and how it was timed when known."""
+    row = next((t for t in entry.timings or () if isinstance(t, dict) and t.get("config") == entry.config), None)
+    if row is None or not isinstance(row.get("ms"), (int, float)):
+        return _best(entry.timings)
+    extra = [f"±{row['spread']:.1%}"] if isinstance(row.get("spread"), (int, float)) else []
+    if isinstance(row.get("method"), str):
+        extra.append(safe(row["method"]))
+    return f"{row['ms']:.4f}" + (f" ({', '.join(extra)})" if extra else "")
+
+
+def _decision(entry: Any) -> str:
+    """What the search decided against the default: the winner's gain, and the tie band it had to beat."""
+    prov = entry.provenance if isinstance(entry.provenance, dict) else {}
+    margin, noise = prov.get("margin"), prov.get("noise")
+    if not isinstance(margin, (int, float)) or isinstance(margin, bool):
+        return "-"
+    band = f", band {noise:.1%}" if isinstance(noise, (int, float)) and not isinstance(noise, bool) else ""
+    return f"default kept{band}" if margin == 0 else f"+{margin:.1%}{band}"
 
 
 def _when(created: Any) -> str:

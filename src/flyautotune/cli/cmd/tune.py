@@ -195,10 +195,15 @@ def tune_shape(adopter: Any, shape: tuple, dtype: str, device: str, force: bool,
         rows = [{"config": winner, "ms": None, "error": None}]
         note = "winner from a pack shipped with the adopter (--force searches on this machine)"
     else:  # one candidate fits: nothing was benchmarked
-        rows = [{"config": winner, "ms": _time_once(adopter, args, kwargs, device), "error": None}]
+        rows = [{"config": winner, "error": None, **_time_once(adopter, args, kwargs, device)}]
         note = ("only one candidate fits this shape on this backend: nothing to search, nothing stored "
                 "(timed here, end to end)")
     print_result(label, where, rows, winner, _gbytes(adopter, args, kwargs, interpreted), note, verbose)
+    if source == "search" and selection.margin is not None:
+        band = f"{selection.noise:.1%}" if selection.noise is not None else "?"
+        out(f"vs the default: the default was kept (no candidate beat it by more than the noise band, {band})"
+            if selection.margin == 0 else
+            f"vs the default: {selection.margin:.1%} faster, beyond the noise band of {band}")
     if stored_in is not None:
         out(f"winner stored in {stored_in}")
     return Panel(f"{label} on {where}", [
@@ -206,18 +211,20 @@ def tune_shape(adopter: Any, shape: tuple, dtype: str, device: str, force: bool,
     ])
 
 
-def _time_once(adopter: Any, args: tuple, kwargs: dict, device: str) -> Optional[float]:
+def _time_once(adopter: Any, args: tuple, kwargs: dict, device: str) -> dict:
+    """The only candidate, timed end to end: a table row (``ms``, ``spread``, ``method``), or ``ms`` None."""
     import flyautotune as fat
 
     call = adopter.call()
     try:
-        ms = plugin_manager().hook.flyautotune_benchmark(
+        m = plugin_manager().hook.flyautotune_benchmark(
             fn=lambda: call(*args, **kwargs), setup=None, target=fat.target_for(device), stream=None,
             warmup=1, rep=5, rotations=[], cutoff_ms=None)
-        return float(getattr(ms, "ms", ms))
+        m = fat.Measurement.coerce(m, who="the benchmark of the only candidate")
+        return {"ms": m.ms, "spread": m.spread, "method": m.method or None}
     except Exception as exc:
         log.warning("%s: could not time the only candidate: %s", adopter.name, exc)
-        return None
+        return {"ms": None}
 
 
 def _gbytes(adopter: Any, args: tuple, kwargs: dict, interpreted: bool) -> Optional[float]:
@@ -247,25 +254,31 @@ def print_result(label: str, where: str, rows: list, winner: Any, gbytes: Option
     rows = _sorted_rows(rows)
     times = [r["ms"] for r in rows if r.get("ms") is not None]
     best = min(times) if times else None
-    headers = ["", "config", "time (ms)"] + (["GB/s"] if gbytes is not None else []) + ["speed vs best"]
+    headers = ["", "config", "time (ms)", "±", "method"] + (["GB/s"] if gbytes is not None else []) + \
+        ["speed vs best"]
     cells_rows, failed = [], []
     for r in rows:
         ms = r.get("ms")
-        cells = ["*" if _same(r["config"], winner) else "", config_text(r["config"])]
+        cells = ["*" if _same(r["config"], winner) else "",
+                 config_text(r["config"]) + (" (default)" if r.get("default") else "")]
         if ms is None:
             cells.append("failed" if r.get("error") else "-")
+            cells += ["-", "-"]
             cells += ["-"] if gbytes is not None else []
             cells.append(short(first_line(r["error"]), ERROR_CELL) if r.get("error") else "-")
             if r.get("error"):
                 failed.append(r)
         else:
             cells.append(f"{ms:.4f}")
+            spread = r.get("spread")
+            cells.append(f"{spread:.1%}" if isinstance(spread, (int, float)) and not isinstance(spread, bool) else "-")
+            cells.append(safe(str(r.get("method") or "-")))
             if gbytes is not None:
                 cells.append(_fmt_gbs(gbytes / (ms / 1e3)) if ms > 0 else "-")
             cells.append(f"{best / ms:.2f}x" if ms > 0 and best else "-")
         cells_rows.append(cells)
     out(f"{label} on {where}: {note}")
-    out(table(headers, cells_rows, right=tuple(range(2, len(headers)))))
+    out(table(headers, cells_rows, right=tuple(i for i in range(2, len(headers)) if i != 4)))
     if winner is not None:
         out(f"* winner: {safe(config_text(winner))}")
     long = [r for r in failed if verbose or short(first_line(r["error"]), ERROR_CELL) != str(r["error"]).strip()]
