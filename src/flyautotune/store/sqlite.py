@@ -20,9 +20,10 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from . import recovery
 from .deferred import DeferredWrites, register
-from .entries import StoreEntry, StoreError, check_put, check_text, entry_from_row, is_time, normalize_timings
+from .entries import StoreEntry, StoreError, check_put, check_text, entry_from_row
 from .files import PathLike, ownership_problem
 from .jsontext import canonical_config_json, compact_json, jsonable
+from .timing_rows import TimingRows
 
 log = logging.getLogger("flyautotune.store")
 
@@ -54,7 +55,7 @@ class _ReadOnly(_Unavailable):
     """Writes are refused for now (permissions, a read-only mount): retried with back-off."""
 
 
-class TuningStore:
+class TuningStore(TimingRows):
     """The SQLite tuning store of one cache directory.
 
     Get one with ``get_store()``. Safe for many threads (a connection per
@@ -288,26 +289,6 @@ class TuningStore:
                         self.path, ascii(row[0])[:80], ascii(row[1])[:200], exc)
             return None
 
-    def get_timings(self, tuner: str, timing_key: str) -> dict:
-        """Stored candidate timings for ``(tuner, timing_key)``: canonical config JSON ->
-        milliseconds, or None for a candidate that failed. ``{}`` if the store is unreadable."""
-        check_text("tuner", tuner)
-        check_text("timing_key", timing_key)
-        rows = self._do(
-            "read timings",
-            lambda c: c.execute("SELECT config_json, ms, error FROM timings WHERE tuner = ? AND timing_key = ?",
-                                (tuner, timing_key)).fetchall(),
-            write=False, strict=False, default=[],
-        )
-        out = {}
-        for config_json, ms, error in rows:
-            if type(config_json) is not str or (error is None and not is_time(ms)):
-                log.warning("flyautotune store %s: skipping malformed timing tuner=%r config=%s: ms=%r",
-                            self.path, tuner, ascii(config_json)[:200], ms)
-                continue
-            out[config_json] = None if error is not None else float(ms)
-        return out
-
     def put(self, tuner: str, key: str, timing_key: str, config: Mapping[str, Any],
             timings: Sequence[Mapping[str, Any]], provenance: Mapping[str, Any]) -> bool:
         """Write the winner for ``(tuner, key)`` and every candidate's timing in one transaction.
@@ -342,36 +323,6 @@ class TuningStore:
             return True
         self._defer(tuner, key, (entry, timing_rows))
         return False
-
-    def put_timing(self, tuner: str, timing_key: str, timing: Mapping[str, Any]) -> bool:
-        """Record one candidate's timing as soon as it is known, so a search that dies later keeps it.
-
-        :param timing: ``{"config": dict, "ms": float | None, "error": str | None}``.
-        :returns: True when committed; False (no retry) when the store is busy or unusable.
-        """
-        check_text("tuner", tuner)
-        check_text("timing_key", timing_key)
-        (row,) = normalize_timings([timing])
-        item = (tuner, timing_key, canonical_config_json(row["config"]), row["ms"], row["error"], time.time())
-
-        def write(conn: sqlite3.Connection) -> bool:
-            with recovery.transaction(conn):
-                conn.execute(_TIMING_SQL, item)
-            return True
-
-        return bool(self._do("save a timing", write, write=True, strict=False, default=False))
-
-    def get_failures(self, tuner: str, timing_key: str) -> dict:
-        """Stored failures for ``(tuner, timing_key)``: canonical config JSON -> error text."""
-        check_text("tuner", tuner)
-        check_text("timing_key", timing_key)
-        rows = self._do(
-            "read failures",
-            lambda c: c.execute("SELECT config_json, error FROM timings WHERE tuner = ? AND timing_key = ? "
-                                "AND error IS NOT NULL", (tuner, timing_key)).fetchall(),
-            write=False, strict=False, default=[],
-        )
-        return {cj: err for cj, err in rows if type(cj) is str and type(err) is str}
 
     def _defer(self, tuner: str, key: str, item: tuple) -> None:
         problem = self._local.problem

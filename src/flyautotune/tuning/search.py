@@ -5,19 +5,19 @@ and reject candidates whose outputs disagree with the reference's."""
 from __future__ import annotations
 
 import logging
-import os
-import re
-import socket
-import statistics
 import time
 from typing import Any, Optional
 
-from .. import context, events, keys, streams
+from .. import events, keys, streams
 from ..config import Config
 from ..measurement import Measurement
-from . import verify
+from . import resume, verify
 from .binding import Call
+from .candidate import Candidate, config_repr
 from .plan import Plan, run_plan, zero
+from .precompile import Precompiler
+
+__all__ = ["AutotuneError", "Candidate", "Search", "config_repr"]
 
 log = logging.getLogger("flyautotune")
 
@@ -27,62 +27,8 @@ FINALISTS = 2
 ROUNDS = 2
 #: A candidate whose first timing exceeds this multiple of the best so far is cut short.
 CUTOFF = 3.0
-#: Recorded for a candidate before it runs and replaced when it finishes: found by a later search,
-#: it means the process died while the candidate ran, and the candidate is skipped.
-CRASHED = "crashed: the process ended while this candidate ran (flyautotune clear ADOPTER retries it)"
-
-
 class AutotuneError(RuntimeError):
     """Every candidate of a search failed; the message lists each failure."""
-
-
-def config_repr(config: Config) -> Any:
-    return config.to_dict() if config.pre_hook is None else repr(config)
-
-
-def relative_spread(samples: list) -> float:
-    """Half the range of the samples over their median: the noise one timing carries."""
-    if len(samples) < 2:
-        return 0.0
-    med = statistics.median(samples)
-    return (max(samples) - min(samples)) / 2 / med if med > 0 else 0.0
-
-
-class Candidate:
-    """One config of a search and everything measured about it."""
-
-    def __init__(self, config: Config, is_default: bool) -> None:
-        self.config = config
-        self.is_default = is_default
-        self.samples: list = []
-        self.measurement: Optional[Measurement] = None
-        self.error: Optional[str] = None
-        self.reused = False
-
-    @property
-    def ms(self) -> Optional[float]:
-        return statistics.median(self.samples) if self.samples else None
-
-    def noise(self) -> float:
-        """The relative uncertainty of ``ms``: how far the re-timing rounds disagree, or, from one
-        measurement of ``reps`` samples, the standard error of its median (IQR / 1.35 is the
-        standard deviation of normal samples; the median's error is 1.25 of that over sqrt(reps))."""
-        m = self.measurement
-        spread = m.spread if m is not None and m.spread else 0.0
-        reps = m.reps if m is not None and m.reps and m.reps > 1 else 1
-        return max(relative_spread(self.samples), spread * 0.93 / reps ** 0.5)
-
-    def row(self) -> dict:
-        row = {"config": config_repr(self.config), "ms": self.ms, "error": self.error}
-        if self.measurement is not None:
-            row.update(spread=round(self.noise(), 6), rounds=len(self.samples))
-            if self.measurement.method:
-                row["method"] = self.measurement.method
-            if self.measurement.reps:
-                row["reps"] = self.measurement.reps
-        if self.is_default:
-            row["default"] = True
-        return row
 
 
 class Search:
@@ -100,7 +46,8 @@ class Search:
         self.known = known
         self.store = store if callable(getattr(store, "put_timing", None)) else None
         failures = store.get_failures(tuner.name, key) if callable(getattr(store, "get_failures", None)) else {}
-        self.crashed = {cj for cj, err in failures.items() if _crashed(str(err))}
+        self.crashed = {cj for cj, err in failures.items() if resume.crashed(str(err))}
+        self.precompiler: Optional[Precompiler] = None
         self.t0 = time.perf_counter()
         cands = [Candidate(c, c == default) for c in configs]
         if default is not None and not any(c.is_default for c in cands):
@@ -229,7 +176,7 @@ class Search:
         if self.store is None or cand.config.pre_hook is not None:
             return
         row = {"config": cand.config.to_dict(), "ms": None if running else cand.ms,
-               "error": f"{CRASHED} [pid {os.getpid()} on {socket.gethostname()}]" if running else cand.error}
+               "error": resume.running_marker() if running else cand.error}
         if row["ms"] is None and row["error"] is None:
             return
         try:
@@ -245,33 +192,15 @@ class Search:
         return prior if isinstance(prior, (int, float)) and not isinstance(prior, bool) and prior > 0 else None
 
     def start_precompile(self) -> None:
-        """Compile every candidate ahead, in a thread pool, while earlier ones are timed: a cold search
-        then costs about the slowest compile plus the timing, not the sum of the compiles."""
-        if self.t.precompile is None or len(self.cands) < 2:
+        if self.t.precompile is None:
             return
-        from concurrent.futures import ThreadPoolExecutor
-
-        workers = max(1, min(8, os.cpu_count() or 1, len(self.cands)))
-        self._pool = ThreadPoolExecutor(max_workers=workers, thread_name_prefix="flyautotune-precompile")
-        named = dict(self.call.named)
-        for cand in self.cands:
-            if self._prior(cand) is None and self._cjson(cand) not in self.crashed:
-                plan = self._plan(cand.config)  # the candidate's hints and target, current in the worker
-                cand.compiled = self._pool.submit(context.launch_with, plan.layers, plan.launch, self.t.precompile,
-                                                  (cand.config,), named)
+        self.precompiler = Precompiler(self.t.name, self.t.precompile, self.call.named)
+        self.precompiler.start((c, self._plan(c.config)) for c in self.cands
+                               if self._prior(c) is None and self._cjson(c) not in self.crashed)
 
     def wait_compiled(self, cand: Candidate) -> None:
-        future = getattr(cand, "compiled", None)
-        if future is not None:
-            try:
-                future.result()
-            except Exception as exc:  # the timed run reports the real failure
-                log.debug("%s: precompile of %s failed: %s", self.t.name, cand.config, exc)
-
-    def stop_precompile(self) -> None:
-        pool = getattr(self, "_pool", None)
-        if pool is not None:
-            pool.shutdown(wait=True, cancel_futures=True)
+        if self.precompiler is not None:
+            self.precompiler.wait(cand)
 
     def first_pass(self) -> None:
         total = len(self.cands)
@@ -282,7 +211,7 @@ class Search:
                 continue
             prior = self._prior(cand)
             if self._cjson(cand) in self.crashed:
-                cand.error = CRASHED.replace("crashed:", "skipped: it crashed an earlier search:", 1)
+                cand.error = resume.CRASHED.replace("crashed:", "skipped: it crashed an earlier search:", 1)
                 log.warning("%s: candidate %d/%d %s %s", self.t.name, i, total, cand.config, cand.error)
                 continue
             try:
@@ -421,7 +350,8 @@ class Search:
             self.first_pass()
             self.rerank()
         finally:
-            self.stop_precompile()
+            if self.precompiler is not None:
+                self.precompiler.stop()
             if self._snapshot is not None:
                 import torch
 
@@ -446,25 +376,6 @@ class Search:
         self._emit("search_end", winner=config_repr(winner.config), ms=winner.ms, duration_s=duration,
                    candidates=rows, margin=margin, noise=noise)
         return winner.config, rows, margin, noise, duration
-
-
-def _crashed(error: str) -> bool:
-    """A crash marker whose process is gone (on this host); a live process's marker is a search in progress."""
-    m = re.fullmatch(r"crashed:.*\[pid (\d+) on (.+)\]", error)
-    if m is None:
-        return False
-    pid, host = int(m.group(1)), m.group(2)
-    if host != socket.gethostname():
-        return False  # another machine's search: nothing tells whether it is still running
-    if pid == os.getpid():
-        return False
-    try:
-        os.kill(pid, 0)
-    except ProcessLookupError:
-        return True
-    except OSError:  # it exists (another user's): still running
-        return False
-    return False
 
 
 class _Rejected(Exception):
