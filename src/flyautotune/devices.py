@@ -45,3 +45,11 @@ def current_device() -> Any:
     if acc is None:
         return torch.device("cpu")
     return torch.device(acc.current_accelerator().type, acc.current_device_index())
+
+
+def use_triton_interpreter() -> None:
+    """Run Triton kernels under Triton's interpreter on the CPU (``TRITON_INTERPRET=1``, unless the
+    user set it): the one place flyautotune sets a variable, before Triton's ``@jit`` reads it."""
+    import os
+
+    os.environ.setdefault("TRITON_INTERPRET", "1")

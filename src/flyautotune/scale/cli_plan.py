@@ -7,6 +7,8 @@ import os
 import sys
 from typing import Any, Optional
 
+from ..devices import use_triton_interpreter
+
 HELP = "tune every adopter x shape x dtype of a plan file (serially, or on Ray) and export one pack"
 
 
@@ -71,7 +73,7 @@ def run(args: argparse.Namespace) -> int:
 
     if pick_device(args.device) == "cpu":
         # Before validation imports the plugins' kernels: @triton.jit reads it when it decorates.
-        os.environ.setdefault("TRITON_INTERPRET", "1")
+        use_triton_interpreter()
     try:
         plan = load_plan(args.plan)
     except PlanError as exc:

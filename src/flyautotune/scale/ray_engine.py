@@ -17,6 +17,7 @@ import time
 from typing import Any, Optional
 
 from .._markers import hookimpl
+from ..devices import use_triton_interpreter
 
 import attrs
 
@@ -65,7 +66,7 @@ def _tune_in_worker(key: dict, force: bool, plugins: tuple, known: Optional[str]
         # Ray gives a GPU task its GPU as the only visible one.
         device = default_device() if use_gpu else "cpu"
         if device == "cpu":
-            os.environ.setdefault("TRITON_INTERPRET", "1")
+            use_triton_interpreter()
         pm = plugin_manager_for(tuple(plugins))
         store = TuningStore(folder)
         plug = _WorkerStore(store)

@@ -13,6 +13,7 @@ from typing import Any, Iterable, Optional, TextIO
 
 import attrs
 
+from ..devices import use_triton_interpreter
 from .plan import Plan, PlanKey, plugin_manager_for
 
 log = logging.getLogger("flyautotune.scale")
@@ -181,7 +182,7 @@ def run_serial(plan: Plan, *, device: Optional[str] = None, force: Optional[bool
     device = pick_device(device or opts.device)
     force = opts.force if force is None else force
     if device == "cpu":  # before the plugins import their kernels: @triton.jit reads it when it decorates
-        os.environ.setdefault("TRITON_INTERPRET", "1")
+        use_triton_interpreter()
     pm = pm if pm is not None else plugin_manager_for(opts.plugins)
     t0 = time.perf_counter()
     out = []

@@ -11,6 +11,7 @@ import os
 import time
 from typing import Any, Iterator, Optional
 
+from ...devices import use_triton_interpreter
 from ...progress import first_line
 from ..common import (
     CommandError, UsageError, config_text, get_adopter, out, parse_dtype, parse_shape, plugin_manager, safe,
@@ -49,7 +50,7 @@ def run(args: argparse.Namespace) -> None:
     if interpreted:
         # The one place the command sets a variable: before any plugin imports its kernels,
         # because @triton.jit reads it when it decorates.
-        os.environ.setdefault("TRITON_INTERPRET", "1")
+        use_triton_interpreter()
         _check_cpu_shapes(args.shape, args.allow_slow)
     adopter = get_adopter(args.adopter)
     if adopter.example is None:
