@@ -7,7 +7,7 @@ import inspect
 import json
 import os
 import sys
-from typing import Any, Iterable, Mapping, Optional
+from typing import Any, Iterable, Optional
 
 _tensor_type: Optional[type] = None
 
@@ -45,19 +45,11 @@ def key_value(value: Any) -> Any:
     return value
 
 
-def _jsonable(value: Any) -> Any:
-    if isinstance(value, (str, int, float, bool)) or value is None:
-        return value
-    if isinstance(value, (tuple, list)):
-        return [_jsonable(v) for v in value]
-    if isinstance(value, Mapping):
-        return {str(k): _jsonable(v) for k, v in sorted(value.items(), key=lambda kv: str(kv[0]))}
-    return repr(value)
-
-
 def canonical_json(value: Any) -> str:
     """Sorted, compact JSON; non-JSON values (dtypes, devices) by ``repr``."""
-    return json.dumps(_jsonable(value), sort_keys=True, separators=(",", ":"), allow_nan=False)
+    from .store.jsontext import jsonable
+
+    return json.dumps(jsonable(value), sort_keys=True, separators=(",", ":"), allow_nan=False)
 
 
 def file_fingerprint(paths: Iterable[str]) -> str:
