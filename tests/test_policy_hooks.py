@@ -1,48 +1,21 @@
 """The core's policies are plugins: a test replaces the store and receives every event through hooks,
 and a search on a ROCm target reaches a benchmarker that times on the launch stream."""
 
-import types
-
 import pytest
-
 import torch
 
 import flyautotune as fat
 from flyautotune import streams
 from flyautotune.timing import clocks, events as timing_events
+from flyautotune.store import MemoryStore
 from flyautotune.timing.testing import FakeGpu, Flush
 
 
-class DictStore:
-    """The smallest store: winners and timings in dicts."""
-
-    def __init__(self):
-        self.winners, self.timings = {}, {}
-
-    def get(self, tuner, key):
-        return self.winners.get((tuner, key))
-
-    def get_timings(self, tuner, timing_key):
-        return dict(self.timings.get((tuner, timing_key), {}))
-
-    def put(self, tuner, key, timing_key, config, timings, provenance):
-        self.winners[(tuner, key)] = types.SimpleNamespace(config=config, timings=timings, provenance=provenance)
-
-    def delete(self, tuner, key):
-        self.winners.pop((tuner, key), None)
-
-    def entries(self, tuner=None):
-        return [v for (t, _), v in self.winners.items() if tuner in (None, t)]
-
-    def clear(self, tuner=None):
-        n = len(self.entries(tuner))
-        self.winners = {k: v for k, v in self.winners.items() if tuner not in (None, k[0])}
-        return n
-
-
 class StorePlugin:
+    """Replaces the SQLite store with the in-memory one, through the store hook."""
+
     def __init__(self):
-        self.store = DictStore()
+        self.store = MemoryStore()
 
     @fat.hookimpl
     def flyautotune_store(self):
@@ -102,16 +75,23 @@ class MetaIsGfx942:
             return fat.Target("rocm", "gfx942", 64)
 
 
-def test_a_search_on_a_rocm_target_is_timed_on_the_launch_stream_and_stored(pm, monkeypatch):
+@pytest.fixture
+def hip(pm, monkeypatch):
+    """A gfx942 "GPU" on the CPU: meta tensors belong to it, its device module is a fake HIP one, and the
+    ROCm plugin's benchmark hook is registered."""
     from flyautotune_rocm import hooks as rocm_hooks
 
-    hip = FakeGpu(name="cuda", l2=4 << 20)
-    monkeypatch.setattr(streams, "device_module", lambda device: hip if device.type == "meta" else None)
-    monkeypatch.setattr(timing_events, "flush_buffer", lambda device, module: Flush(hip))
-    monkeypatch.setattr(clocks, "make_work", lambda device: lambda: hip.launch(50.0, "warm"))
+    fake = FakeGpu(name="cuda", l2=4 << 20)
+    monkeypatch.setattr(streams, "device_module", lambda device: fake if device.type == "meta" else None)
+    monkeypatch.setattr(timing_events, "flush_buffer", lambda device, module: Flush(fake))
+    monkeypatch.setattr(clocks, "make_work", lambda device: lambda: fake.launch(50.0, "warm"))
     clocks.forget()
     pm.register(MetaIsGfx942())
     pm.register(rocm_hooks)
+    return fake
+
+
+def test_a_search_on_a_rocm_target_is_timed_on_the_launch_stream_and_stored(pm, hip):
     side = hip.Stream(device=torch.device("meta"), label="launch")
 
     @fat.autotune(configs=[fat.Config(B=1), fat.Config(B=2)], key=["n"], plugin_manager=pm, name="h_rocm")
@@ -126,18 +106,9 @@ def test_a_search_on_a_rocm_target_is_timed_on_the_launch_stream_and_stored(pm, 
     assert entry.config["kwargs"] == {"B": 2} and entry.provenance["target"]["arch"] == "gfx942"
 
 
-def test_an_omitted_stream_lets_the_launch_follow_the_capture_stream(pm, monkeypatch):
+def test_an_omitted_stream_lets_the_launch_follow_the_capture_stream(pm, hip):
     """A launch that takes ``stream=`` and was called without one is timed as a graph: it runs on the
     current stream, which the engine makes its capture stream (the default stream cannot capture)."""
-    from flyautotune_rocm import hooks as rocm_hooks
-
-    hip = FakeGpu(name="cuda", l2=4 << 20)
-    monkeypatch.setattr(streams, "device_module", lambda device: hip if device.type == "meta" else None)
-    monkeypatch.setattr(timing_events, "flush_buffer", lambda device, module: Flush(hip))
-    monkeypatch.setattr(clocks, "make_work", lambda device: lambda: hip.launch(50.0, "warm"))
-    clocks.forget()
-    pm.register(MetaIsGfx942())
-    pm.register(rocm_hooks)
     hip.default.device = torch.device("meta")  # the current (default) stream of the meta "GPU"
     seen = []
 
