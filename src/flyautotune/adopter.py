@@ -16,11 +16,6 @@ def _name(instance, attribute, value):
         )
 
 
-def _callable(instance, attribute, value):
-    if not callable(value):
-        raise TypeError(f"Adopter.{attribute.name} must be callable, got {value!r}")
-
-
 def _optional_callable(instance, attribute, value):
     if value is not None and not callable(value):
         raise TypeError(f"Adopter.{attribute.name} must be callable or None, got {value!r}")

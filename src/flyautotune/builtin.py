@@ -48,11 +48,6 @@ class PerfCounterBenchmark:
                                 cutoff_ms=cutoff_ms)
 
 
-def perf_counter_bench(fn, setup=None, *, warmup: int = 1, rep: int = 5) -> float:
-    """Median milliseconds of ``fn()`` timed with ``time.perf_counter``."""
-    return timing.benchmark(fn, setup=setup, warmup=warmup, rep=rep, method="wall", warm=False).ms
-
-
 class DefaultKeyAxes:
     """Python, torch and flyautotune versions: any of them can change codegen."""
 

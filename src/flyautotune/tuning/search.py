@@ -8,9 +8,10 @@ import logging
 import time
 from typing import Any, Optional
 
-from .. import events, keys, streams
+from .. import events, streams
 from ..config import Config
 from ..measurement import Measurement
+from ..store.jsontext import canonical_config_json
 from . import resume, verify
 from .binding import Call
 from .candidate import Candidate, config_repr
@@ -169,7 +170,8 @@ class Search:
         return verify.compare(self._reference, got, self.t.tolerance)
 
     def _cjson(self, cand: Candidate) -> Optional[str]:
-        return keys.canonical_json(cand.config.to_dict()) if cand.config.pre_hook is None else None
+        # the store's own identity of a candidate: its timings and crash markers are keyed by it
+        return canonical_config_json(cand.config.to_dict()) if cand.config.pre_hook is None else None
 
     def _record(self, cand: Candidate, running: bool = False) -> None:
         """Persist ``cand``'s timing now (or, before it runs, the crash marker), so a crash keeps it."""
@@ -188,7 +190,7 @@ class Search:
         """The stored time of an earlier search for ``cand`` (never for the default: it is always re-timed)."""
         if cand.is_default or cand.config.pre_hook is not None:
             return None
-        prior = self.known.get(keys.canonical_json(cand.config.to_dict()))
+        prior = self.known.get(self._cjson(cand))
         return prior if isinstance(prior, (int, float)) and not isinstance(prior, bool) and prior > 0 else None
 
     def start_precompile(self) -> None:
