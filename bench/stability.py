@@ -35,10 +35,23 @@ from flyautotune_rmsnorm import rmsnorm_autotuned
 from flyautotune_rmsnorm.api import tuned_launch
 ends = []
 fat.add_listener(lambda e: ends.append(e) if e["event"] == "search_end" else None)
+import os
+prof = None
+if os.environ.get("STABILITY_PROFILE"):
+    import cProfile
+    prof = cProfile.Profile()
 t1 = time.perf_counter()
+if prof is not None:
+    prof.enable()
 rmsnorm_autotuned(x, w)
 torch.cuda.synchronize()
 t2 = time.perf_counter()
+if prof is not None:
+    prof.disable()
+    import io, pstats
+    buf = io.StringIO()
+    pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(60)
+    open(os.environ["STABILITY_PROFILE"], "w").write(buf.getvalue())
 end = ends[-1] if ends else {}
 print(json.dumps({"config": tuned_launch.last_config.kwargs, "source": tuned_launch.last_source,
                   "call_s": t2 - t0, "first_call_s": t2 - t1, "search_s": end.get("duration_s"),
@@ -47,8 +60,10 @@ print(json.dumps({"config": tuned_launch.last_config.kwargs, "source": tuned_lau
 """
 
 
-def run_child(M, N, ds, triton_cache, store):
+def run_child(M, N, ds, triton_cache, store, profile=None):
     env = dict(os.environ, FLYAUTOTUNE="1", TRITON_CACHE_DIR=triton_cache, FLYAUTOTUNE_CACHE_DIR=store)
+    if profile:
+        env["STABILITY_PROFILE"] = profile
     out = subprocess.run([sys.executable, "-c", CHILD, str(M), str(N), ds], env=env, capture_output=True,
                          text=True, timeout=300)
     if out.returncode != 0:
@@ -91,12 +106,53 @@ def graph_ms(M, N, ds, configs, rounds=5):
     return [statistics.median(s) for s in samples]
 
 
+def wins(specs, out):
+    """Does the search keep real wins? Per shape: one forced search (a fresh process), then every
+    config of the space and the default timed in graph replay, interleaved over rounds. A challenger
+    >= 3% faster than the default must be what the search picked (or one as fast)."""
+    from flyautotune_rmsnorm.space import cuda_space, default_config
+
+    rows = []
+    for spec in specs:
+        shape, ds = spec.split(":")
+        M, N = (int(v) for v in shape.split("x"))
+        run = run_child(M, N, ds, tempfile.mkdtemp(prefix="triton-"), tempfile.mkdtemp(prefix="fat-"))
+        default = default_config(M, N, ds, "cuda").kwargs
+        space = [c.kwargs for c in cuda_space(M, N, ds) if c.kwargs != default]
+        times = graph_ms(M, N, ds, [default] + space, rounds=3)
+        by = {json.dumps(c, sort_keys=True): t for c, t in zip([default] + space, times)}
+        picked = by[json.dumps(run["config"], sort_keys=True)]
+        best = min(times[1:]) if space else times[0]
+        row = {"shape": spec, "candidates": len(space) + 1, "default_ms": times[0], "best_ms": best,
+               "picked_ms": picked, "best_gain": 1 - best / times[0], "picked_gain": 1 - picked / times[0],
+               "search_margin": run.get("margin"), "search_noise": run.get("noise"), "picked": run["config"]}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+    os.makedirs(out, exist_ok=True)
+    with open(os.path.join(out, "wins.json"), "w") as f:
+        json.dump(rows, f, indent=1)
+    print("| shape | candidates | best challenger vs default (graph) | search's pick vs default (graph) | "
+          "margin / noise band the search logged | verdict |")
+    print("|---|---|---|---|---|---|")
+    for r in rows:
+        must = r["best_gain"] >= 0.03
+        ok = r["picked_gain"] >= -0.01 and (not must or r["picked_gain"] >= r["best_gain"] - 0.01)
+        print(f"| {r['shape']} | {r['candidates']} | {r['best_gain']:+.1%} | {r['picked_gain']:+.1%} | "
+              f"{(r['search_margin'] or 0):.1%} / {(r['search_noise'] or 0):.1%} | "
+              f"{'ok' if ok else 'MISSED'}{' (a >= 3% win existed)' if must else ''} |")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=".")
     ap.add_argument("--shapes", default="4096x8192:bf16,256x8192:fp32,256x8192:bf16")
     ap.add_argument("--runs", type=int, default=5)
+    ap.add_argument("--profile", action="store_true", help="cProfile the second (warm-cache) searching call")
+    ap.add_argument("--wins", default="", help="shapes (MxN:dtype,...) where every candidate of the space is timed "
+                    "in graph replay against the tuner's pick, instead of the stability runs")
     args = ap.parse_args(argv)
+    if args.wins:
+        return wins(args.wins.split(","), args.out)
     from flyautotune_rmsnorm.space import default_config
 
     results = []
@@ -107,7 +163,9 @@ def main(argv=None):
         runs = []
         for i in range(args.runs):
             store = tempfile.mkdtemp(prefix="fat-")
-            runs.append(run_child(M, N, ds, cache, store))  # run 0: an empty Triton cache
+            # run 0: an empty Triton cache; run 1 (warm) is profiled, run 2 is not (profiling slows it)
+            prof = os.path.join(args.out, f"profile_{shape}_{ds}.txt") if i == 1 and args.profile else None
+            runs.append(run_child(M, N, ds, cache, store, prof))
             print(f"{spec} run {i}: {runs[-1]}", flush=True)
         default = default_config(M, N, ds, "cuda").kwargs
         distinct = []

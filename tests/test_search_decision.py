@@ -11,7 +11,7 @@ from flyautotune.measurement import Measurement
 
 
 class FixedTimes:
-    """A CPU benchmark plugin: each config's time is a list of samples, one per timing call."""
+    """A CPU benchmark plugin: each config's time is a list of samples, one per timing call, cycled."""
 
     def __init__(self, times):
         self.times = {k: list(v) for k, v in times.items()}
@@ -24,7 +24,8 @@ class FixedTimes:
         b = fn()
         self.calls.append(b)
         samples = self.times[b]
-        ms = samples.pop(0) if len(samples) > 1 else samples[0]
+        ms = samples.pop(0)
+        samples.append(ms)
         return Measurement(ms, spread=0.001, method="fixed", reps=rep)
 
 
@@ -38,13 +39,14 @@ def tuner(pm, name, default=1, space=(1, 2, 3), **kw):
 
 
 def test_a_challenger_inside_the_noise_keeps_the_default(pm):
-    # B=2 is 1.5% faster at the median, but its re-timings swing by +-3%: that is noise, not a win
-    pm.register(FixedTimes({1: [1.0, 1.0, 1.0], 2: [0.97, 1.01, 0.95], 3: [1.5]}))
+    # B=2 is 1% faster at the median, but its re-timings swing by +-3.5%: that is noise, not a win
+    pm.register(FixedTimes({1: [1.0], 2: [0.96, 1.03, 0.99], 3: [1.5]}))
     sel = tuner(pm, "d_noise").select(torch.zeros(2), 2, force=True)
     assert sel.config == fat.Config(B=1) and sel.source == "search"
     assert sel.margin == 0.0 and sel.noise > 0.02
     rows = {r["config"]["kwargs"]["B"]: r for r in sel.timings}
-    assert rows[1]["default"] and rows[2]["rounds"] == 3  # first pass + 2 interleaved rounds
+    # a close call: first pass + the most interleaved rounds a search takes
+    assert rows[1]["default"] and rows[2]["rounds"] == 7
 
 
 def test_a_real_win_over_the_default_is_chosen_and_its_margin_logged(pm, caplog):
@@ -254,3 +256,15 @@ def test_a_three_percent_win_is_kept_at_a_realistic_spread(pm):
     pm.register(Spread({1: [1.0, 1.004, 0.998], 2: [0.97, 0.968, 0.972], 3: [1.2]}))
     sel = tuner(pm, "d_three").select(torch.zeros(2), 2, force=True)
     assert sel.config == fat.Config(B=2) and sel.margin == pytest.approx(0.03, abs=1e-3) and sel.noise < 0.03
+    rows = {r["config"]["kwargs"]["B"]: r for r in sel.timings}
+    assert rows[2]["rounds"] == 3  # settled after the two rounds every search takes
+
+
+def test_drift_that_slows_every_candidate_alike_does_not_hide_a_win(pm):
+    # the device slows down round after round (clocks, heat): each round's challenger is 2.5% faster than
+    # the default timed beside it, though the medians' ranges overlap by far more than 2.5%
+    drift = [1.0, 1.08, 1.16]
+    pm.register(FixedTimes({1: drift, 2: [0.975 * t for t in drift], 3: [1.5]}))
+    sel = tuner(pm, "d_drift").select(torch.zeros(2), 2, force=True)
+    assert sel.config == fat.Config(B=2) and sel.margin == pytest.approx(0.025, abs=1e-6)
+    assert sel.noise < 0.025

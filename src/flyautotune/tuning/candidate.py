@@ -36,14 +36,16 @@ class Candidate:
     def ms(self) -> Optional[float]:
         return statistics.median(self.samples) if self.samples else None
 
-    def noise(self) -> float:
+    def noise(self, within: bool = False) -> float:
         """The relative uncertainty of ``ms``: how far the re-timing rounds disagree, or, from one
         measurement of ``reps`` samples, the standard error of its median (IQR / 1.35 is the
-        standard deviation of normal samples; the median's error is 1.25 of that over sqrt(reps))."""
+        standard deviation of normal samples; the median's error is 1.25 of that over sqrt(reps)).
+        ``within=True``: only the latter."""
         m = self.measurement
         spread = m.spread if m is not None and m.spread else 0.0
         reps = m.reps if m is not None and m.reps and m.reps > 1 else 1
-        return max(relative_spread(self.samples), spread * 0.93 / reps ** 0.5)
+        se = spread * 0.93 / reps ** 0.5
+        return se if within else max(relative_spread(self.samples), se)
 
     def row(self) -> dict:
         row = {"config": config_repr(self.config), "ms": self.ms, "error": self.error}

@@ -5,6 +5,7 @@ and reject candidates whose outputs disagree with the reference's."""
 from __future__ import annotations
 
 import logging
+import statistics
 import time
 from typing import Any, Optional
 
@@ -24,8 +25,11 @@ log = logging.getLogger("flyautotune")
 
 #: Challengers re-timed against the default after the first pass.
 FINALISTS = 2
-#: Interleaved re-timing rounds.
+#: Interleaved re-timing rounds, and the most a close call may take.
 ROUNDS = 2
+MAX_ROUNDS = 6
+#: A decision whose noise band is this narrow needs no more rounds.
+SETTLED_NOISE = 0.005
 #: A candidate whose first timing exceeds this multiple of the best so far is cut short.
 CUTOFF = 3.0
 class AutotuneError(RuntimeError):
@@ -65,6 +69,8 @@ class Search:
         self._written: list = []
         self._checkable = all(getattr(t.device, "type", "") != "meta" for _, t in call.tensors)
         self._poison = True
+        self.rounds = 0  # re-timing rounds run
+        self.finalists: list = []
 
     # -- plumbing ---------------------------------------------------------------------
     def _setup(self) -> None:
@@ -246,7 +252,13 @@ class Search:
                                                                "method": cand.measurement.method}))
 
     def rerank(self) -> None:
-        """Re-time the best few and the default in interleaved rounds (hook benchmarkers only)."""
+        """Re-time the best few and the default in interleaved rounds (hook benchmarkers only).
+
+        Each round times every finalist once, back to back, so a challenger's time and the
+        default's from the same round share the device's state (clocks, temperature, what else
+        runs): the decision compares them in pairs. Rounds go on, up to ``MAX_ROUNDS``, while the
+        best challenger's gain is inside its noise band and the band is wider than
+        ``SETTLED_NOISE``."""
         if self.t.do_bench is not None or self.default is None or self.default.ms is None:
             return
         ok = sorted((c for c in self.cands if c.ms is not None and not c.is_default and not c.reused),
@@ -254,8 +266,8 @@ class Search:
         finalists = [self.default] + ok[:FINALISTS]
         if len(finalists) < 2:
             return
-        for r in range(ROUNDS):
-            if self.over_budget():
+        for r in range(MAX_ROUNDS):
+            if self.over_budget() or (r >= ROUNDS and self._settled(finalists)):
                 break
             order = finalists[r % len(finalists):] + finalists[:r % len(finalists)]
             for cand in order:
@@ -265,25 +277,35 @@ class Search:
                     cand.error = f"failed when re-timed: {type(exc).__name__}: {exc}"
                     cand.samples.clear()
                     finalists = [c for c in finalists if c is not cand]
+            if self.default not in finalists or len(finalists) < 2:
+                break
+            self.rounds = r + 1
+        self.finalists = finalists
+
+    def _settled(self, finalists: list) -> bool:
+        verdicts = [compare(c, self.default) for c in finalists if c is not self.default]
+        gain, noise = max(verdicts, key=lambda v: v[0] - v[1])
+        return noise <= SETTLED_NOISE or abs(gain) > noise
 
     def decide(self) -> tuple:
-        """``(winner, margin, noise)``: the default unless a challenger beats it by more than the noise."""
+        """``(winner, margin, noise)``: the default unless a challenger beats it by more than the noise.
+
+        After re-timing rounds, only the finalists compete, each compared with the default
+        round by round (:func:`compare`)."""
         ok = [c for c in self.cands if c.ms is not None and c.error is None]
         if not ok:
             return None, None, None
-        best = min(ok, key=lambda c: c.ms)
         d = self.default
         if d is None or d.ms is None or d.error is not None:
-            return best, None, None
-        if best is d:  # the band is still reported, against the closest challenger
-            rest = [c for c in ok if c is not d]
-            runner = min(rest, key=lambda c: c.ms) if rest else d
-            return d, 0.0, (runner.noise() ** 2 + d.noise() ** 2) ** 0.5
-        gain = (d.ms - best.ms) / d.ms
-        noise = (best.noise() ** 2 + d.noise() ** 2) ** 0.5
-        if gain > noise:
-            return best, gain, noise
-        return d, 0.0, noise
+            return min(ok, key=lambda c: c.ms), None, None
+        rivals = [c for c in ok if c is not d and (not self.rounds or c in self.finalists or c.reused)]
+        if not rivals:
+            return d, 0.0, 0.0
+        verdicts = [(c, *compare(c, d)) for c in sorted(rivals, key=lambda c: c.ms)]
+        wins = [v for v in verdicts if v[1] > v[2]]
+        if wins:
+            return max(wins, key=lambda v: v[1])
+        return d, 0.0, verdicts[0][2]  # the band is still reported, against the closest challenger
 
     def probe(self) -> None:
         """Run the first config untimed on pristine inputs: its outputs are the reference.
@@ -378,6 +400,21 @@ class Search:
         self._emit("search_end", winner=config_repr(winner.config), ms=winner.ms, duration_s=duration,
                    candidates=rows, margin=margin, noise=noise)
         return winner.config, rows, margin, noise, duration
+
+
+def compare(c: Candidate, d: Candidate) -> tuple:
+    """``(gain, noise)`` of challenger ``c`` over default ``d``: relative gain and the band it must beat.
+
+    With three or more rounds timed side by side, the gain is the median of the per-round
+    ratios and the noise twice their standard error (drift that moves both alike cancels);
+    it is never below the noise of the two medians' own samples. Otherwise the medians are
+    compared and their noises combined."""
+    within = (c.noise(within=True) ** 2 + d.noise(within=True) ** 2) ** 0.5
+    n = min(len(c.samples), len(d.samples))
+    if n >= 3 and not c.reused:
+        ratios = [a / b for a, b in zip(c.samples[:n], d.samples[:n])]
+        return 1.0 - statistics.median(ratios), max(within, 2.0 * statistics.stdev(ratios) / n ** 0.5)
+    return (d.ms - c.ms) / d.ms, (c.noise() ** 2 + d.noise() ** 2) ** 0.5
 
 
 class _Rejected(Exception):
