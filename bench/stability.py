@@ -21,6 +21,23 @@ import subprocess
 import sys
 import tempfile
 
+# The floor a first call pays in a fresh process with a warm Triton cache, tuned or not: Triton's
+# per-process setup (hashing its own sources for cache keys, the ptxas version, loading binaries).
+UNTUNED = r"""
+import json, sys, time
+import torch
+M, N, ds = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
+dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[ds]
+x = torch.randn(M, N, device="cuda", dtype=dt)
+w = torch.rand(N, device="cuda", dtype=dt) + 0.5
+torch.cuda.synchronize()
+from flyautotune_rmsnorm import rmsnorm
+t1 = time.perf_counter()
+rmsnorm(x, w)
+torch.cuda.synchronize()
+print(json.dumps({"first_call_s": time.perf_counter() - t1}))
+"""
+
 CHILD = r"""
 import json, sys, time
 import torch
@@ -60,11 +77,11 @@ print(json.dumps({"config": tuned_launch.last_config.kwargs, "source": tuned_lau
 """
 
 
-def run_child(M, N, ds, triton_cache, store, profile=None):
+def run_child(M, N, ds, triton_cache, store, profile=None, code=CHILD):
     env = dict(os.environ, FLYAUTOTUNE="1", TRITON_CACHE_DIR=triton_cache, FLYAUTOTUNE_CACHE_DIR=store)
     if profile:
         env["STABILITY_PROFILE"] = profile
-    out = subprocess.run([sys.executable, "-c", CHILD, str(M), str(N), ds], env=env, capture_output=True,
+    out = subprocess.run([sys.executable, "-c", code, str(M), str(N), ds], env=env, capture_output=True,
                          text=True, timeout=300)
     if out.returncode != 0:
         raise RuntimeError(out.stderr[-2000:])
@@ -167,6 +184,8 @@ def main(argv=None):
             prof = os.path.join(args.out, f"profile_{shape}_{ds}.txt") if i == 1 and args.profile else None
             runs.append(run_child(M, N, ds, cache, store, prof))
             print(f"{spec} run {i}: {runs[-1]}", flush=True)
+        warm = [r for i, r in enumerate(runs) if i >= 1 and not (args.profile and i == 1)]  # profiling slows
+        untuned = run_child(M, N, ds, cache, tempfile.mkdtemp(prefix="fat-"), code=UNTUNED)["first_call_s"]
         default = default_config(M, N, ds, "cuda").kwargs
         distinct = []
         for r in runs:
@@ -178,20 +197,22 @@ def main(argv=None):
         row = {"shape": spec, "default": default, "default_ms": times[0], "runs": runs, "winner_ms": winner_ms,
                "winner_spread": max(winner_ms) / min(winner_ms) - 1,
                "tuned_over_default": [times[0] / t for t in winner_ms],
-               "cold_call_s": runs[0]["first_call_s"], "warm_call_s": statistics.median(r["first_call_s"] for r in runs[1:]),
-               "cold_search_s": runs[0]["search_s"], "warm_search_s": statistics.median(r["search_s"] for r in runs[1:])}
+               "cold_call_s": runs[0]["first_call_s"], "warm_call_s": statistics.median(r["first_call_s"] for r in warm),
+               "cold_search_s": runs[0]["search_s"], "warm_search_s": statistics.median(r["search_s"] for r in warm),
+               "untuned_warm_call_s": untuned}
         results.append(row)
         print(json.dumps({k: v for k, v in row.items() if k != "runs"}), flush=True)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "stability.json"), "w") as f:
         json.dump(results, f, indent=1)
     print("| shape | winners (graph µs) | spread | tuned/default (speed) | first call s (imports not counted), "
-          "cold / warm Triton cache | search s, cold / warm |")
-    print("|---|---|---|---|---|---|")
+          "cold / warm Triton cache | search s, cold / warm | untuned first call s, warm cache |")
+    print("|---|---|---|---|---|---|---|")
     for r in results:
         print(f"| {r['shape']} | {', '.join(f'{t * 1e3:.1f}' for t in r['winner_ms'])} | "
               f"{r['winner_spread']:.2%} | {min(r['tuned_over_default']):.3f}-{max(r['tuned_over_default']):.3f} | "
-              f"{r['cold_call_s']:.2f} / {r['warm_call_s']:.2f} | {r['cold_search_s']:.2f} / {r['warm_search_s']:.2f} |")
+              f"{r['cold_call_s']:.2f} / {r['warm_call_s']:.2f} | {r['cold_search_s']:.2f} / {r['warm_search_s']:.2f} | "
+              f"{r['untuned_warm_call_s']:.2f} |")
 
 
 if __name__ == "__main__":

@@ -100,3 +100,64 @@ def test_reset_to_zero_on_the_fast_path(pm, counting_bench):
         out.fill_(5.0)
         acc(out, 3)
         assert torch.equal(out, torch.ones(3))
+
+
+def test_specialize_makes_what_cache_hits_call(pm, counting_bench):
+    made, ran = [], []
+
+    def specialize(config, x, n, **_):
+        made.append((config.kwargs["B"], n))
+        b = config.kwargs["B"]
+
+        def bound(x, n):
+            ran.append(("bound", b, fat.current_hints()))
+            return b * 10
+
+        return bound
+
+    bench = counting_bench(cost=lambda i: {1: 2.0, 2: 1.0}.get(i, 3.0))
+
+    @fat.autotune(configs=[fat.Config(B=1), fat.Config(B=2, num_warps=8)], key=["n"], do_bench=bench,
+                  plugin_manager=pm, name="t_fast_spec", specialize=specialize)
+    def launch(x, n, B=None):
+        ran.append(("fn", B))
+        return B
+
+    assert launch(torch.zeros(4), 4) == 2  # the search and its launch: the tuned fn itself
+    assert made == [(2, 4)]  # specialized once, for the cache hits that follow
+    ran.clear()
+    assert launch(torch.ones(4), 4) == 20 and launch(torch.ones(4), 4) == 20
+    assert ran == [("bound", 2, {"num_warps": 8})] * 2  # the config's hints are current in the bound call
+    assert made == [(2, 4)]
+    assert launch(torch.ones(4), n=4) == 2  # keywords keep the general path: the tuned fn itself
+
+
+@pytest.mark.parametrize("answer", ["none", "raises"])
+def test_a_specialize_that_declines_or_fails_leaves_the_launch_itself(pm, counting_bench, answer, caplog):
+    def specialize(config, x, n, **_):
+        if answer == "raises":
+            raise RuntimeError("cannot specialize here")
+        return None
+
+    @fat.autotune(configs=[fat.Config(B=1), fat.Config(B=2)], key=["n"], do_bench=counting_bench(),
+                  plugin_manager=pm, name=f"t_fast_spec_{answer}", specialize=specialize)
+    def launch(x, n, B=None):
+        return B
+
+    with caplog.at_level("WARNING", logger="flyautotune"):
+        results = {launch(torch.zeros(4), 4) for _ in range(4)}
+    assert len(results) == 1 and results <= {1, 2}
+    assert launch.last_source == "memory"
+    warned = [r.getMessage() for r in caplog.records if "specialize" in r.getMessage()]
+    assert warned == (["t_fast_spec_raises: specialize(B=1) failed (RuntimeError: cannot specialize here); "
+                       "cache hits call the launch itself"] if answer == "raises" else [])
+
+
+def test_specialize_must_return_a_callable(pm, counting_bench):
+    @fat.autotune(configs=[fat.Config(B=1)], key=["n"], do_bench=counting_bench(), plugin_manager=pm,
+                  name="t_fast_spec_bad", specialize=lambda config, x, n, **_: 3)
+    def launch(x, n, B=None):
+        return B
+
+    with pytest.raises(TypeError, match="specialize= returned 3; expected a callable or None"):
+        launch(torch.zeros(4), 4)

@@ -113,6 +113,34 @@ def test_unaligned_pointer_gets_its_own_binary():
         _check(y, x, w[:4096])
 
 
+def test_cache_hits_through_the_specialized_launch_stay_right():
+    """After a hit primes the specialized launch, calls that differ in alignment, weight dtype, out=,
+    strides or stream still give the right rows (they fall back to the general launch)."""
+    M, N = 64, 4096
+    base, w = _inputs(M, N + 8, torch.bfloat16)
+    x, w = base[:, :N].contiguous(), w[:N].contiguous()
+    for _ in range(3):  # search or default, general hit, fast hit
+        y = rmsnorm_autotuned(x, w)
+    torch.cuda.synchronize()
+    _check(y, x, w)
+    x2 = torch.randn_like(x)
+    _check(rmsnorm_autotuned(x2, w), x2, w)  # new data, same everything else
+    shifted = base[:, 1:N + 1]  # unaligned rows, a row stride of N + 8
+    _check(rmsnorm_autotuned(shifted, w), shifted, w)
+    xu = torch.empty(M * N + 1, device="cuda", dtype=torch.bfloat16)[1:].view(M, N)
+    xu.copy_(x)
+    _check(rmsnorm_autotuned(xu, w), xu, w)  # contiguous but unaligned: same key, its own binary
+    out = torch.empty_like(x)
+    assert rmsnorm_autotuned(x, w, out=out) is out
+    _check(out, x, w)
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        y = rmsnorm_autotuned(x, w)
+    s.synchronize()
+    _check(y, x, w)
+    torch.cuda.synchronize()
+
+
 @pytest.mark.parametrize("as_handle", [False, True], ids=["stream object", "raw handle"])
 def test_launch_goes_to_the_given_stream(as_handle):
     """Captured into a graph on stream ``cap`` while another stream is current: only a launch

@@ -59,6 +59,7 @@ class Autotuner:
         validate: Optional[Callable[..., Any]] = None,
         max_search_s: Optional[float] = None,
         precompile: Optional[Callable[..., Any]] = None,
+        specialize: Optional[Callable[..., Any]] = None,
     ) -> None:
         if not callable(fn):
             raise TypeError(f"autotune: the decorated object must be callable, got {fn!r}")
@@ -87,6 +88,7 @@ class Autotuner:
         self.do_bench = optional_callable("do_bench", do_bench)
         self.validate = optional_callable("validate", validate)
         self.precompile = optional_callable("precompile", precompile)
+        self.specialize = optional_callable("specialize", specialize)
         self.check = verify.check_arg(check)
         self.tolerance = verify.tolerance_arg(tolerance)
         if max_search_s is not None and (isinstance(max_search_s, bool) or not isinstance(max_search_s, (int, float))
@@ -354,7 +356,10 @@ def autotune(configs: Sequence[Config] | Callable[..., Sequence[Config]], *args:
         shipped winners), ``max_search_s=`` (a search's time budget),
         ``precompile=`` (``precompile(config, **named)`` compiles a candidate without
         launching it; a search runs it for every candidate in a thread pool, ahead
-        of the timing), ``plugin_manager=``.
+        of the timing), ``specialize=`` (``specialize(config, **named)`` returns a
+        callable that runs calls with the same key under ``config`` as
+        ``fn(*args, **config.kwargs)`` would, with the config's work done once; cache
+        hits call it; None there means "use fn"), ``plugin_manager=``.
     """
     try:  # a misspelled option fails here, where it was written, not at decoration
         _TUNER_SIGNATURE.bind(None, None, configs, *args, **options)

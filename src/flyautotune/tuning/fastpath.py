@@ -12,10 +12,13 @@ environment) takes the general path, which also fills this one.
 
 from __future__ import annotations
 
+import logging
 import os
 from typing import Any, Optional
 
 from .. import context, keys
+
+log = logging.getLogger("flyautotune")
 
 #: Shapes that never repeat must not grow memory forever.
 MAX_ENTRIES = 4096
@@ -33,6 +36,20 @@ def remember(tuner: Any, args: tuple, plan: Any) -> None:
             return
         tuner._fast[n] = fast
     key = fast.key(args)
+    if key is not None and plan.bound is None:
+        bound = None
+        if tuner.specialize is not None:
+            try:
+                bound = tuner.specialize(plan.config, **tuner.sig.bind(args, {}).named)
+            except Exception as exc:  # the launch itself serves this key's hits (said once per tuner)
+                if not getattr(tuner, "_specialize_warned", False):
+                    tuner._specialize_warned = True
+                    log.warning("%s: specialize(%s) failed (%s: %s); cache hits call the launch itself", tuner.name,
+                                plan.config, type(exc).__name__, exc)
+                bound = None
+            if bound is not None and not callable(bound):
+                raise TypeError(f"{tuner.name}: specialize= returned {bound!r}; expected a callable or None")
+        plan.bound, plan.bound_kwargs = (bound, {}) if bound is not None else (tuner.fn, plan.kwargs)
     if key is not None:
         if len(tuner._fast_memo) > MAX_ENTRIES:
             tuner._fast_memo.clear()
@@ -89,10 +106,10 @@ def fast(args):
     if plan is None:
         return tuner._call(args, {{}})
     tuner._last = plan.hit
-{zero}    return launch_with(plan.layers, plan.launch, fn, args, plan.kwargs)
+{zero}    return launch_with(plan.layers, plan.launch, plan.bound, args, plan.bound_kwargs)
 """
     scope = {
-        "environ": os.environ, **{f"T{i}": t for i, t in enumerate(types)}, "tuner": tuner, "memo": tuner._fast_memo, "fn": tuner.fn,
+        "environ": os.environ, **{f"T{i}": t for i, t in enumerate(types)}, "tuner": tuner, "memo": tuner._fast_memo,
         "hint_key": context.current_hint_key, "launch_with": context.launch_with,
     }
     exec(compile(src, f"<flyautotune fast path of {tuner.name}>", "exec"), scope)

@@ -23,7 +23,8 @@ class Last:
 class Plan:
     """A picked config, prepared once so a cache hit does no merging."""
 
-    __slots__ = ("config", "target", "source", "kwargs", "layers", "launch", "hit", "key", "selection", "min_pos")
+    __slots__ = ("config", "target", "source", "kwargs", "layers", "launch", "hit", "key", "selection", "min_pos",
+                 "bound", "bound_kwargs")
 
     def __init__(self, config: Config, target: Target, source: str, snapshot: tuple, pm: Any,
                  key: Optional[str] = None, selection: Any = None) -> None:
@@ -38,6 +39,9 @@ class Plan:
         self.hit = Last(config, "memory")
         self.selection = selection
         self.min_pos = 1 << 30  # the first positional slot a tuned kwarg occupies (set by the tuner)
+        # what a cache hit calls: the tuned fn with the config's kwargs, or what specialize= made of them
+        self.bound: Any = None
+        self.bound_kwargs: dict = self.kwargs
 
 
 def run_plan(fn: Any, sig: Signature, plan: Plan, call: Call, stream: Any) -> Any:

@@ -225,6 +225,22 @@ def precompile(config: fat.Config, x, weight, out, M, N, dtype, eps, sx, sy, **_
     launcher.compiled(x, weight, out, M, sx, sy, _compile_options(target, kw["BLOCK_THREADS"]))
 
 
+def specialize(config: fat.Config, x, weight, out, M, N, dtype, eps, sx, sy, stream=None, **_: Any) -> Any:
+    """``specialize=`` of the tuner: what a cache hit calls for this config and key, with the factory
+    lookup, the compile options and the binary resolved once (None on CPU and for split rows: the
+    launch itself serves them)."""
+    if not x.is_cuda or _factory_mod._INTERPRET or config.kwargs.get("SPLIT", 1) != 1:
+        return None
+    launcher = make_launcher(N, dtype, **config.kwargs)
+    dev = x.get_device()
+    bt = launcher.BLOCK_THREADS
+
+    def options() -> tuple:
+        return _compile_options(fat.current_target() or _target(dev), bt)
+
+    return launcher.bind(M, sx, sy, dev, weight.dtype, options)
+
+
 tuned_launch = fat.autotune(
     configs=space.configs,
     key=["M", "N", "dtype"],
@@ -232,6 +248,7 @@ tuned_launch = fat.autotune(
     default=space.default,
     validate=space.validate,  # a stored or shipped winner must be one of the space's configs
     precompile=precompile,  # candidates compile in a pool while earlier ones are timed
+    specialize=specialize,  # cache hits launch the binary with the config's work done once
     restore_value=["x"],  # out= may alias x: every rep must see the original rows
     source_files=[_kernel_mod.__file__, _factory_mod.__file__, space.__file__],
 )(launch)
