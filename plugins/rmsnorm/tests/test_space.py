@@ -137,6 +137,41 @@ def test_compile_spec_cross_compiles_for_sm90_without_spills(M, N, split):
         r"ld\.global[\w:.]*\.v4", k.asm["ptx"]), "rows are not read with 16-byte loads"
 
 
+@pytest.mark.skipif(shutil.which("ptxas") is None and not os.path.exists(
+    os.path.join(os.path.dirname(__import__("triton").__file__), "backends/nvidia/bin/ptxas")),
+    reason="needs Triton's NVIDIA backend (ptxas) to cross-compile")
+@pytest.mark.parametrize("M,N", [(1, 65536), (4, 131072), (1, 262144)])
+def test_cooperative_split_cross_compiles_to_one_barrier_per_row(M, N):
+    """The CPU counterpart of the GPU barrier test: the one-launch kernel of each cooperative config
+    publishes its sum and arrives from one thread (release), polls the counter with acquire in a loop,
+    and resets it on the way out; no spills."""
+    import re
+    import subprocess
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    coop = [c for c in cuda_space(M, N, "bf16") if c.kwargs["COOP"]]
+    assert coop and all(M * c.kwargs["SPLIT"] <= 132 for c in coop)
+    for cfg in coop:
+        kernel, sig, consts, extra = api.compile_spec((M, N), "bf16", cfg, target=fat.Target("cuda", "sm_90", 32))
+        attrs = {(i,): [["tt.divisibility", 16]] for i in range(5)}
+        k = triton.compile(triton.compiler.ASTSource(kernel, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
+                           options=extra["options"])
+        ptx = k.asm["ptx"]
+        assert re.search(r"@%p\d+ atom\.global\.gpu\.acq_rel\.add\.u32", ptx), "arrival is not one acq_rel atomic"
+        assert re.search(r"@%p\d+ (ld|atom)\.global\.gpu\.acquire\.", ptx), "no acquire poll of the counter"
+        assert re.search(r"@%p\d+ atom\.global\.gpu\.release\.exch", ptx), "the barrier is not reset"
+        cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump")
+        path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"rmsnorm_coop_{N}_{os.getpid()}.cubin")
+        with open(path, "wb") as f:
+            f.write(k.asm["cubin"])
+        report = subprocess.run([cuobjdump, "-res-usage", path], capture_output=True, text=True).stdout
+        os.unlink(path)
+        m = re.search(r"REG:(\d+) STACK:(\d+) SHARED:\d+ LOCAL:(\d+)", report)
+        assert m and (int(m.group(2)), int(m.group(3))) == (0, 0), f"{cfg} spills: {report}"
+
+
 # -- the tuned entry's selection, with a fake GPU backend on CPU tensors --------------------------------
 
 class FakeGpu:

@@ -82,7 +82,19 @@ def test_narrow_accesses_match_fp64(shape, rows, vec, dtype):
     (dict(SPLIT=4, ROWS_PER_PROGRAM=2), "needs ROWS_PER_PROGRAM=1"),
     (dict(SPLIT=4, CHUNK=1024, PREFETCH=1), "PREFETCH=0"),
     (dict(VEC=32), "VEC=32"),
+    (dict(COOP=1), "COOP=1; accepted: 0, or 1 with SPLIT > 1 and CHUNK=0"),
+    (dict(SPLIT=4, CHUNK=1024, COOP=1), "got SPLIT=4, CHUNK=1024"),
+    (dict(SPLIT=4, COOP=2), "COOP=2"),
 ])
 def test_factory_refuses_split_and_vec_values_it_cannot_build(knobs, words):
     with pytest.raises(ValueError, match=words):
         make_launcher(4096, "bf16", 256, **knobs)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("N,split", [(4096, 8), (4093, 4), (1000, 2)])
+def test_cooperative_split_configs_compute_the_same_rows_on_cpu(N, split, dtype):
+    """COOP=1 never runs its barrier under the interpreter (programs run one at a time): the two-launch
+    bodies compute the rows there, so a CPU search over a space with cooperative configs stays right."""
+    x, w = inputs((3, N), dtype, seed=N + split)
+    assert_close(run(x, w, SPLIT=split, COOP=1, CACHE_POLICY=2), x, w)

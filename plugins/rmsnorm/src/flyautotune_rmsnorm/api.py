@@ -197,11 +197,12 @@ def clear_caches() -> None:
 
 
 def launch(x, weight, out, M, N, dtype, eps, sx, sy, stream=None,
-           BLOCK_THREADS=None, ROWS_PER_PROGRAM=1, CHUNK=0, CACHE_POLICY=1, PREFETCH=0, SPLIT=1, VEC=16):
+           BLOCK_THREADS=None, ROWS_PER_PROGRAM=1, CHUNK=0, CACHE_POLICY=1, PREFETCH=0, SPLIT=1, VEC=16, COOP=0):
     """Run one config on prepared arguments (what the tuner calls)."""
     if BLOCK_THREADS is None:
         raise fat.IncompatibleConfigError("rmsnorm: a config must set BLOCK_THREADS")
-    launcher = make_launcher(N, dtype, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLICY, PREFETCH, SPLIT, VEC)
+    launcher = make_launcher(N, dtype, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLICY, PREFETCH, SPLIT, VEC,
+                             COOP)
     return _run(launcher, x, weight, out, M, sx, sy, eps, stream)
 
 
@@ -328,7 +329,7 @@ def compile_spec(shape, dtype, config, target=None) -> tuple:
     """``(kernel, signature, constexprs, extra)`` of the Triton kernel ``config`` builds for a
     contiguous input: ``extra["options"]`` holds the ``num_warps`` that BLOCK_THREADS implies,
     ``extra["values"]`` the runtime integers of such a launch. A split config (``SPLIT > 1``)
-    reports its normalize kernel, the heavier of its two."""
+    reports its normalize kernel, the heavier of its two, or its one kernel with ``COOP=1``."""
     ds = dtype_str(dtype)
     N = int(shape[-1])
     M = 1
@@ -341,6 +342,14 @@ def compile_spec(shape, dtype, config, target=None) -> tuple:
     rv = row_vec(N, N, launcher.elem, launcher.VEC)
     warp = getattr(target, "warp_size", None) or 32
     options = {"num_warps": max(1, kw["BLOCK_THREADS"] // warp)}
+    if launcher.SPLIT > 1 and launcher.COOP:
+        from .kernel_split import coop_kernel
+
+        consts = launcher.coop_constexprs(rv)
+        sig = {"X": f"*{ds}", "W": f"*{ds}", "Y": f"*{ds}", "P": "*fp32", "C": "*i32", "sx_vec": "i32",
+               "sy_vec": "i32", "eps": "fp32"}
+        sig.update({k: "constexpr" for k in consts})
+        return coop_kernel(), sig, consts, {"options": options, "values": {"sx_vec": N // rv, "sy_vec": N // rv}}
     if launcher.SPLIT > 1:
         from .kernel_split import kernels
 

@@ -1,7 +1,7 @@
 """The factory: one launcher per specialization of the RMSNorm body.
 
 ``make_launcher(N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK,
-CACHE_POLICY, PREFETCH, SPLIT, VEC)`` is cached; ``SPLIT > 1`` builds the
+CACHE_POLICY, PREFETCH, SPLIT, VEC, COOP)`` is cached; ``SPLIT > 1`` builds the
 split-row launcher (``split.py``), otherwise the one-program-per-rows body; the launcher compiles lazily per device, per pointer
 alignment and per compile-option set (the lowered hint snapshot), then launches
 the cached binary straight through Triton's launcher, so a call costs a few
@@ -50,10 +50,10 @@ def _is_pow2(n: int) -> bool:
 
 
 def _check_spec(N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLICY, PREFETCH, SPLIT=1,
-                VEC=16) -> None:
+                VEC=16, COOP=0) -> None:
     for name, value in (("N", N), ("BLOCK_THREADS", BLOCK_THREADS), ("ROWS_PER_PROGRAM", ROWS_PER_PROGRAM),
                         ("CHUNK", CHUNK), ("CACHE_POLICY", CACHE_POLICY), ("PREFETCH", PREFETCH),
-                        ("SPLIT", SPLIT), ("VEC", VEC)):
+                        ("SPLIT", SPLIT), ("VEC", VEC), ("COOP", COOP)):
         if isinstance(value, bool) or not isinstance(value, int):
             raise TypeError(f"rmsnorm factory: {name}={value!r} must be an int")
     if N <= 0:
@@ -85,6 +85,9 @@ def _check_spec(N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLI
                          f"PREFETCH=0, got ROWS_PER_PROGRAM={ROWS_PER_PROGRAM}, PREFETCH={PREFETCH}")
     if VEC not in VEC_CHOICES:
         raise ValueError(f"rmsnorm factory: VEC={VEC}; accepted: {VEC_CHOICES} (bytes per access)")
+    if COOP not in (0, 1) or (COOP and (SPLIT == 1 or CHUNK)):
+        raise ValueError(f"rmsnorm factory: COOP={COOP}; accepted: 0, or 1 with SPLIT > 1 and CHUNK=0 (one launch, "
+                         f"each program's slice in registers), got SPLIT={SPLIT}, CHUNK={CHUNK}")
 
 
 def row_vec(sx: int, sy: int, elem: int, vec_bytes: int = VECTOR_BYTES) -> int:
@@ -140,8 +143,9 @@ class RMSNormLauncher:
     """
 
     def __init__(self, N: int, dtype_str: str, BLOCK_THREADS: int, ROWS_PER_PROGRAM: int = 1, CHUNK: int = 0,
-                 CACHE_POLICY: int = 1, PREFETCH: int = 0, SPLIT: int = 1, VEC: int = VECTOR_BYTES):
-        _check_spec(N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLICY, PREFETCH, SPLIT, VEC)
+                 CACHE_POLICY: int = 1, PREFETCH: int = 0, SPLIT: int = 1, VEC: int = VECTOR_BYTES, COOP: int = 0):
+        _check_spec(N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLICY, PREFETCH, SPLIT, VEC, COOP)
+        self.COOP = COOP
         self.N = N
         self.dtype_str = dtype_str
         self.BLOCK_THREADS = BLOCK_THREADS
@@ -168,7 +172,7 @@ class RMSNormLauncher:
     def __repr__(self) -> str:
         return (f"RMSNormLauncher(N={self.N}, dtype_str={self.dtype_str!r}, BLOCK_THREADS={self.BLOCK_THREADS}, "
                 f"ROWS_PER_PROGRAM={self.ROWS_PER_PROGRAM}, CHUNK={self.CHUNK}, CACHE_POLICY={self.CACHE_POLICY}, "
-                f"PREFETCH={self.PREFETCH}, SPLIT={self.SPLIT}, VEC={self.VEC})")
+                f"PREFETCH={self.PREFETCH}, SPLIT={self.SPLIT}, VEC={self.VEC}, COOP={self.COOP})")
 
     # -- options ---------------------------------------------------------------
     def compile_options(self, lowered: Optional[Mapping[str, Any]] = None) -> dict:
@@ -328,12 +332,13 @@ _launchers_lock = threading.Lock()
 
 
 def make_launcher(N: int, dtype_str: str, BLOCK_THREADS: int, ROWS_PER_PROGRAM: int = 1, CHUNK: int = 0,
-                  CACHE_POLICY: int = 1, PREFETCH: int = 0, SPLIT: int = 1, VEC: int = VECTOR_BYTES) -> Any:
+                  CACHE_POLICY: int = 1, PREFETCH: int = 0, SPLIT: int = 1, VEC: int = VECTOR_BYTES,
+                  COOP: int = 0) -> Any:
     """The (cached) launcher for one specialization; raises on an invalid knob value.
 
     ``SPLIT > 1`` gives a :class:`~flyautotune_rmsnorm.split.SplitLauncher`, which is called the same way.
     """
-    spec = (N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLICY, PREFETCH, SPLIT, VEC)
+    spec = (N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLICY, PREFETCH, SPLIT, VEC, COOP)
     launcher = _launchers.get(spec)
     if launcher is None:
         if SPLIT != 1 and not isinstance(SPLIT, bool) and isinstance(SPLIT, int):

@@ -12,6 +12,14 @@ Two launches instead of a grid-wide barrier: no atomics or spin-waits, so the
 same bodies run under Triton's interpreter (which runs programs one by one)
 and never deadlock when the grid is larger than what the GPU holds at once.
 Rows go on grid axis 0 (up to 2**31 - 1), slices on axis 1 (at most 128).
+
+``_split_coop`` (``COOP=1``) does both in one launch, for grids the GPU holds
+at once (the launcher checks ``M * SPLIT`` against the SM count): each program
+keeps its slice in registers, publishes its partial sum, and waits at a
+per-row barrier in global memory (an arrival counter; the last program to
+leave resets it for the next launch), so x is read once and there is no second
+launch. It never runs under the interpreter (one program at a time would wait
+forever): there the two-launch bodies compute the same result.
 """
 
 from __future__ import annotations
@@ -91,6 +99,70 @@ def _split_normalize(
             tl.store(y_row + offs, y, eviction_policy=Y_POLICY)
         else:
             tl.store(y_row + offs, y, mask=offs < N, eviction_policy=Y_POLICY)
+
+
+def _split_coop(
+    X,
+    W,
+    Y,
+    P,  # fp32 [rows, SPLIT_POW2]: each program's partial sum of squares
+    C,  # int32 [rows, 2]: arrivals at the row's barrier, departures from it (0 between launches)
+    sx_vec,
+    sy_vec,
+    eps,
+    N: tl.constexpr,
+    BLOCK_N: tl.constexpr,  # the slice: one program's elements, held in registers
+    SPLIT: tl.constexpr,
+    SPLIT_POW2: tl.constexpr,
+    EVEN_N: tl.constexpr,
+    ROW_VEC: tl.constexpr,
+    X_LAST: tl.constexpr,
+    W_POLICY: tl.constexpr,
+    Y_POLICY: tl.constexpr,
+):
+    row = tl.program_id(0).to(tl.int64)
+    s = tl.program_id(1)
+    offs = s * BLOCK_N + tl.arange(0, BLOCK_N)
+    x_row = X + row * sx_vec * ROW_VEC
+    if EVEN_N:
+        x = tl.load(x_row + offs, eviction_policy=X_LAST)
+        w = tl.load(W + offs, eviction_policy=W_POLICY)
+    else:
+        x = tl.load(x_row + offs, mask=offs < N, other=0.0, eviction_policy=X_LAST)
+        w = tl.load(W + offs, mask=offs < N, other=0.0, eviction_policy=W_POLICY)
+    xf = x.to(tl.float32)
+    # Publish this slice's sum, then arrive; the release orders the sum before the arrival.
+    tl.atomic_xchg(P + row * SPLIT_POW2 + s, tl.reduce(xf * xf, 0, tl.standard._sum_combine), sem="relaxed")
+    arrived = tl.atomic_add(C + 2 * row, 1, sem="acq_rel") + 1
+    while arrived < SPLIT:
+        arrived = tl.atomic_add(C + 2 * row, 0, sem="acquire")
+    parts = tl.arange(0, SPLIT_POW2)
+    p = tl.atomic_add(P + row * SPLIT_POW2 + parts, tl.zeros([SPLIT_POW2], tl.float32), mask=parts < SPLIT,
+                      sem="relaxed")
+    total = tl.reduce(tl.where(parts < SPLIT, p, 0.0), 0, tl.standard._sum_combine)
+    y = (xf * tl.rsqrt(total / N + eps) * w.to(tl.float32)).to(Y.dtype.element_ty)
+    y_row = Y + row * sy_vec * ROW_VEC
+    if EVEN_N:
+        tl.store(y_row + offs, y, eviction_policy=Y_POLICY)
+    else:
+        tl.store(y_row + offs, y, mask=offs < N, eviction_policy=Y_POLICY)
+    # Leave; the last program out resets the barrier (everyone has read the sums by then).
+    left = tl.atomic_add(C + 2 * row + 1, 1, sem="acq_rel")
+    if left == SPLIT - 1:
+        tl.atomic_xchg(C + 2 * row, 0, sem="relaxed")
+        tl.atomic_xchg(C + 2 * row + 1, 0, sem="release")
+
+
+COOP_CONSTS = ("N", "BLOCK_N", "SPLIT", "SPLIT_POW2", "EVEN_N", "ROW_VEC", "X_LAST", "W_POLICY", "Y_POLICY")
+_coop = None
+
+
+def coop_kernel():
+    """The one-launch body (compiled only: see the module's docstring)."""
+    global _coop
+    if _coop is None:
+        _coop = triton.runtime.jit.JITFunction(_split_coop, do_not_specialize=["sx_vec", "sy_vec"])
+    return _coop
 
 
 SUMSQ_CONSTS = ("N", "BLOCK_N", "TILES", "SPLIT", "EVEN_N", "ROW_VEC", "X_KEEP")

@@ -13,6 +13,9 @@ Knobs (structural kwargs the factory consumes):
   then normalize); for a few very long rows that would leave SMs idle.
 * ``VEC``: the widest access per thread in bytes (16, 8, 4): narrower
   accesses spread a short row over more threads.
+* ``COOP``: with ``SPLIT``, one launch instead of two: the row's programs
+  meet at a barrier in global memory (CUDA, when every program of the grid is
+  resident at once: ``M * SPLIT`` at most one per SM).
 
 Every config a space offers is one the factory builds (a test checks it).
 
@@ -28,7 +31,7 @@ import flyautotune as fat
 
 from .factory import ELEMENT_SIZE, SPLIT_CHOICES, next_pow2
 
-KNOBS = ("BLOCK_THREADS", "ROWS_PER_PROGRAM", "CHUNK", "CACHE_POLICY", "PREFETCH", "SPLIT", "VEC")
+KNOBS = ("BLOCK_THREADS", "ROWS_PER_PROGRAM", "CHUNK", "CACHE_POLICY", "PREFETCH", "SPLIT", "VEC", "COOP")
 #: Rows of at most this many elements get one config and no search.
 SMALL_N = 512
 #: Longest padded row held in registers (32 fp32 values per thread at 1024 threads).
@@ -41,12 +44,16 @@ FEW_ROWS = 264
 SPLIT_PROGRAMS = 2 * 132
 #: Shortest slice worth a program of its own (elements).
 MIN_SLICE = 1024
+#: SMs of the GPUs the CUDA space is fitted to (H100/H200): a cooperative split needs a program per SM at most.
+COOP_PROGRAMS = 132
+#: Longest slice a cooperative program holds in registers (elements).
+MAX_COOP_SLICE = 8192
 
 
 def _cfg(bt: int, rows: int = 1, chunk: int = 0, policy: int = 1, prefetch: int = 0, split: int = 1,
-         vec: int = 16, **hints) -> fat.Config:
+         vec: int = 16, coop: int = 0, **hints) -> fat.Config:
     return fat.Config(BLOCK_THREADS=bt, ROWS_PER_PROGRAM=rows, CHUNK=chunk, CACHE_POLICY=policy,
-                      PREFETCH=prefetch, SPLIT=split, VEC=vec, **hints)
+                      PREFETCH=prefetch, SPLIT=split, VEC=vec, COOP=coop, **hints)
 
 
 def _unique(configs: list) -> list:
@@ -79,12 +86,14 @@ def short_row_space(N: int, dtype_str: str) -> list:
     return _unique(out)
 
 
-def split_configs(M: int, N: int, dtype_str: str, block_threads=(128, 256, 1024)) -> list:
+def split_configs(M: int, N: int, dtype_str: str, block_threads=(128, 256, 1024), coop: bool = False) -> list:
     """Split rows for a few long rows: the three largest ``SPLIT`` with slices of at least
     ``MIN_SLICE`` elements and at most ``2 * SPLIT_PROGRAMS`` programs in all.
 
     Each slice is read in tiles of 8-16 elements per thread (16-byte vectors), so
     nothing spills; empty when there are enough rows to fill the GPU without it.
+    ``coop``: also the one-launch form of the three largest splits whose grid fits one
+    program per SM, with 16 elements per thread of its slice in registers.
     """
     npad = next_pow2(N)
     if M >= SPLIT_PROGRAMS // 2:
@@ -98,6 +107,10 @@ def split_configs(M: int, N: int, dtype_str: str, block_threads=(128, 256, 1024)
             tile = min(slice_n, 2 * vec * bt)  # 16 elements per thread at most: no spills
             if tile >= vec * bt and (bt < 1024 or tile == slice_n):
                 out.append(_cfg(bt, 1, 0 if tile == slice_n else tile, 2, split=split))
+    if coop:  # the three largest splits whose grid fits one program per SM
+        for split in [s for s in SPLIT_CHOICES[1:] if MIN_SLICE <= npad // s <= MAX_COOP_SLICE
+                      and M * s <= COOP_PROGRAMS][-3:]:
+            out.append(_cfg(min(1024, max(64, npad // split // 16)), 1, 0, 2, split=split, coop=1))
     return out
 
 
@@ -172,7 +185,7 @@ def cuda_space(M: int, N: int, dtype_str: str) -> list:
         for chunk, bt in ((8192, 512), (8192, 1024), (16384, 1024), (32768, 1024)):
             for prefetch in (0, 1):
                 out.append(_cfg(bt, 1, chunk, 2, prefetch))
-    out += split_configs(M, N, dtype_str)
+    out += split_configs(M, N, dtype_str, coop=True)
     default = default_config(M, N, dtype_str)
     if default not in out:
         out.append(default)

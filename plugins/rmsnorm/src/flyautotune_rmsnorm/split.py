@@ -1,12 +1,48 @@
-"""The launcher of split rows (``SPLIT > 1``): two launches per call, see ``kernel_split.py``."""
+"""The launcher of split rows (``SPLIT > 1``): two launches per call, or one with ``COOP=1`` when the
+whole grid fits on the GPU at once; see ``kernel_split.py``."""
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Optional
 
 from . import kernel_split as _ks
 from .factory import (_INTERPRET, CACHE_POLICIES, Launch, RMSNormLauncher, _direct_call, _torch, next_pow2,
                       row_vec, stream_handle, torch_stream)
+
+
+_workspaces: dict = {}
+_workspace_lock = threading.Lock()
+_sm_counts: dict = {}
+#: Widest split a cooperative launch uses (the partial-sum slots per row).
+MAX_SPLIT = 128
+
+
+def sm_count(dev: int) -> int:
+    n = _sm_counts.get(dev)
+    if n is None:
+        n = _sm_counts[dev] = _torch().cuda.get_device_properties(dev).multi_processor_count
+    return n
+
+
+def workspace(dev: int, handle: int) -> Optional[tuple]:
+    """``(P, C)`` of the cooperative launch on ``(device, stream)``: one per stream, so launches that
+    may run at once never share a barrier. Made on the first launch on a stream, outside any graph
+    capture; None while capturing before that (the caller takes the two-launch path)."""
+    key = (dev, handle)
+    ws = _workspaces.get(key)
+    if ws is None:
+        torch = _torch()
+        if torch.cuda.is_current_stream_capturing():
+            return None
+        rows = sm_count(dev)  # M * SPLIT <= SMs and SPLIT >= 2
+        with torch.cuda.device(dev):
+            p = torch.empty(rows * MAX_SPLIT, dtype=torch.float32, device=f"cuda:{dev}")
+            c = torch.zeros(rows * 2, dtype=torch.int32, device=f"cuda:{dev}")
+            torch.cuda.current_stream(dev).synchronize()  # the zeros are in place before any launch
+        with _workspace_lock:
+            ws = _workspaces.setdefault(key, (p, c))
+    return ws
 
 
 class SplitLauncher(RMSNormLauncher):
@@ -56,6 +92,9 @@ class SplitLauncher(RMSNormLauncher):
         grid = (M, S)
         if interpret is None:
             interpret = not x.is_cuda or _INTERPRET
+        if (self.COOP and not interpret and M * S <= sm_count(x.get_device()) and self.TILES == 1
+                and self._coop(x, w, y, M, S, rv, sx, sy, eps, stream, options)):
+            return
         if interpret:
             p = x.new_empty(M * S, dtype=_torch().float32)
             k1, k2 = _ks.kernels(True)
@@ -79,6 +118,39 @@ class SplitLauncher(RMSNormLauncher):
         pp = p.data_ptr()
         pair[0].call(M, S, handle, xp, pp, sx // rv, *c1.values())
         pair[1].call(M, S, handle, xp, wp, yp, pp, sx // rv, sy // rv, eps, *c2.values())
+
+    def _coop(self, x, w, y, M, S, rv, sx, sy, eps, stream, options) -> bool:
+        """One launch, every program resident (the caller checked ``M * S`` against the SMs); False when
+        no workspace can be made now (a graph capture on a new stream)."""
+        dev = x.get_device()
+        handle = stream_handle(stream, dev)
+        ws = workspace(dev, handle)
+        if ws is None:
+            return False
+        p, c = ws
+        xp, wp, yp = x.data_ptr(), w.data_ptr(), y.data_ptr()
+        key = ("coop", dev, rv, xp & 15 == 0, yp & 15 == 0, wp & 15 == 0, w.dtype, options)
+        launch = self._launches.get(key)
+        consts = self.coop_constexprs(rv)
+        if launch is None:
+            torch = _torch()
+            opts = self.compile_options(dict(options)) if options else self.compile_options()
+            with torch.cuda.device(dev), torch.cuda.stream(torch_stream(stream, x.device)):
+                k = _ks.coop_kernel()[(M, S)](x, w, y, p, c, sx // rv, sy // rv, eps, **consts, **opts)
+            with self._lock:
+                self._launches[key] = Launch(_direct_call(k), k)
+            return True
+        launch.call(M, S, handle, xp, wp, yp, p.data_ptr(), c.data_ptr(), sx // rv, sy // rv, eps, *consts.values())
+        return True
+
+    def coop_constexprs(self, rv: int) -> dict:
+        got = self._consts.get(("coop", rv))
+        if got is None:
+            x_last, _, w_pol, y_pol = CACHE_POLICIES[self.CACHE_POLICY]
+            values = dict(N=self.N, BLOCK_N=self.BLOCK_N, SPLIT=self.programs, SPLIT_POW2=next_pow2(self.programs),
+                          EVEN_N=self.EVEN_N, ROW_VEC=rv, X_LAST=x_last, W_POLICY=w_pol, Y_POLICY=y_pol)
+            got = self._consts[("coop", rv)] = {k: values[k] for k in _ks.COOP_CONSTS}
+        return got
 
     def _first_launch_pair(self, key, x, w, y, p, grid, sxv, syv, eps, c1, c2, options) -> None:
         opts = self.compile_options(dict(options)) if options else self.compile_options()

@@ -1,0 +1,92 @@
+"""The cooperative split (COOP=1: one launch, a barrier per row in global memory) on a CUDA GPU.
+
+Everything runs in a child process with a deadline: a barrier that never opens
+hangs its kernel, and a hung kernel must fail this test, not the whole suite.
+"""
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the CPU counterparts: the "
+                                                              "cross-compiled barrier in test_space.py, the rows "
+                                                              "in test_split.py)"),
+]
+
+CHILD = textwrap.dedent("""
+    import torch
+    import flyautotune as fat
+    from flyautotune_rmsnorm import cuda_space
+    from flyautotune_rmsnorm.api import launch
+    from flyautotune_rmsnorm.reference import relative_error, rmsnorm_reference, tolerance
+
+    def check(y, x, w, what):
+        assert not torch.isnan(y).any(), f"{what}: an output element was not written"
+        err = relative_error(y, rmsnorm_reference(x, w))
+        assert err <= tolerance(y.dtype), f"{what}: relative error {err:.3g}"
+
+    ran = 0
+    for M, N in [(1, 65536), (4, 131072), (1, 262144), (3, 40001), (64, 8192), (2, 3000), (1, 4096)]:
+        for dtype, ds in [(torch.bfloat16, "bf16"), (torch.float16, "fp16"), (torch.float32, "fp32")]:
+            x = torch.randn(M, N, device="cuda", dtype=dtype) * 2
+            w = torch.rand(N, device="cuda", dtype=dtype) + 0.5
+            coop = [c for c in cuda_space(M, N, ds) if c.kwargs["COOP"]]
+            assert coop, (M, N, ds)
+            for cfg in coop:
+                what = f"{M}x{N} {ds} {cfg}"
+                for _ in range(3):  # the barrier resets itself between launches
+                    y = torch.full_like(x, float("nan"))
+                    launch(x, w, y, M, N, ds, 1e-6, N, N, None, **cfg.kwargs)
+                    torch.cuda.synchronize()
+                    check(y, x, w, what)
+                ran += 1
+    # strided rows, out= and a side stream (its own barrier)
+    base = torch.randn(4, 70000, device="cuda", dtype=torch.bfloat16)
+    x = base[:, 100:65636]
+    w = torch.rand(65536, device="cuda", dtype=torch.bfloat16) + 0.5
+    out = torch.full((4, 66000), float("nan"), device="cuda", dtype=torch.bfloat16)[:, :65536]
+    cfg = next(c for c in cuda_space(4, 65536, "bf16") if c.kwargs["COOP"])
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        launch(x, w, out, 4, 65536, "bf16", 1e-6, 70000, 66000, None, **cfg.kwargs)
+    s.synchronize()
+    check(out, x, w, "strided rows on a side stream")
+    # a CUDA graph of back-to-back launches, replayed many times
+    x = torch.randn(2, 131072, device="cuda", dtype=torch.bfloat16)
+    w = torch.rand(131072, device="cuda", dtype=torch.bfloat16) + 0.5
+    ys = [torch.full_like(x, float("nan")) for _ in range(4)]
+    cfg = next(c for c in cuda_space(2, 131072, "bf16") if c.kwargs["COOP"])
+    cap = torch.cuda.Stream()
+    cap.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(cap):
+        for y in ys:
+            launch(x, w, y, 2, 131072, "bf16", 1e-6, 131072, 131072, None, **cfg.kwargs)
+    cap.synchronize()
+    for y in ys:
+        y.fill_(float("nan"))
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=cap):
+        for y in ys:
+            launch(x, w, y, 2, 131072, "bf16", 1e-6, 131072, 131072, None, **cfg.kwargs)
+    for _ in range(50):
+        g.replay()
+    torch.cuda.synchronize()
+    for y in ys:
+        check(y, x, w, "graph replay")
+    print("ok", ran)
+""")
+
+
+def test_cooperative_split_rows_are_right_and_never_hang():
+    try:
+        out = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=180)
+    except subprocess.TimeoutExpired:
+        pytest.fail("a cooperative launch did not finish within 180 s: a row's barrier never opened")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split()[0] == "ok" and int(out.stdout.split()[1]) >= 21, out.stdout
