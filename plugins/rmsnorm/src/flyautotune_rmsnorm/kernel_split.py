@@ -15,9 +15,9 @@ Rows go on grid axis 0 (up to 2**31 - 1), slices on axis 1 (at most 128).
 
 ``_split_coop`` (``COOP=1``) does both in one launch, for grids the GPU holds
 at once (the launcher checks ``M * SPLIT`` against the SM count): each program
-keeps its slice in registers, publishes its partial sum, and waits at a
-per-row barrier in global memory (an arrival counter; the last program to
-leave resets it for the next launch), so x is read once and there is no second
+keeps its slice in registers, writes its partial sum into its slot of the row,
+and polls the row's slots until every one is filled (the last program done
+empties them for the next launch), so x is read once and there is no second
 launch. It never runs under the interpreter (one program at a time would wait
 forever): there the two-launch bodies compute the same result.
 """
@@ -105,8 +105,8 @@ def _split_coop(
     X,
     W,
     Y,
-    P,  # fp32 [rows, SPLIT_POW2]: each program's partial sum of squares
-    C,  # int32 [rows, 2]: arrivals at the row's barrier, departures from it (0 between launches)
+    P,  # fp32 [rows, SPLIT_POW2]: each program's partial sum of squares; -1 (empty) between launches
+    C,  # int32 [rows]: programs done with the row's sums (0 between launches)
     sx_vec,
     sy_vec,
     eps,
@@ -131,26 +131,32 @@ def _split_coop(
         x = tl.load(x_row + offs, mask=offs < N, other=0.0, eviction_policy=X_LAST)
         w = tl.load(W + offs, mask=offs < N, other=0.0, eviction_policy=W_POLICY)
     xf = x.to(tl.float32)
-    # Publish this slice's sum, then arrive; the release orders the sum before the arrival.
-    tl.atomic_xchg(P + row * SPLIT_POW2 + s, tl.reduce(xf * xf, 0, tl.standard._sum_combine), sem="relaxed")
-    arrived = tl.atomic_add(C + 2 * row, 1, sem="acq_rel") + 1
-    while arrived < SPLIT:
-        arrived = tl.atomic_add(C + 2 * row, 0, sem="acquire")
+    # The barrier is the sums themselves: a slot holds -1 until its program writes its sum (>= 0),
+    # and every program polls the row's slots until none is empty. Only those values cross programs,
+    # so relaxed atomics and volatile loads order all that matters, with no fence on the way.
+    slots = P + row * SPLIT_POW2
+    tl.atomic_xchg(slots + s, tl.reduce(xf * xf, 0, tl.standard._sum_combine), sem="relaxed")
     parts = tl.arange(0, SPLIT_POW2)
-    p = tl.atomic_add(P + row * SPLIT_POW2 + parts, tl.zeros([SPLIT_POW2], tl.float32), mask=parts < SPLIT,
-                      sem="relaxed")
-    total = tl.reduce(tl.where(parts < SPLIT, p, 0.0), 0, tl.standard._sum_combine)
+    mine = parts < SPLIT
+    p = tl.load(slots + parts, mask=mine, other=0.0, volatile=True)
+    while tl.reduce(tl.where(mine, p, 0.0), 0, _min_combine) < 0.0:
+        p = tl.load(slots + parts, mask=mine, other=0.0, volatile=True)
+    total = tl.reduce(tl.where(mine, p, 0.0), 0, tl.standard._sum_combine)
     y = (xf * tl.rsqrt(total / N + eps) * w.to(tl.float32)).to(Y.dtype.element_ty)
     y_row = Y + row * sy_vec * ROW_VEC
     if EVEN_N:
         tl.store(y_row + offs, y, eviction_policy=Y_POLICY)
     else:
         tl.store(y_row + offs, y, mask=offs < N, eviction_policy=Y_POLICY)
-    # Leave; the last program out resets the barrier (everyone has read the sums by then).
-    left = tl.atomic_add(C + 2 * row + 1, 1, sem="acq_rel")
-    if left == SPLIT - 1:
-        tl.atomic_xchg(C + 2 * row, 0, sem="relaxed")
-        tl.atomic_xchg(C + 2 * row + 1, 0, sem="release")
+    # The last program done with the sums empties the slots for the next launch.
+    if tl.atomic_add(C + row, 1, sem="acq_rel") == SPLIT - 1:
+        tl.store(slots + parts, tl.full([SPLIT_POW2], -1.0, tl.float32), mask=mine)
+        tl.atomic_xchg(C + row, 0, sem="relaxed")
+
+
+@triton.jit
+def _min_combine(a, b):
+    return tl.minimum(a, b)
 
 
 COOP_CONSTS = ("N", "BLOCK_N", "SPLIT", "SPLIT_POW2", "EVEN_N", "ROW_VEC", "X_LAST", "W_POLICY", "Y_POLICY")

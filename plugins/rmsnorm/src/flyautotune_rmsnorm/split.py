@@ -37,8 +37,8 @@ def workspace(dev: int, handle: int) -> Optional[tuple]:
             return None
         rows = sm_count(dev)  # M * SPLIT <= SMs and SPLIT >= 2
         with torch.cuda.device(dev):
-            p = torch.empty(rows * MAX_SPLIT, dtype=torch.float32, device=f"cuda:{dev}")
-            c = torch.zeros(rows * 2, dtype=torch.int32, device=f"cuda:{dev}")
+            p = torch.full((rows * MAX_SPLIT,), -1.0, dtype=torch.float32, device=f"cuda:{dev}")  # empty slots
+            c = torch.zeros(rows, dtype=torch.int32, device=f"cuda:{dev}")
             torch.cuda.current_stream(dev).synchronize()  # the zeros are in place before any launch
         with _workspace_lock:
             ws = _workspaces.setdefault(key, (p, c))
