@@ -106,12 +106,32 @@ def test_a_device_module_without_graphs_is_timed_with_events(gpu):
 
 # -- cutting a slow candidate short --------------------------------------------------------------------
 
-def test_a_candidate_slower_than_the_cutoff_runs_twice_and_is_marked(gpu):
+def test_a_candidate_slower_than_the_cutoff_is_cut_after_one_replay_and_marked(gpu):
     m = timing.benchmark(lambda: gpu.launch(50.0), module=gpu, device=DEV, rep=20, warm=False, cutoff_ms=10.0)
     assert (m.method, m.reps, m.ms) == ("cutoff", 1, pytest.approx(50.0))
-    assert "50 ms > cutoff 10 ms" in m.note
-    assert gpu.log.count("fn") == 2  # the untimed first call and one timed launch
-    assert gpu.captured_on == []
+    assert "cut short after one graph replay: 50 ms > cutoff 10 ms" in m.note
+    # the untimed first call, one timed launch, the capture's warm-up and its one captured launch
+    assert gpu.log.count("fn") == 4 and len(gpu.captured_on) == 1
+    assert sum(1 for e in gpu.log if isinstance(e, tuple) and e[0] == "replay") == 2  # upload + one timed
+
+
+def test_a_launch_slow_only_between_its_kernels_is_not_cut(gpu):
+    """Two kernels with host work between them: one eager launch shows the gap (31 ms), the graph
+    replay that real use runs does not (1 ms): the candidate is timed in full, not cut."""
+    def launch():
+        gpu.launch(0.5, "k1")
+        gpu.launch(30.0, "host", escape=True)  # the host between the kernels: never captured
+        gpu.launch(0.5, "k2")
+
+    m = timing.benchmark(launch, module=gpu, device=DEV, rep=5, warm=False, cutoff_ms=10.0)
+    assert m.method == "graph" and m.ms == pytest.approx(1.0)
+
+
+def test_without_graphs_the_cutoff_uses_the_eager_launch():
+    no_graph = FakeGpu(capture=False)
+    m = timing.benchmark(lambda: no_graph.launch(50.0), module=no_graph, device=DEV, rep=20, warm=False,
+                         cutoff_ms=10.0)
+    assert m.method == "cutoff" and "cut short after one timed launch (events): 50 ms > cutoff 10 ms" in m.note
 
 
 def test_the_cutoff_can_come_from_the_callers_context(gpu):
