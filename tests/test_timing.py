@@ -40,6 +40,23 @@ def test_graph_replays_round_robin_launches_over_the_rotated_copies(gpu):
     assert [e for e in gpu.log if isinstance(e, tuple) and e[0] == "replay"] == [("replay", "default")] * 8
 
 
+def test_a_replay_far_shorter_than_the_eager_estimate_is_captured_again_longer(gpu):
+    """An eager launch that also times host work between kernels (0.5 ms) sizes the graph at two
+    launches; the first replay shows 0.02 ms, so the graph is captured again with 100."""
+    def rot(i):
+        def launch():
+            gpu.launch(0.005, f"copy{i}")
+            gpu.launch(0.5, "host", escape=True)
+            gpu.launch(0.005, f"copy{i}")
+        return launch
+
+    rots = [rot(0), rot(1)]
+    m = timing.benchmark(rots[0], rotations=rots, module=gpu, device=DEV, rep=5, warm=False)
+    assert m.method == "graph" and m.ms == pytest.approx(0.01)
+    assert "100 launches per replay over 2 input copies" in m.note
+    assert len(gpu.captured_on) == 2 and gpu.log.count("graph-reset") == 2
+
+
 def test_one_slow_replay_moves_the_spread_not_the_median(gpu):
     rot = launches(gpu, 0.01, 2)
     gpu.replay_costs = [0.0] + [0.0, 0.0, 0.1, 0.0, 5.0, 0.0, 0.0]  # the untimed first replay, then 7 timed

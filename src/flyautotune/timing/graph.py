@@ -77,6 +77,10 @@ def time_graph(
 ) -> tuple:
     """Capture round-robin ``launches`` into one graph and time ``rep`` replays on ``stream``.
 
+    The launches per replay come from ``est_ms`` (one eager launch); when the first replay
+    shows the graph far shorter than ``MIN_REPLAY_MS`` (an eager launch also times host gaps
+    between a launch's kernels), it is captured once more with enough launches.
+
     :returns: ``(ms, spread, replays, launches_per_replay)``: ms of one launch
         (median replay / launches), relative interquartile range over replays.
     :raises CaptureError: with the reason, when capture fails or records nothing.
@@ -96,10 +100,7 @@ def time_graph(
             for launch in launches:
                 launch()
         capture_stream.synchronize()
-        graph = cls()
-        with _capture_context(module, graph, capture_stream):
-            for i in range(per):
-                launches[i % n]()
+        graph = _capture(cls, module, capture_stream, launches, per)
     except Exception as exc:
         _settle(module, device)
         raise CaptureError(f"graph capture failed: {type(exc).__name__}: {exc}") from exc
@@ -107,23 +108,55 @@ def time_graph(
         with module.stream(stream):
             if side:
                 stream.wait_stream(capture_stream)
-            graph.replay()  # untimed: the first replay uploads the graph
-            marks = [module.Event(enable_timing=True) for _ in range(rep + 1)]
-            marks[0].record(stream)
-            for i in range(rep):
-                graph.replay()
-                marks[i + 1].record(stream)
-            marks[-1].synchronize()
-        samples = [a.elapsed_time(b) / per for a, b in zip(marks, marks[1:])]
+            first = _time_replays(module, stream, graph, 1)[0]  # also uploads the graph
+            if 0 < first < MIN_REPLAY_MS / 2 and per < MAX_LAUNCHES:
+                longer = launches_per_replay(n, first / per)
+                if longer > per:
+                    _reset(graph)
+                    graph, per = None, longer
+                    graph = _capture(cls, module, capture_stream, launches, per)
+                    if side:
+                        stream.wait_stream(capture_stream)
+                    graph.replay()  # untimed: uploads the new graph
+            samples = [t / per for t in _time_replays(module, stream, graph, rep)]
+    except CaptureError:
+        raise
+    except Exception as exc:
+        _settle(module, device)
+        raise CaptureError(f"graph capture failed: {type(exc).__name__}: {exc}") from exc
     finally:
-        reset = getattr(graph, "reset", None)
-        if reset is not None:
-            reset()
+        if graph is not None:
+            _reset(graph)
     ms = stats.median(samples)
     if ms * _ESCAPE_RATIO < est_ms:
         raise CaptureError(f"a graph replay took {ms:.6f} ms per launch, far less than one eager launch "
                            f"({est_ms:.6f} ms): the launch did not run inside the capture")
     return ms, stats.relative_iqr(samples), rep, per
+
+
+def _capture(cls: Any, module: Any, capture_stream: Any, launches: Sequence[Callable[[], Any]], per: int) -> Any:
+    graph = cls()
+    with _capture_context(module, graph, capture_stream):
+        for i in range(per):
+            launches[i % len(launches)]()
+    return graph
+
+
+def _time_replays(module: Any, stream: Any, graph: Any, rep: int) -> list:
+    """Milliseconds of each of ``rep`` back-to-back replays on ``stream``."""
+    marks = [module.Event(enable_timing=True) for _ in range(rep + 1)]
+    marks[0].record(stream)
+    for i in range(rep):
+        graph.replay()
+        marks[i + 1].record(stream)
+    marks[-1].synchronize()
+    return [a.elapsed_time(b) for a, b in zip(marks, marks[1:])]
+
+
+def _reset(graph: Any) -> None:
+    reset = getattr(graph, "reset", None)
+    if reset is not None:
+        reset()
 
 
 def _settle(module: Any, device: Any) -> None:

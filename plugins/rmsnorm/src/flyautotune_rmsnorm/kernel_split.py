@@ -139,7 +139,7 @@ def _split_coop(
     parts = tl.arange(0, SPLIT_POW2)
     mine = parts < SPLIT
     p = tl.load(slots + parts, mask=mine, other=0.0, volatile=True)
-    while tl.reduce(tl.where(mine, p, 0.0), 0, _min_combine) < 0.0:
+    while tl.min(tl.where(mine, p, 0.0), 0) < 0.0:  # compiled only: tl.min is fine here
         p = tl.load(slots + parts, mask=mine, other=0.0, volatile=True)
     total = tl.reduce(tl.where(mine, p, 0.0), 0, tl.standard._sum_combine)
     y = (xf * tl.rsqrt(total / N + eps) * w.to(tl.float32)).to(Y.dtype.element_ty)
@@ -152,11 +152,6 @@ def _split_coop(
     if tl.atomic_add(C + row, 1, sem="acq_rel") == SPLIT - 1:
         tl.store(slots + parts, tl.full([SPLIT_POW2], -1.0, tl.float32), mask=mine)
         tl.atomic_xchg(C + row, 0, sem="relaxed")
-
-
-@triton.jit
-def _min_combine(a, b):
-    return tl.minimum(a, b)
 
 
 COOP_CONSTS = ("N", "BLOCK_N", "SPLIT", "SPLIT_POW2", "EVEN_N", "ROW_VEC", "X_LAST", "W_POLICY", "Y_POLICY")
