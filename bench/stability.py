@@ -23,7 +23,7 @@ import tempfile
 
 # The floor a first call pays in a fresh process with a warm Triton cache, tuned or not: Triton's
 # per-process setup (hashing its own sources for cache keys, the ptxas version, loading binaries).
-UNTUNED = r"""
+INPUTS = r"""
 import json, sys, time
 import torch
 M, N, ds = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
@@ -31,6 +31,8 @@ dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[ds]
 x = torch.randn(M, N, device="cuda", dtype=dt)
 w = torch.rand(N, device="cuda", dtype=dt) + 0.5
 torch.cuda.synchronize()
+"""
+UNTUNED = INPUTS + r"""
 from flyautotune_rmsnorm import rmsnorm
 t1 = time.perf_counter()
 rmsnorm(x, w)
@@ -38,14 +40,7 @@ torch.cuda.synchronize()
 print(json.dumps({"first_call_s": time.perf_counter() - t1}))
 """
 
-CHILD = r"""
-import json, sys, time
-import torch
-M, N, ds = int(sys.argv[1]), int(sys.argv[2]), sys.argv[3]
-dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[ds]
-x = torch.randn(M, N, device="cuda", dtype=dt)
-w = torch.rand(N, device="cuda", dtype=dt) + 0.5
-torch.cuda.synchronize()
+CHILD = INPUTS + r"""
 t0 = time.perf_counter()
 import flyautotune as fat
 from flyautotune_rmsnorm import rmsnorm_autotuned

@@ -102,6 +102,24 @@ def test_adopter_is_registered_through_its_entry_point():
     assert ad.configs(M=8, N=256, dtype="bf16", x=torch.empty(0)) == [default_config(8, 256, "bf16", "cpu")]
 
 
+def _stack_and_local(k, name: str) -> tuple:
+    """``((stack bytes, local bytes), report)`` of a cross-compiled kernel, from cuobjdump's resource usage."""
+    import re
+    import subprocess
+
+    import triton
+
+    cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump")
+    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"{name}_{os.getpid()}.cubin")
+    with open(path, "wb") as f:
+        f.write(k.asm["cubin"])
+    report = subprocess.run([cuobjdump, "-res-usage", path], capture_output=True, text=True).stdout
+    os.unlink(path)
+    m = re.search(r"REG:(\d+) STACK:(\d+) SHARED:\d+ LOCAL:(\d+)", report)
+    assert m, report
+    return (int(m.group(2)), int(m.group(3))), report
+
+
 @pytest.mark.skipif(shutil.which("ptxas") is None and not os.path.exists(
     os.path.join(os.path.dirname(__import__("triton").__file__), "backends/nvidia/bin/ptxas")),
     reason="needs Triton's NVIDIA backend (ptxas) to cross-compile")
@@ -111,7 +129,6 @@ def test_compile_spec_cross_compiles_for_sm90_without_spills(M, N, split):
     """The CPU counterpart of the GPU no-spill test: ptxas's resource report of the default, or of a
     split config of the space (its normalize kernel)."""
     import re
-    import subprocess
 
     import triton
     from triton.backends.compiler import GPUTarget
@@ -124,15 +141,8 @@ def test_compile_spec_cross_compiles_for_sm90_without_spills(M, N, split):
     attrs = {(i,): [["tt.divisibility", 16]] for i in range(4 if split > 1 else 3)}
     k = triton.compile(triton.compiler.ASTSource(kernel, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
                        options=extra["options"])
-    cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump")
-    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"rmsnorm_{N}_{os.getpid()}.cubin")
-    with open(path, "wb") as f:
-        f.write(k.asm["cubin"])
-    report = subprocess.run([cuobjdump, "-res-usage", path], capture_output=True, text=True).stdout
-    os.unlink(path)
-    m = re.search(r"REG:(\d+) STACK:(\d+) SHARED:\d+ LOCAL:(\d+)", report)
-    assert m, report
-    assert (int(m.group(2)), int(m.group(3))) == (0, 0), f"{cfg} spills: {report}"
+    stack_and_local, report = _stack_and_local(k, f"rmsnorm_{N}")
+    assert stack_and_local == (0, 0), f"{cfg} spills: {report}"
     assert "ld.global.v4" in k.asm["ptx"] or "ld.global.L1::evict_first.v4" in k.asm["ptx"] or re.search(
         r"ld\.global[\w:.]*\.v4", k.asm["ptx"]), "rows are not read with 16-byte loads"
 
@@ -146,7 +156,6 @@ def test_cooperative_split_cross_compiles_to_one_barrier_per_row(M, N):
     publishes its sum from one thread, polls the row's slots in a loop (volatile loads), and counts
     departures so the last one empties the slots; no spills."""
     import re
-    import subprocess
 
     import triton
     from triton.backends.compiler import GPUTarget
@@ -163,14 +172,8 @@ def test_cooperative_split_cross_compiles_to_one_barrier_per_row(M, N):
         loop = re.search(r"(\$L__BB\d+_\d+):[^\n]*Loop Header(.*?)bra(\.uni)?\s+\1;", ptx, re.S)
         assert loop and "ld.volatile.global" in loop.group(2), "no loop polling the row's slots"
         assert re.search(r"@%p\d+ atom\.global\.gpu\.acq_rel\.add\.u32", ptx), "departures are not counted"
-        cuobjdump = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/cuobjdump")
-        path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"rmsnorm_coop_{N}_{os.getpid()}.cubin")
-        with open(path, "wb") as f:
-            f.write(k.asm["cubin"])
-        report = subprocess.run([cuobjdump, "-res-usage", path], capture_output=True, text=True).stdout
-        os.unlink(path)
-        m = re.search(r"REG:(\d+) STACK:(\d+) SHARED:\d+ LOCAL:(\d+)", report)
-        assert m and (int(m.group(2)), int(m.group(3))) == (0, 0), f"{cfg} spills: {report}"
+        stack_and_local, report = _stack_and_local(k, f"rmsnorm_coop_{N}")
+        assert stack_and_local == (0, 0), f"{cfg} spills: {report}"
 
 
 # -- the tuned entry's selection, with a fake GPU backend on CPU tensors --------------------------------
