@@ -268,3 +268,18 @@ def test_drift_that_slows_every_candidate_alike_does_not_hide_a_win(pm):
     sel = tuner(pm, "d_drift").select(torch.zeros(2), 2, force=True)
     assert sel.config == fat.Config(B=2) and sel.margin == pytest.approx(0.025, abs=1e-6)
     assert sel.noise < 0.025
+
+
+def test_one_disturbed_round_does_not_hide_a_twofold_win(pm):
+    # seen on an H200 (1 x 65536 bf16): both finalists twice as fast as the default, one re-timing of
+    # each hit by a 10x hiccup; the median ratios say 0.5, a disturbed round must not drown that
+    pm.register(FixedTimes({1: [5.4, 5.4, 5.4], 2: [2.7, 2.7, 27.0], 3: [2.8, 28.0, 2.8]}))
+    sel = tuner(pm, "d_hiccup").select(torch.zeros(2), 2, force=True)
+    assert sel.config in (fat.Config(B=2), fat.Config(B=3)) and sel.margin > 0.45
+
+
+def test_one_disturbed_round_does_not_fake_a_win_either(pm):
+    # the default hit by a hiccup in one round: the challengers are 1% slower in every other round
+    pm.register(FixedTimes({1: [1.0, 10.0, 1.0], 2: [1.01], 3: [1.012]}))
+    sel = tuner(pm, "d_hiccup_default").select(torch.zeros(2), 2, force=True)
+    assert sel.config == fat.Config(B=1) and sel.margin == 0.0

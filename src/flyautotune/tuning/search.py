@@ -30,6 +30,8 @@ ROUNDS = 2
 MAX_ROUNDS = 6
 #: A decision whose noise band is this narrow needs no more rounds.
 SETTLED_NOISE = 0.005
+#: A round whose challenger/default ratio is this many times off the others' median was disturbed.
+HICCUP = 1.5
 #: A candidate whose first timing exceeds this multiple of the best so far is cut short.
 CUTOFF = 3.0
 class AutotuneError(RuntimeError):
@@ -407,13 +409,18 @@ def compare(c: Candidate, d: Candidate) -> tuple:
 
     With three or more rounds timed side by side, the gain is the median of the per-round
     ratios and the noise twice their standard error (drift that moves both alike cancels);
-    it is never below the noise of the two medians' own samples. Otherwise the medians are
-    compared and their noises combined."""
+    a round whose ratio is more than ``HICCUP`` times off the median is a disturbed
+    measurement, not noise, and is left out (while two rounds remain), so one hiccup can
+    neither hide a win nor fake one. The noise is never below that of the two medians' own
+    samples. Otherwise the medians are compared and their noises combined."""
     within = (c.noise(within=True) ** 2 + d.noise(within=True) ** 2) ** 0.5
     n = min(len(c.samples), len(d.samples))
     if n >= 3 and not c.reused:
         ratios = [a / b for a, b in zip(c.samples[:n], d.samples[:n])]
-        return 1.0 - statistics.median(ratios), max(within, 2.0 * statistics.stdev(ratios) / n ** 0.5)
+        mid = statistics.median(ratios)
+        kept = [r for r in ratios if mid / HICCUP <= r <= mid * HICCUP]
+        ratios = kept if len(kept) >= 2 else ratios
+        return 1.0 - statistics.median(ratios), max(within, 2.0 * statistics.stdev(ratios) / len(ratios) ** 0.5)
     return (d.ms - c.ms) / d.ms, (c.noise() ** 2 + d.noise() ** 2) ** 0.5
 
 
