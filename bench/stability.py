@@ -192,7 +192,8 @@ def main(argv=None):
         row = {"shape": spec, "default": default, "default_ms": times[0], "runs": runs, "winner_ms": winner_ms,
                "winner_spread": max(winner_ms) / min(winner_ms) - 1,
                "tuned_over_default": [times[0] / t for t in winner_ms],
-               "cold_call_s": runs[0]["first_call_s"], "warm_call_s": statistics.median(r["first_call_s"] for r in warm),
+               "cold_call_s": runs[0]["first_call_s"],
+               "warm_call_s": statistics.median(r["first_call_s"] for r in warm),
                "cold_search_s": runs[0]["search_s"], "warm_search_s": statistics.median(r["search_s"] for r in warm),
                "untuned_warm_call_s": untuned}
         results.append(row)
@@ -206,7 +207,8 @@ def main(argv=None):
     for r in results:
         print(f"| {r['shape']} | {', '.join(f'{t * 1e3:.1f}' for t in r['winner_ms'])} | "
               f"{r['winner_spread']:.2%} | {min(r['tuned_over_default']):.3f}-{max(r['tuned_over_default']):.3f} | "
-              f"{r['cold_call_s']:.2f} / {r['warm_call_s']:.2f} | {r['cold_search_s']:.2f} / {r['warm_search_s']:.2f} | "
+              f"{r['cold_call_s']:.2f} / {r['warm_call_s']:.2f} | "
+              f"{r['cold_search_s']:.2f} / {r['warm_search_s']:.2f} | "
               f"{r['untuned_warm_call_s']:.2f} |")
 
 

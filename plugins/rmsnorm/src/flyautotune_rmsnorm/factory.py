@@ -2,8 +2,8 @@
 
 ``make_launcher(N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK,
 CACHE_POLICY, PREFETCH, SPLIT, VEC, COOP)`` is cached; ``SPLIT > 1`` builds the
-split-row launcher (``split.py``), otherwise the one-program-per-rows body; the launcher compiles lazily per device, per pointer
-alignment and per compile-option set (the lowered hint snapshot), then launches
+split-row launcher (``split.py``), otherwise the one-program-per-rows body; the
+launcher compiles lazily per device, per pointer alignment and per compile-option set (the lowered hint snapshot), then launches
 the cached binary straight through Triton's launcher, so a call costs a few
 microseconds of host time rather than a trip through ``JITFunction.run``.
 """
