@@ -258,7 +258,9 @@ def bench_shape(M, N, ds, impls, explore, log):
     fat.remove_listener(listener)
     if searches:
         row["candidates"] = [{"config": c["config"].get("kwargs") if isinstance(c["config"], dict) else c["config"],
-                              "ms": c["ms"], "error": c["error"]} for c in searches[-1].get("candidates", [])]
+                              **{k: c.get(k) for k in ("ms", "error", "method", "spread", "samples", "default")}}
+                             for c in searches[-1].get("candidates", [])]
+        row["search"] = {k: searches[-1].get(k) for k in ("winner", "margin", "noise")}
     impls["tuned"](x, w)
     row["tuned_config"] = _tuned_launch.last_config.kwargs
     row["tuned_source"] = _tuned_launch.last_source

@@ -47,6 +47,7 @@ def test_a_challenger_inside_the_noise_keeps_the_default(pm):
     rows = {r["config"]["kwargs"]["B"]: r for r in sel.timings}
     # a close call: first pass + the most interleaved rounds a search takes
     assert rows[1]["default"] and rows[2]["rounds"] == 7
+    assert rows[2]["samples"] == [0.96, 1.03, 0.99, 0.96, 1.03, 0.99, 0.96]  # every round, in order, in the log
 
 
 def test_a_real_win_over_the_default_is_chosen_and_its_margin_logged(pm, caplog):

@@ -51,6 +51,8 @@ class Candidate:
         row = {"config": config_repr(self.config), "ms": self.ms, "error": self.error}
         if self.measurement is not None:
             row.update(spread=round(self.noise(), 6), rounds=len(self.samples))
+            if len(self.samples) > 1:  # the first pass and each re-timing round, in order (not stored)
+                row["samples"] = list(self.samples)
             if self.measurement.method:
                 row["method"] = self.measurement.method
             if self.measurement.reps:
