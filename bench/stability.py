@@ -68,7 +68,9 @@ end = ends[-1] if ends else {}
 print(json.dumps({"config": tuned_launch.last_config.kwargs, "source": tuned_launch.last_source,
                   "call_s": t2 - t0, "first_call_s": t2 - t1, "search_s": end.get("duration_s"),
                   "margin": end.get("margin"), "noise": end.get("noise"),
-                  "methods": sorted({c.get("method") for c in end.get("candidates", []) if c.get("method")})}))
+                  "methods": sorted({c.get("method") for c in end.get("candidates", []) if c.get("method")}),
+                  "finalists": [{"config": c["config"], "samples": c["samples"]}
+                                for c in end.get("candidates", []) if c.get("samples")]}))
 """
 
 
