@@ -190,10 +190,12 @@ def _compile_options(target: fat.Target, block_threads: int) -> tuple:
 
 
 def clear_caches() -> None:
-    """Forget cached targets and lowered options (after the plugin set changes)."""
+    """Forget cached targets and lowered options (after the plugin set changes), and the tuner's
+    in-memory plans with the specialized launches made from those options (winners stay stored)."""
     _targets.clear()
     _options.clear()
     _defaults.clear()
+    tuned_launch.clear()
 
 
 def launch(x, weight, out, M, N, dtype, eps, sx, sy, stream=None,
