@@ -85,9 +85,8 @@ def _checked(ms: Any, name: str, how: str) -> float:
     return ms if ms > 1e-6 else 1e-6  # shorter than the clock's tick: report the tick, never 0
 
 
-def _cut(first: float, cutoff: float, how: str) -> Measurement:
-    what = "one graph replay" if how == "one graph replay" else f"one timed launch ({how})"
-    return Measurement(first, None, "cutoff", 1, f"cut short after {what}: {first:.4g} ms > cutoff {cutoff:.4g} ms")
+def _cut(ms: float, cutoff: float, what: str) -> Measurement:
+    return Measurement(ms, None, "cutoff", 1, f"cut short after {what}: {ms:.4g} ms > cutoff {cutoff:.4g} ms")
 
 
 def benchmark(
@@ -155,12 +154,12 @@ def benchmark(
             # One eager launch also times the host between the kernels of a launch that runs several:
             # where real use is a graph replay, one replay (about max(1 ms, one launch)) decides.
             if not graphable:
-                return _cut(first, cutoff, "events")
+                return _cut(first, cutoff, "one timed launch (events)")
             try:
                 short = _checked(graph.time_graph([fn], module=module, stream=stream, device=device, rep=1,
                                                   est_ms=first)[0], name, "graph")
             except graph.CaptureError:
-                return _cut(first, cutoff, "events")
+                return _cut(first, cutoff, "one timed launch (events)")
             if short > cutoff:
                 return _cut(short, cutoff, "one graph replay")
         note = ""
@@ -191,5 +190,5 @@ def _host(launches, setup, warmup, rep, cutoff, name) -> Measurement:
     ms, spread, reps = wall.time_wall(launches, setup=setup, warmup=warmup, rep=rep, cutoff_ms=cutoff)
     ms = _checked(ms, name, "host clock")
     if cutoff is not None and reps == 1 and ms > cutoff:
-        return _cut(ms, cutoff, "host clock")
+        return _cut(ms, cutoff, "one timed launch (host clock)")
     return Measurement(ms, spread, "wall", reps)

@@ -100,10 +100,10 @@ def time_graph(
             for launch in launches:
                 launch()
         capture_stream.synchronize()
-        graph = _capture(cls, module, capture_stream, launches, per)
     except Exception as exc:
         _settle(module, device)
         raise CaptureError(f"graph capture failed: {type(exc).__name__}: {exc}") from exc
+    graph = _capture(cls, module, device, capture_stream, launches, per)
     try:
         with module.stream(stream):
             if side:
@@ -114,16 +114,11 @@ def time_graph(
                 if longer > per:
                     _reset(graph)
                     graph, per = None, longer
-                    graph = _capture(cls, module, capture_stream, launches, per)
+                    graph = _capture(cls, module, device, capture_stream, launches, per)
                     if side:
                         stream.wait_stream(capture_stream)
                     graph.replay()  # untimed: uploads the new graph
             samples = [t / per for t in _time_replays(module, stream, graph, rep)]
-    except CaptureError:
-        raise
-    except Exception as exc:
-        _settle(module, device)
-        raise CaptureError(f"graph capture failed: {type(exc).__name__}: {exc}") from exc
     finally:
         if graph is not None:
             _reset(graph)
@@ -134,12 +129,18 @@ def time_graph(
     return ms, stats.relative_iqr(samples), rep, per
 
 
-def _capture(cls: Any, module: Any, capture_stream: Any, launches: Sequence[Callable[[], Any]], per: int) -> Any:
-    graph = cls()
-    with _capture_context(module, graph, capture_stream):
-        for i in range(per):
-            launches[i % len(launches)]()
-    return graph
+def _capture(cls: Any, module: Any, device: Any, capture_stream: Any, launches: Sequence[Callable[[], Any]],
+             per: int) -> Any:
+    """A graph of ``per`` round-robin launches; :class:`CaptureError` when capture fails."""
+    try:
+        graph = cls()
+        with _capture_context(module, graph, capture_stream):
+            for i in range(per):
+                launches[i % len(launches)]()
+        return graph
+    except Exception as exc:
+        _settle(module, device)
+        raise CaptureError(f"graph capture failed: {type(exc).__name__}: {exc}") from exc
 
 
 def _time_replays(module: Any, stream: Any, graph: Any, rep: int) -> list:

@@ -89,6 +89,7 @@ class Autotuner:
         self.validate = optional_callable("validate", validate)
         self.precompile = optional_callable("precompile", precompile)
         self.specialize = optional_callable("specialize", specialize)
+        self._specialize_warned = False  # a failing specialize= is reported once per tuner
         self.check = verify.check_arg(check)
         self.tolerance = verify.tolerance_arg(tolerance)
         if max_search_s is not None and (isinstance(max_search_s, bool) or not isinstance(max_search_s, (int, float))

@@ -42,11 +42,10 @@ def remember(tuner: Any, args: tuple, plan: Any) -> None:
             try:
                 bound = tuner.specialize(plan.config, **tuner.sig.bind(args, {}).named)
             except Exception as exc:  # the launch itself serves this key's hits (said once per tuner)
-                if not getattr(tuner, "_specialize_warned", False):
+                if not tuner._specialize_warned:
                     tuner._specialize_warned = True
                     log.warning("%s: specialize(%s) failed (%s: %s); cache hits call the launch itself", tuner.name,
                                 plan.config, type(exc).__name__, exc)
-                bound = None
             if bound is not None and not callable(bound):
                 raise TypeError(f"{tuner.name}: specialize= returned {bound!r}; expected a callable or None")
         plan.bound, plan.bound_kwargs = (bound, {}) if bound is not None else (tuner.fn, plan.kwargs)

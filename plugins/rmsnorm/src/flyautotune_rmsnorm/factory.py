@@ -3,7 +3,8 @@
 ``make_launcher(N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK,
 CACHE_POLICY, PREFETCH, SPLIT, VEC, COOP)`` is cached; ``SPLIT > 1`` builds the
 split-row launcher (``split.py``), otherwise the one-program-per-rows body; the
-launcher compiles lazily per device, per pointer alignment and per compile-option set (the lowered hint snapshot), then launches
+launcher compiles lazily per device, per pointer alignment and per compile-option
+set (the lowered hint snapshot), then launches
 the cached binary straight through Triton's launcher, so a call costs a few
 microseconds of host time rather than a trip through ``JITFunction.run``.
 """
@@ -217,8 +218,7 @@ class RMSNormLauncher:
             _kernel.interpreted_kernel()[(self.grid(M),)](x, w, y, M, sx // rv, sy // rv, eps, *consts)
             return
         xp, wp, yp = x.data_ptr(), w.data_ptr(), y.data_ptr()
-        # Triton specializes each pointer on 16-byte alignment: one binary per combination.
-        key = (x.get_device(), consts, xp & 15 == 0, yp & 15 == 0, wp & 15 == 0, w.dtype, options)
+        key = launch_key(x.get_device(), consts, xp, yp, wp, w.dtype, options)
         launch = self._launches.get(key)
         if launch is None:
             self._first_launch(key, x, w, y, M, sx // rv, sy // rv, eps, consts, options, stream)
@@ -257,7 +257,7 @@ class RMSNormLauncher:
                 opts = state[1] = options()
             self(x, w, y, M_, sx_, sy_, eps, stream, opts)
             if call is None and M_ == M and sx_ == sx and sy_ == sy and x.get_device() == dev:
-                launch = self._launches.get((dev, consts, True, True, True, w_dtype, opts))
+                launch = self._launches.get(launch_key(dev, consts, 0, 0, 0, w_dtype, opts))  # the aligned binary
                 if launch is not None:
                     state[0] = launch.call
             return y
@@ -288,6 +288,12 @@ class RMSNormLauncher:
                                             **kw, **self.compile_options(dict(options)))
             k.run  # loading the binary fills n_regs / n_spills
         return k
+
+
+def launch_key(dev: int, consts: tuple, xp: int, yp: int, wp: int, w_dtype: Any, options: tuple) -> tuple:
+    """The key of a compiled binary in a launcher's cache. Triton specializes each pointer on 16-byte
+    alignment: one binary per combination."""
+    return dev, consts, xp & 15 == 0, yp & 15 == 0, wp & 15 == 0, w_dtype, options
 
 
 def torch_stream(stream: Any, device: Any) -> Any:

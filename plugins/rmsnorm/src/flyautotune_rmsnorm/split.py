@@ -7,8 +7,8 @@ import threading
 from typing import Any, Optional
 
 from . import kernel_split as _ks
-from .factory import (_INTERPRET, CACHE_POLICIES, Launch, RMSNormLauncher, _direct_call, _torch, next_pow2,
-                      row_vec, stream_handle, torch_stream)
+from .factory import (_INTERPRET, CACHE_POLICIES, Launch, RMSNormLauncher, _direct_call, _torch, launch_key,
+                      next_pow2, row_vec, stream_handle, torch_stream)
 
 
 _workspaces: dict = {}
@@ -87,7 +87,6 @@ class SplitLauncher(RMSNormLauncher):
             return
         vec = self.vec
         rv = vec if not (sx | sy) & (vec - 1) else row_vec(sx, sy, self.elem, self.VEC)
-        c1, c2 = self.constexprs(rv)
         S = self.programs
         grid = (M, S)
         if interpret is None:
@@ -95,6 +94,7 @@ class SplitLauncher(RMSNormLauncher):
         if (self.COOP and not interpret and M * S <= sm_count(x.get_device()) and self.TILES == 1
                 and self._coop(x, w, y, M, S, rv, sx, sy, eps, stream, options)):
             return
+        c1, c2 = self.constexprs(rv)
         if interpret:
             p = x.new_empty(M * S, dtype=_torch().float32)
             k1, k2 = _ks.kernels(True)
@@ -102,7 +102,7 @@ class SplitLauncher(RMSNormLauncher):
             k2[grid](x, w, y, p, sx // rv, sy // rv, eps, **c2)
             return
         xp, wp, yp = x.data_ptr(), w.data_ptr(), y.data_ptr()
-        key = (x.get_device(), rv, xp & 15 == 0, yp & 15 == 0, wp & 15 == 0, w.dtype, options)
+        key = launch_key(x.get_device(), rv, xp, yp, wp, w.dtype, options)
         pair = self._launches.get(key)
         torch = _torch()
         if pair is None or stream is not None:
@@ -129,7 +129,7 @@ class SplitLauncher(RMSNormLauncher):
             return False
         p, c = ws
         xp, wp, yp = x.data_ptr(), w.data_ptr(), y.data_ptr()
-        key = ("coop", dev, rv, xp & 15 == 0, yp & 15 == 0, wp & 15 == 0, w.dtype, options)
+        key = launch_key(dev, ("coop", rv), xp, yp, wp, w.dtype, options)
         launch = self._launches.get(key)
         consts = self.coop_constexprs(rv)
         if launch is None:
