@@ -106,6 +106,36 @@ def test_a_search_on_a_rocm_target_is_timed_on_the_launch_stream_and_stored(pm, 
     assert entry.config["kwargs"] == {"B": 2} and entry.provenance["target"]["arch"] == "gfx942"
 
 
+def test_the_clocks_warm_while_the_candidates_compile(pm, hip):
+    """A cold search does not wait for the first compile before warming the GPU: the warm-up burst runs
+    while the precompile pool works (each compile here waits until it sees the burst, or 5 s)."""
+    import threading
+
+    warmed = threading.Event()
+    seen = []
+
+    def precompile(config, x, n, **_):
+        seen.append(warmed.wait(5.0))
+
+    def make_work(device):
+        def work():
+            hip.launch(50.0, "warm")
+            warmed.set()
+        return work
+
+    clocks.make_work = make_work  # restored by the fixture's monkeypatch of the same name
+
+    @fat.autotune(configs=[fat.Config(B=1), fat.Config(B=2)], key=["n"], plugin_manager=pm, name="h_warm",
+                  precompile=precompile)
+    def launch(x, n, B=None, stream=None):
+        hip.launch(0.01 * (3 - B), f"B{B}")
+
+    sel = launch.select(torch.zeros(4, device="meta"), 4, stream=hip.Stream(device=torch.device("meta")), force=True)
+    assert sel.config == fat.Config(B=2)
+    assert seen == [True, True]
+    assert hip.log.count("warm") == 16  # warmed once: the timing found the device warm
+
+
 def test_an_omitted_stream_lets_the_launch_follow_the_capture_stream(pm, hip):
     """A launch that takes ``stream=`` and was called without one is timed as a graph: it runs on the
     current stream, which the engine makes its capture stream (the default stream cannot capture)."""

@@ -176,6 +176,18 @@ def test_clocks_are_warmed_once_before_the_first_timing(gpu, monkeypatch):
     assert gpu.log.index("warm") < gpu.log.index("fn")
 
 
+def test_a_warm_up_that_failed_is_tried_again_by_the_next_timing(gpu, monkeypatch):
+    def broken(device):
+        raise RuntimeError("no math library on this device")
+
+    monkeypatch.setattr(clocks, "make_work", broken)
+    with pytest.raises(RuntimeError, match="no math library"):
+        clocks.warm_clocks(DEV, gpu)
+    monkeypatch.setattr(clocks, "make_work", lambda device: lambda: gpu.launch(10.0, "warm"))
+    timing.benchmark(lambda: gpu.launch(0.5), module=gpu, device=DEV, rep=3)
+    assert gpu.log.count("warm") == 16
+
+
 # -- what comes back ----------------------------------------------------------------------------------
 
 def test_cpu_is_timed_with_the_host_clock():

@@ -71,20 +71,26 @@ def warm_clocks(device: Any, module: Any, *, stream: Any = None, ms: float = WAR
         if last is not None and now - last < REWARM_AFTER_S:
             return None
         _last_busy[_key(device)] = now  # a concurrent caller does not warm twice
-    work = work if work is not None else make_work(device)
     spent = 0.0
-    with _on(module, stream):
-        start = module.Event(enable_timing=True)
-        start.record()
-        for _ in range(_MAX_CHUNKS):
-            for _ in range(_CHUNK):
-                work()
-            end = module.Event(enable_timing=True)
-            end.record()
-            end.synchronize()
-            spent = start.elapsed_time(end)
-            if spent >= ms:
-                break
+    try:
+        work = work if work is not None else make_work(device)
+        with _on(module, stream):
+            start = module.Event(enable_timing=True)
+            start.record()
+            for _ in range(_MAX_CHUNKS):
+                for _ in range(_CHUNK):
+                    work()
+                end = module.Event(enable_timing=True)
+                end.record()
+                end.synchronize()
+                spent = start.elapsed_time(end)
+                if spent >= ms:
+                    break
+    except BaseException:
+        with _lock:  # not warmed: the next caller tries again
+            if _last_busy.get(_key(device)) == now:
+                del _last_busy[_key(device)]
+        raise
     mark_busy(device)
     return spent
 

@@ -208,6 +208,22 @@ class Search:
         self.precompiler.start((c, self._plan(c.config)) for c in self.cands
                                if self._prior(c) is None and self._cjson(c) not in self.crashed)
 
+    def warm_device(self) -> None:
+        """Bring the device's clocks up (and its math libraries' lazy set-up) while the candidates compile:
+        the timing would warm them before the first candidate anyway, after waiting for its compile."""
+        if self.t.do_bench is not None or self.precompiler is None or self.precompiler.pool is None:
+            return
+        from ..timing import clocks
+
+        device = self.call.device
+
+        try:
+            module = streams.device_module(device)
+            if module is not None and callable(getattr(module, "Event", None)):
+                clocks.warm_clocks(device, module, stream=self.stream)
+        except Exception as exc:  # the timing warms again itself; say why not here
+            log.debug("%s: warming %s while compiling failed: %s", self.t.name, device, exc)
+
     def wait_compiled(self, cand: Candidate) -> None:
         if self.precompiler is not None:
             self.precompiler.wait(cand)
@@ -371,6 +387,7 @@ class Search:
         log.info("%s: searching %d configs on %s/%s", self.t.name, n, self.target.backend, self.target.arch)
         try:
             self.start_precompile()
+            self.warm_device()
             self.probe()
             self.rotations = self._rotations()
             self.first_pass()
