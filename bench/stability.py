@@ -65,7 +65,8 @@ if prof is not None:
     pstats.Stats(prof, stream=buf).sort_stats("cumulative").print_stats(60)
     open(os.environ["STABILITY_PROFILE"], "w").write(buf.getvalue())
 end = ends[-1] if ends else {}
-print(json.dumps({"config": tuned_launch.last_config.kwargs, "source": tuned_launch.last_source,
+print(json.dumps({"config": tuned_launch.last_config.kwargs, "config_dict": tuned_launch.last_config.to_dict(),
+                  "source": tuned_launch.last_source,
                   "call_s": t2 - t0, "first_call_s": t2 - t1, "search_s": end.get("duration_s"),
                   "margin": end.get("margin"), "noise": end.get("noise"),
                   "methods": sorted({c.get("method") for c in end.get("candidates", []) if c.get("method")}),
@@ -86,10 +87,12 @@ def run_child(M, N, ds, triton_cache, store, profile=None, code=CHILD):
 
 
 def graph_ms(M, N, ds, configs, rounds=5):
-    """Per-call ms of each config (a dict of kwargs), CUDA-graph replay over rotated inputs, interleaved."""
+    """Per-call ms of each config (a ``fat.Config``, or a dict of kwargs), CUDA-graph replay over rotated
+    inputs, interleaved."""
     import torch
     import triton
 
+    import flyautotune as fat
     from flyautotune_rmsnorm.api import launch
 
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[ds]
@@ -100,9 +103,12 @@ def graph_ms(M, N, ds, configs, rounds=5):
     w = torch.rand(N, device="cuda", dtype=dt) + 0.5
     graphs = []
     for cfg in configs:
-        def calls(cfg=cfg):
-            for x, y in zip(xs, ys):
-                launch(x, w, y, M, N, ds, 1e-6, N, N, None, **cfg)
+        kwargs, hints = (cfg.kwargs, cfg.hints) if isinstance(cfg, fat.Config) else (cfg, {})
+
+        def calls(kwargs=kwargs, hints=hints):
+            with fat.compile_hints(**hints):
+                for x, y in zip(xs, ys):
+                    launch(x, w, y, M, N, ds, 1e-6, N, N, None, **kwargs)
         s = torch.cuda.Stream()
         s.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(s):
@@ -131,15 +137,17 @@ def wins(specs, out):
         shape, ds = spec.split(":")
         M, N = (int(v) for v in shape.split("x"))
         run = run_child(M, N, ds, tempfile.mkdtemp(prefix="triton-"), tempfile.mkdtemp(prefix="fat-"))
-        default = default_config(M, N, ds, "cuda").kwargs
-        space = [c.kwargs for c in cuda_space(M, N, ds) if c.kwargs != default]
+        default = default_config(M, N, ds, "cuda")
+        space = [c for c in cuda_space(M, N, ds) if c != default]
         times = graph_ms(M, N, ds, [default] + space, rounds=3)
-        by = {json.dumps(c, sort_keys=True): t for c, t in zip([default] + space, times)}
-        picked = by[json.dumps(run["config"], sort_keys=True)]
+        by = {json.dumps(c.to_dict(), sort_keys=True): t for c, t in zip([default] + space, times)}
+        picked = by[json.dumps(run["config_dict"], sort_keys=True)]
         best = min(times[1:]) if space else times[0]
         row = {"shape": spec, "candidates": len(space) + 1, "default_ms": times[0], "best_ms": best,
                "picked_ms": picked, "best_gain": 1 - best / times[0], "picked_gain": 1 - picked / times[0],
-               "search_margin": run.get("margin"), "search_noise": run.get("noise"), "picked": run["config"]}
+               "search_margin": run.get("margin"), "search_noise": run.get("noise"), "picked": run["config"],
+               "all": sorted(({"config": c.to_dict(), "ms": t} for c, t in zip([default] + space, times)),
+                             key=lambda r: r["ms"])}
         rows.append(row)
         print(json.dumps(row), flush=True)
     os.makedirs(out, exist_ok=True)

@@ -106,6 +106,30 @@ def test_autotuned_entry_matches_the_default_on_cpu():
     assert torch.equal(rmsnorm_autotuned(x, w), rmsnorm(x, w))
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_held_rows_strided_and_into_out_on_cpu(dtype):
+    """HOLD under the interpreter: an odd width, rows 8 elements apart more than N, out= a strided view."""
+    N = 16384 - 3
+    ds = {torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
+    big, w = inputs((3, N + 8), dtype, seed=5)
+    w = w[:N].contiguous()
+    x = big[:, :N]
+    out = torch.full((3, N + 8), float("nan"), dtype=dtype)
+    y = out[:, :N]
+    make_launcher(N, ds, 512, HOLD=1, CACHE_POLICY=2)(x, w, y, 3, N + 8, N + 8, 1e-6)
+    assert_close(y, x, w)
+    assert torch.isnan(out[:, N:]).all(), "wrote past the row"
+
+
+def test_hold_is_refused_where_it_cannot_apply():
+    with pytest.raises(ValueError, match="HOLD=1.*16-bit"):
+        make_launcher(65536, "fp32", 1024, HOLD=1)
+    with pytest.raises(ValueError, match="HOLD=1.*CHUNK=8192"):
+        make_launcher(65536, "bf16", 1024, CHUNK=8192, HOLD=1)
+    with pytest.raises(TypeError, match="HOLD=True must be an int"):
+        make_launcher(4096, "bf16", 256, HOLD=True)
+
+
 def _knob_points():
     """Every knob tuple the CUDA and ROCm spaces hold, with an N that uses it; every cache policy and
     prefetch value too."""
@@ -129,8 +153,9 @@ def test_every_structural_knob_value_in_the_space(knobs, N):
     # A row count that is not a multiple of ROWS_PER_PROGRAM exercises the row mask;
     # N - 3 (when chunked or split) leaves a partial last chunk or slice.
     M = rows + 1 if rows > 1 else 2
-    n = N - 3 if kw["CHUNK"] or kw["SPLIT"] > 1 else N
-    x, w = inputs((M, n), torch.float32, seed=sum(knobs))
+    n = N - 3 if kw["CHUNK"] or kw["SPLIT"] > 1 or kw.get("HOLD") else N
+    ds, dtype = ("bf16", torch.bfloat16) if kw.get("HOLD") else ("fp32", torch.float32)  # HOLD keeps 16-bit rows narrow
+    x, w = inputs((M, n), dtype, seed=sum(knobs))
     y = torch.full_like(x, float("nan"))
-    make_launcher(n, "fp32", **kw)(x, w, y, M, n, n, 1e-6)
+    make_launcher(n, ds, **kw)(x, w, y, M, n, n, 1e-6)
     assert_close(y, x, w)

@@ -47,6 +47,24 @@ def test_every_config_of_the_space_is_right_on_the_gpu(N, dtype):
             _check(y, x, w)
 
 
+@pytest.mark.parametrize("N", [16384, 32768 - 5, 65536, 65536 - 3])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_held_rows_are_right_on_the_gpu_strided_and_into_out(N, dtype):
+    """HOLD (the row kept in 16 bits across the reduction): odd widths, rows 8 elements apart more
+    than N (strided), and out= a strided view too."""
+    ds = {torch.bfloat16: "bf16", torch.float16: "fp16"}[dtype]
+    big = torch.randn(3, N + 8, device="cuda", dtype=dtype) * 2
+    x, w = big[:, :N], torch.rand(N, device="cuda", dtype=dtype) + 0.5
+    out = torch.full((3, N + 8), float("nan"), device="cuda", dtype=dtype)
+    for bt in (512, 1024):
+        y = out[:, :N]
+        y.fill_(float("nan"))
+        launch(x, w, y, 3, N, ds, 1e-6, N + 8, N + 8, None, BLOCK_THREADS=bt, HOLD=1, CACHE_POLICY=2)
+        torch.cuda.synchronize()
+        _check(y, x, w)
+        assert torch.isnan(out[:, N:]).all(), "wrote past the row"
+
+
 @pytest.mark.parametrize("M,N", [(1, 65536), (4, 131072), (1, 262144), (3, 40001), (32, 4096), (2, 3000)])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
 def test_split_rows_are_right_on_the_gpu(M, N, dtype):

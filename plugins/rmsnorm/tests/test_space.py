@@ -63,7 +63,9 @@ def test_rows_too_long_for_registers_stream_in_chunks_and_short_ones_may():
     for M, N in ((1024, 65536), (16, 131072)):
         cfg = default_config(M, N, "bf16")
         assert cfg.kwargs["CHUNK"] and cfg.kwargs["CHUNK"] < N
-        assert all(c.kwargs["CHUNK"] or c.kwargs["SPLIT"] > 1 for c in cuda_space(M, N, "bf16"))
+        # fp32 values of the row would spill: chunks, a split, or the row held in 16 bits (HOLD)
+        assert all(c.kwargs["CHUNK"] or c.kwargs["SPLIT"] > 1 or c.kwargs["HOLD"] for c in cuda_space(M, N, "bf16"))
+        assert not any(c.kwargs["HOLD"] for c in cuda_space(M, N, "fp32"))
     # Rows that fit in registers stay there when there are few of them (latency-bound) ...
     assert default_config(64, MAX_REGISTER_ROW, "bf16").kwargs["CHUNK"] == 0
     assert default_config(200, 8192, "bf16").kwargs["CHUNK"] == 0
@@ -174,6 +176,35 @@ def test_cooperative_split_cross_compiles_to_one_barrier_per_row(M, N):
         assert re.search(r"@%p\d+ atom\.global\.gpu\.acq_rel\.add\.u32", ptx), "departures are not counted"
         stack_and_local, report = _stack_and_local(k, f"rmsnorm_coop_{N}")
         assert stack_and_local == (0, 0), f"{cfg} spills: {report}"
+
+
+@pytest.mark.skipif(shutil.which("ptxas") is None and not os.path.exists(
+    os.path.join(os.path.dirname(__import__("triton").__file__), "backends/nvidia/bin/ptxas")),
+    reason="needs Triton's NVIDIA backend (ptxas) to cross-compile")
+@pytest.mark.parametrize("M,N", [(1024, 65536), (2048, 32768), (8192, 16384)])
+def test_held_rows_cross_compile_to_one_read_of_x_without_spills(M, N):
+    """The CPU counterpart of the GPU test of HOLD: every held config of the space reads each 16-byte
+    vector of the row once (x's loads + the weight's = 2 x the stores), in at most 64 registers at
+    1024 threads, and nothing spills."""
+    import re
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    held = [c for c in cuda_space(M, N, "bf16") if c.kwargs["HOLD"]]
+    assert held
+    for cfg in held:
+        kernel, sig, consts, extra = api.compile_spec((M, N), "bf16", cfg, target=fat.Target("cuda", "sm_90", 32))
+        attrs = {(i,): [["tt.divisibility", 16]] for i in range(3)}
+        k = triton.compile(triton.compiler.ASTSource(kernel, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
+                           options=extra["options"])
+        ptx = k.asm["ptx"]
+        stores = len(re.findall(r"st\.global[\w:.]*\.v4", ptx))
+        assert stores == N // 8 // cfg.kwargs["BLOCK_THREADS"], f"{cfg}: {stores} stores"
+        assert len(re.findall(r"ld\.global[\w:.]*\.v4", ptx)) == 2 * stores, f"{cfg}: the row is read twice"
+        stack_and_local, report = _stack_and_local(k, f"rmsnorm_held_{N}")
+        assert stack_and_local == (0, 0), f"{cfg} spills: {report}"
+        assert int(re.search(r"REG:(\d+)", report).group(1)) <= 65536 // cfg.kwargs["BLOCK_THREADS"]
 
 
 # -- the tuned entry's selection, with a fake GPU backend on CPU tensors --------------------------------

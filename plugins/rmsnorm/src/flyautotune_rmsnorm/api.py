@@ -199,12 +199,13 @@ def clear_caches() -> None:
 
 
 def launch(x, weight, out, M, N, dtype, eps, sx, sy, stream=None,
-           BLOCK_THREADS=None, ROWS_PER_PROGRAM=1, CHUNK=0, CACHE_POLICY=1, PREFETCH=0, SPLIT=1, VEC=16, COOP=0):
+           BLOCK_THREADS=None, ROWS_PER_PROGRAM=1, CHUNK=0, CACHE_POLICY=1, PREFETCH=0, SPLIT=1, VEC=16, COOP=0,
+           HOLD=0):
     """Run one config on prepared arguments (what the tuner calls)."""
     if BLOCK_THREADS is None:
         raise fat.IncompatibleConfigError("rmsnorm: a config must set BLOCK_THREADS")
     launcher = make_launcher(N, dtype, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLICY, PREFETCH, SPLIT, VEC,
-                             COOP)
+                             COOP, HOLD)
     return _run(launcher, x, weight, out, M, sx, sy, eps, stream)
 
 

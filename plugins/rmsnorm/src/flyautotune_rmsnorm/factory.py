@@ -1,7 +1,7 @@
 """The factory: one launcher per specialization of the RMSNorm body.
 
 ``make_launcher(N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK,
-CACHE_POLICY, PREFETCH, SPLIT, VEC, COOP)`` is cached; ``SPLIT > 1`` builds the
+CACHE_POLICY, PREFETCH, SPLIT, VEC, COOP, HOLD)`` is cached; ``SPLIT > 1`` builds the
 split-row launcher (``split.py``), otherwise the one-program-per-rows body; the
 launcher compiles lazily per device, per pointer alignment and per compile-option
 set (the lowered hint snapshot), then launches
@@ -37,7 +37,7 @@ CACHE_POLICIES = {
     2: ("evict_first", "evict_last", "evict_last", "evict_first"),  # ... and stream y out
 }
 _CONST_NAMES = ("N", "BLOCK_N", "ROWS", "NUM_CHUNKS", "EVEN_N", "EVEN_M", "ROW_VEC",
-                "X_LAST", "X_KEEP", "W_POLICY", "Y_POLICY", "PREFETCH")
+                "X_LAST", "X_KEEP", "W_POLICY", "Y_POLICY", "PREFETCH", "HOLD")
 #: TRITON_INTERPRET=1 runs GPU tensors through the interpreter too (debugging).
 _INTERPRET = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "yes", "on")
 
@@ -51,10 +51,10 @@ def _is_pow2(n: int) -> bool:
 
 
 def _check_spec(N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLICY, PREFETCH, SPLIT=1,
-                VEC=16, COOP=0) -> None:
+                VEC=16, COOP=0, HOLD=0) -> None:
     for name, value in (("N", N), ("BLOCK_THREADS", BLOCK_THREADS), ("ROWS_PER_PROGRAM", ROWS_PER_PROGRAM),
                         ("CHUNK", CHUNK), ("CACHE_POLICY", CACHE_POLICY), ("PREFETCH", PREFETCH),
-                        ("SPLIT", SPLIT), ("VEC", VEC), ("COOP", COOP)):
+                        ("SPLIT", SPLIT), ("VEC", VEC), ("COOP", COOP), ("HOLD", HOLD)):
         if isinstance(value, bool) or not isinstance(value, int):
             raise TypeError(f"rmsnorm factory: {name}={value!r} must be an int")
     if N <= 0:
@@ -89,6 +89,11 @@ def _check_spec(N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLI
     if COOP not in (0, 1) or (COOP and (SPLIT == 1 or CHUNK)):
         raise ValueError(f"rmsnorm factory: COOP={COOP}; accepted: 0, or 1 with SPLIT > 1 and CHUNK=0 (one launch, "
                          f"each program's slice in registers), got SPLIT={SPLIT}, CHUNK={CHUNK}")
+    if HOLD not in (0, 1) or (HOLD and (SPLIT != 1 or (CHUNK and CHUNK < next_pow2(N))
+                                         or ELEMENT_SIZE.get(dtype_str) != 2)):
+        raise ValueError(f"rmsnorm factory: HOLD={HOLD}; accepted: 0, or 1 for a whole row in registers "
+                         f"(SPLIT=1, CHUNK=0) of a 16-bit dtype, got SPLIT={SPLIT}, CHUNK={CHUNK}, "
+                         f"dtype_str={dtype_str!r}")
 
 
 def row_vec(sx: int, sy: int, elem: int, vec_bytes: int = VECTOR_BYTES) -> int:
@@ -144,9 +149,12 @@ class RMSNormLauncher:
     """
 
     def __init__(self, N: int, dtype_str: str, BLOCK_THREADS: int, ROWS_PER_PROGRAM: int = 1, CHUNK: int = 0,
-                 CACHE_POLICY: int = 1, PREFETCH: int = 0, SPLIT: int = 1, VEC: int = VECTOR_BYTES, COOP: int = 0):
-        _check_spec(N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLICY, PREFETCH, SPLIT, VEC, COOP)
+                 CACHE_POLICY: int = 1, PREFETCH: int = 0, SPLIT: int = 1, VEC: int = VECTOR_BYTES, COOP: int = 0,
+                 HOLD: int = 0):
+        _check_spec(N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLICY, PREFETCH, SPLIT, VEC, COOP,
+                    HOLD)
         self.COOP = COOP
+        self.HOLD = HOLD
         self.N = N
         self.dtype_str = dtype_str
         self.BLOCK_THREADS = BLOCK_THREADS
@@ -173,7 +181,8 @@ class RMSNormLauncher:
     def __repr__(self) -> str:
         return (f"RMSNormLauncher(N={self.N}, dtype_str={self.dtype_str!r}, BLOCK_THREADS={self.BLOCK_THREADS}, "
                 f"ROWS_PER_PROGRAM={self.ROWS_PER_PROGRAM}, CHUNK={self.CHUNK}, CACHE_POLICY={self.CACHE_POLICY}, "
-                f"PREFETCH={self.PREFETCH}, SPLIT={self.SPLIT}, VEC={self.VEC}, COOP={self.COOP})")
+                f"PREFETCH={self.PREFETCH}, SPLIT={self.SPLIT}, VEC={self.VEC}, COOP={self.COOP}, "
+                f"HOLD={self.HOLD})")
 
     # -- options ---------------------------------------------------------------
     def compile_options(self, lowered: Optional[Mapping[str, Any]] = None) -> dict:
@@ -192,7 +201,7 @@ class RMSNormLauncher:
         if consts is None:
             consts = self._consts[(even_m, rv)] = (
                 self.N, self.BLOCK_N, self.ROWS_PER_PROGRAM, self.NUM_CHUNKS, self.EVEN_N, even_m, rv,
-                *CACHE_POLICIES[self.CACHE_POLICY], self._prefetch)
+                *CACHE_POLICIES[self.CACHE_POLICY], self._prefetch, self.HOLD)
         return consts
 
     # -- launching -------------------------------------------------------------
@@ -339,12 +348,12 @@ _launchers_lock = threading.Lock()
 
 def make_launcher(N: int, dtype_str: str, BLOCK_THREADS: int, ROWS_PER_PROGRAM: int = 1, CHUNK: int = 0,
                   CACHE_POLICY: int = 1, PREFETCH: int = 0, SPLIT: int = 1, VEC: int = VECTOR_BYTES,
-                  COOP: int = 0) -> Any:
+                  COOP: int = 0, HOLD: int = 0) -> Any:
     """The (cached) launcher for one specialization; raises on an invalid knob value.
 
     ``SPLIT > 1`` gives a :class:`~flyautotune_rmsnorm.split.SplitLauncher`, which is called the same way.
     """
-    spec = (N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLICY, PREFETCH, SPLIT, VEC, COOP)
+    spec = (N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLICY, PREFETCH, SPLIT, VEC, COOP, HOLD)
     launcher = _launchers.get(spec)
     if launcher is None:
         if SPLIT != 1 and not isinstance(SPLIT, bool) and isinstance(SPLIT, int):

@@ -12,6 +12,10 @@ One body serves every configuration; the structural knobs are constexprs:
   policies ("", "evict_first", "evict_last") of each access.
 * ``PREFETCH``: in the first pass of a two-pass row, the next chunk's load is
   issued before the current chunk is summed.
+* ``HOLD``: a whole 16-bit row stays in registers in its own dtype while the
+  row's sum is reduced (half the registers of the fp32 values the compiler
+  would otherwise keep from the sum of squares), so rows up to 64K elements
+  are read once at 1024 threads without spilling.
 
 Compile hints (``num_warps``, ``num_stages``, ``maxnreg`` ...) never appear
 here: the backend lowers them into Triton compile options at launch.
@@ -43,6 +47,7 @@ def _rmsnorm_fwd(
     W_POLICY: tl.constexpr,
     Y_POLICY: tl.constexpr,
     PREFETCH: tl.constexpr,  # two-pass rows: load the next chunk before summing this one
+    HOLD: tl.constexpr,  # whole 16-bit rows: keep x narrow across the reduction
 ):
     pid = tl.program_id(0)
     rows = pid * ROWS + tl.arange(0, ROWS)
@@ -61,14 +66,26 @@ def _rmsnorm_fwd(
                 x = tl.load(x_row + cols[None, :], eviction_policy=X_LAST)
             else:
                 x = tl.load(x_row + cols[None, :], mask=row_ok, other=0.0, eviction_policy=X_LAST)
-            w = tl.load(W + cols, eviction_policy=W_POLICY)
+            if not HOLD:
+                w = tl.load(W + cols, eviction_policy=W_POLICY)
         else:
             x = tl.load(x_row + cols[None, :], mask=row_ok & col_ok, other=0.0, eviction_policy=X_LAST)
-            w = tl.load(W + cols, mask=cols < N, other=0.0, eviction_policy=W_POLICY)
+            if not HOLD:
+                w = tl.load(W + cols, mask=cols < N, other=0.0, eviction_policy=W_POLICY)
         xf = x.to(tl.float32)
         # tl.reduce with tl.sum's own combine: a compiled-mode tl.sum cannot run in the
         # interpreter, and this combine is the one the interpreter sums with numpy.
         rstd = tl.rsqrt(tl.reduce(xf * xf, 1, tl.standard._sum_combine) / N + eps)
+        if HOLD:
+            # Widen x again from a copy the compiler cannot prove equal (xor with a runtime zero): it
+            # then keeps the 16-bit x live across the reduction, not the fp32 values it summed; the
+            # weight is loaded after the reduction, so it is not live across it either.
+            zero = tl.where(M < 0, 1, 0).to(tl.int16)
+            xf = (x.to(tl.int16, bitcast=True) ^ zero).to(x.dtype, bitcast=True).to(tl.float32)
+            if EVEN_N:
+                w = tl.load(W + cols, eviction_policy=W_POLICY)
+            else:
+                w = tl.load(W + cols, mask=cols < N, other=0.0, eviction_policy=W_POLICY)
         y = (xf * rstd[:, None] * w.to(tl.float32)[None, :]).to(Y.dtype.element_ty)
         if EVEN_N:
             if EVEN_M:

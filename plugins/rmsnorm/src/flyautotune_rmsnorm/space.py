@@ -16,6 +16,8 @@ Knobs (structural kwargs the factory consumes):
 * ``COOP``: with ``SPLIT``, one launch instead of two: the row's programs
   meet at a barrier in global memory (CUDA, when every program of the grid is
   resident at once: ``M * SPLIT`` at most one per SM).
+* ``HOLD``: a whole 16-bit row held in registers in its own dtype across the
+  reduction: rows of 16K-64K elements read once, without the two-pass re-read.
 
 Every config a space offers is one the factory builds (a test checks it).
 
@@ -31,11 +33,13 @@ import flyautotune as fat
 
 from .factory import ELEMENT_SIZE, SPLIT_CHOICES, next_pow2
 
-KNOBS = ("BLOCK_THREADS", "ROWS_PER_PROGRAM", "CHUNK", "CACHE_POLICY", "PREFETCH", "SPLIT", "VEC", "COOP")
+KNOBS = ("BLOCK_THREADS", "ROWS_PER_PROGRAM", "CHUNK", "CACHE_POLICY", "PREFETCH", "SPLIT", "VEC", "COOP", "HOLD")
 #: Rows of at most this many elements get one config and no search.
 SMALL_N = 512
 #: Longest padded row held in registers (32 fp32 values per thread at 1024 threads).
 MAX_REGISTER_ROW = 32768
+#: Longest padded 16-bit row held in registers with ``HOLD`` (64 values, 32 registers, per thread at 1024 threads).
+MAX_HELD_ROW = 65536
 #: Fewer rows than this (about two per SM of an H100/H200) are latency-bound: one pass.
 FEW_ROWS = 264
 
@@ -51,9 +55,9 @@ MAX_COOP_SLICE = 8192
 
 
 def _cfg(bt: int, rows: int = 1, chunk: int = 0, policy: int = 1, prefetch: int = 0, split: int = 1,
-         vec: int = 16, coop: int = 0, **hints) -> fat.Config:
+         vec: int = 16, coop: int = 0, hold: int = 0, **hints) -> fat.Config:
     return fat.Config(BLOCK_THREADS=bt, ROWS_PER_PROGRAM=rows, CHUNK=chunk, CACHE_POLICY=policy,
-                      PREFETCH=prefetch, SPLIT=split, VEC=vec, COOP=coop, **hints)
+                      PREFETCH=prefetch, SPLIT=split, VEC=vec, COOP=coop, HOLD=hold, **hints)
 
 
 def _unique(configs: list) -> list:
@@ -112,6 +116,15 @@ def split_configs(M: int, N: int, dtype_str: str, block_threads=(128, 256, 1024)
                       and M * s <= COOP_PROGRAMS][-3:]:
             out.append(_cfg(min(1024, max(64, npad // split // 16)), 1, 0, 2, split=split, coop=1))
     return out
+
+
+def held_configs(N: int, dtype_str: str) -> list:
+    """Whole 16-bit rows of 16K-64K elements held narrow in registers (``HOLD``): 32-64 values per thread,
+    streamed out (policy 2) or not (policy 1)."""
+    npad = next_pow2(N)
+    if ELEMENT_SIZE[dtype_str] != 2 or not 16384 <= npad <= MAX_HELD_ROW or (npad == MAX_HELD_ROW and N != npad):
+        return []  # (a ragged 64K row's masks spill at 64 registers)
+    return [_cfg(bt, 1, 0, policy, hold=1) for bt in (512, 1024) if 32 <= npad // bt <= 64 for policy in (1, 2)]
 
 
 def small_config(N: int, dtype_str: str) -> fat.Config:
@@ -185,6 +198,7 @@ def cuda_space(M: int, N: int, dtype_str: str) -> list:
         for chunk, bt in ((8192, 512), (8192, 1024), (16384, 1024), (32768, 1024)):
             for prefetch in (0, 1):
                 out.append(_cfg(bt, 1, chunk, 2, prefetch))
+    out += held_configs(N, dtype_str)
     out += split_configs(M, N, dtype_str, coop=True)
     default = default_config(M, N, dtype_str)
     if default not in out:
