@@ -2,7 +2,7 @@
 # Everything that needs an NVIDIA GPU, in one go: install the packages, run the
 # plugin tests with CUDA, then the RMSNorm benchmark and the dispatch benchmark.
 #
-#   bash bench/gpu_suite.sh OUT_DIR [coop] [tests] [coretests] [bench] [explore] [stability] [wins] [agree] [plan] [dispatch] [overhead]
+#   bash bench/gpu_suite.sh OUT_DIR [coop] [tests] [coretests] [bench] [explore] [stability] [wins] [longrows] [agree] [plan] [dispatch] [overhead]
 #
 # No network is needed: the three packages are built from this checkout
 # (setuptools must be installed); wheels under .whl/ (e.g. liger-kernel) are
@@ -57,11 +57,15 @@ for stage in $STAGES; do
       "$PY" "$ROOT/bench/rmsnorm.py" --out "$OUT_DIR" --explore ${BENCH_ARGS:-} || status=1 ;;
     stability)
       echo "== stability: five forced searches per shape in fresh processes, winners in graph replay"
-      "$PY" "$ROOT/bench/stability.py" --out "$OUT_DIR" --profile | tee "$OUT_DIR/stability.md" || status=1 ;;
+      "$PY" "$ROOT/bench/stability.py" --out "$OUT_DIR" --profile ${STABILITY_SHAPES:+--shapes "$STABILITY_SHAPES"} | tee "$OUT_DIR/stability.md" || status=1 ;;
     wins)
       echo "== wins: every candidate of the space in graph replay against the search's pick"
       "$PY" "$ROOT/bench/stability.py" --out "$OUT_DIR" --wins "${WINS_SHAPES:-256x8192:bf16,256x8192:fp32,4096x8192:bf16,32x4096:bf16,4096x4096:bf16,65536x1024:bf16,8192x16384:bf16,1024x65536:bf16,4096x1000:bf16,32x3000:bf16,262144x256:bf16,1x65536:bf16}" \
         | tee "$OUT_DIR/wins.md" || status=1 ;;
+    longrows)
+      echo "== long rows: every candidate of the space against QuACK, graph replay"
+      "$PY" "$ROOT/bench/long_rows.py" --out "$OUT_DIR" ${LONG_ROWS_SHAPES:+--shapes "$LONG_ROWS_SHAPES"} \
+        | tee "$OUT_DIR/long_rows.md" || status=1 ;;
     agree)
       echo "== agreement: two gloo ranks tune one key inside fat.distributed"
       "$PY" "$ROOT/bench/agree_gpu.py" --out "$OUT_DIR" | tee "$OUT_DIR/agree.md" || status=1 ;;

@@ -1,0 +1,77 @@
+"""Long rows, config by config: every CUDA-space candidate of a shape (HOLD included) and a few
+configs outside the space, against QuACK, in CUDA-graph replay over inputs rotated past L2, in one
+process (one CUDA GPU).
+
+    python bench/long_rows.py --out DIR [--shapes 1024x65536:bf16,2048x32768:bf16,8192x16384:bf16]
+
+Prints a table per shape (fastest first, GB/s) and writes long_rows.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+SHAPES = "1024x65536:bf16,2048x32768:bf16,8192x16384:bf16,4096x32768:bf16"
+
+
+def extra_configs(M, N, ds):
+    """Configs outside the space worth a look: a held row capped at 32 registers (two programs of
+    1024 threads per SM, a few bytes spilled)."""
+    from flyautotune_rmsnorm.space import _cfg
+
+    if ds in ("bf16", "fp16") and N == 32768:
+        return [_cfg(1024, 1, 0, 2, hold=1, maxnreg=32)]
+    return []
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=".")
+    ap.add_argument("--shapes", default=SHAPES)
+    args = ap.parse_args(argv)
+
+    import torch
+    from rmsnorm import graph_time, load_quack, rotating_inputs
+    from stability import graph_ms
+
+    from flyautotune_rmsnorm.space import cuda_space, default_config
+
+    quack, why = load_quack()
+    if quack is None:
+        print(f"QuACK not measured: {why}")
+    rows = []
+    for spec in args.shapes.split(","):
+        shape, ds = spec.split(":")
+        M, N = (int(v) for v in shape.split("x"))
+        default = default_config(M, N, ds, "cuda")
+        configs = [default] + [c for c in cuda_space(M, N, ds) if c != default] + extra_configs(M, N, ds)
+        times = graph_ms(M, N, ds, configs, rounds=3)
+        elem = {"bf16": 2, "fp16": 2, "fp32": 4}[ds]
+        nbytes = (2 * M * N + N) * elem
+        res = [{"config": repr(c), "ms": t, "GBs": nbytes / (t * 1e-3) / 1e9, "default": c == default}
+               for c, t in zip(configs, times)]
+        if quack is not None:
+            dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[ds]
+            x = torch.randn(M, N, device="cuda", dtype=dt)
+            w = torch.rand(N, device="cuda", dtype=dt) + 0.5
+            ms = graph_time(lambda x, w: quack(x, w, eps=1e-6)[0], rotating_inputs(x, M, N, ds), w)
+            res.append({"config": "QuACK rmsnorm_fwd", "ms": ms, "GBs": nbytes / (ms * 1e-3) / 1e9, "default": False})
+            del x
+            torch.cuda.empty_cache()
+        res.sort(key=lambda r: r["ms"])
+        print(f"\n### {M} × {N} {ds}\n\n| config | µs | GB/s |\n|---|---|---|")
+        for r in res:
+            print(f"| {r['config']}{' (default)' if r['default'] else ''} | {r['ms'] * 1e3:.2f} | {r['GBs']:.0f} |")
+        rows.append({"shape": spec, "results": res})
+    os.makedirs(args.out, exist_ok=True)
+    with open(os.path.join(args.out, "long_rows.json"), "w") as f:
+        json.dump(rows, f, indent=1)
+
+
+if __name__ == "__main__":
+    main()
