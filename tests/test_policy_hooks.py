@@ -130,10 +130,15 @@ def test_the_clocks_warm_while_the_candidates_compile(pm, hip):
     def launch(x, n, B=None, stream=None):
         hip.launch(0.01 * (3 - B), f"B{B}")
 
-    sel = launch.select(torch.zeros(4, device="meta"), 4, stream=hip.Stream(device=torch.device("meta")), force=True)
+    launch_stream = hip.Stream(device=torch.device("meta"), label="launch")
+    sel = launch.select(torch.zeros(4, device="meta"), 4, stream=launch_stream, force=True)
     assert sel.config == fat.Config(B=2)
     assert seen == [True, True]
     assert hip.log.count("warm") == 16  # warmed once: the timing found the device warm
+    assert {s for label, s in hip.launched_on if label == "warm"} == {"side"}  # off the launch stream
+    last_warm = max(i for i, e in enumerate(hip.log) if e == "warm")
+    first_timed = min(i for i, e in enumerate(hip.log) if isinstance(e, tuple) and e[0] == "replay")
+    assert last_warm < first_timed, "a candidate was timed while the device was still warming"
 
 
 def test_an_omitted_stream_lets_the_launch_follow_the_capture_stream(pm, hip):

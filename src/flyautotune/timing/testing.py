@@ -10,6 +10,7 @@ time on replay. It records what ran, on which stream, in ``log``,
 from __future__ import annotations
 
 import contextlib
+import threading
 import types
 from typing import Any, Callable, Optional
 
@@ -80,11 +81,19 @@ class FakeGpu:
         self._graph_cls = Graph if capture else None
         self._graph_name = name.upper() + "Graph"
         self.default = Stream(label="default")
-        self.current = self.default
+        self._tls = threading.local()  # the current stream is per thread, as in torch
+
+    @property
+    def current(self):
+        return getattr(self._tls, "current", self.default)
+
+    @current.setter
+    def current(self, stream):
+        self._tls.current = stream
 
     def __getattr__(self, attr: str) -> Any:
         # the graph class under the device module's own name (``<NAME>Graph``), when capture is on
-        if attr != "_graph_name" and attr == self.__dict__.get("_graph_name") and self._graph_cls is not None:
+        if attr not in ("_graph_name", "_tls") and attr == self.__dict__.get("_graph_name") and self._graph_cls is not None:
             return self._graph_cls
         raise AttributeError(attr)
 

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import statistics
+import threading
 import time
 from typing import Any, Optional
 
@@ -73,6 +74,7 @@ class Search:
         self._poison = True
         self.rounds = 0  # re-timing rounds run
         self.finalists: list = []
+        self._warming: Optional[threading.Thread] = None
 
     # -- plumbing ---------------------------------------------------------------------
     def _setup(self) -> None:
@@ -209,20 +211,33 @@ class Search:
                                if self._prior(c) is None and self._cjson(c) not in self.crashed)
 
     def warm_device(self) -> None:
-        """Bring the device's clocks up (and its math libraries' lazy set-up) while the candidates compile:
-        the timing would warm them before the first candidate anyway, after waiting for its compile."""
+        """Bring the device's clocks up (and its math libraries' lazy set-up) in the background, on a
+        side stream, while the candidates compile and the probe runs; :meth:`settle` waits for it before
+        the first timing (which would otherwise warm the device itself, after those)."""
         if self.t.do_bench is not None or self.precompiler is None or self.precompiler.pool is None:
             return
         from ..timing import clocks
 
         device = self.call.device
+        module = streams.device_module(device)
+        if module is None or not callable(getattr(module, "Event", None)):
+            return
 
-        try:
-            module = streams.device_module(device)
-            if module is not None and callable(getattr(module, "Event", None)):
-                clocks.warm_clocks(device, module, stream=self.stream)
-        except Exception as exc:  # the timing warms again itself; say why not here
-            log.debug("%s: warming %s while compiling failed: %s", self.t.name, device, exc)
+        def warm() -> None:
+            try:
+                side = module.Stream(device=device) if callable(getattr(module, "Stream", None)) else None
+                clocks.warm_clocks(device, module, stream=side)
+            except Exception as exc:  # the timing warms the device itself; say why not here
+                log.debug("%s: warming %s while compiling failed: %s", self.t.name, device, exc)
+
+        self._warming = threading.Thread(target=warm, name="flyautotune-warm-clocks", daemon=True)
+        self._warming.start()
+
+    def settle(self) -> None:
+        """Wait for the background warm-up: nothing is timed while it runs."""
+        if self._warming is not None:
+            self._warming.join()
+            self._warming = None
 
     def wait_compiled(self, cand: Candidate) -> None:
         if self.precompiler is not None:
@@ -390,9 +405,11 @@ class Search:
             self.warm_device()
             self.probe()
             self.rotations = self._rotations()
+            self.settle()
             self.first_pass()
             self.rerank()
         finally:
+            self.settle()
             if self.precompiler is not None:
                 self.precompiler.stop()
             if self._snapshot is not None:
