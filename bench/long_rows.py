@@ -1,5 +1,5 @@
-"""Long rows, config by config: every CUDA-space candidate of a shape (HOLD included) and a few
-configs outside the space, against QuACK, in CUDA-graph replay over inputs rotated past L2, in one
+"""Long rows, config by config: every CUDA-space candidate of a shape and the configs outside the
+space that hold the row narrow in registers (HOLD), against QuACK, in CUDA-graph replay over inputs rotated past L2, in one
 process (one CUDA GPU).
 
     python bench/long_rows.py --out DIR [--shapes 1024x65536:bf16,2048x32768:bf16,8192x16384:bf16]
@@ -20,13 +20,19 @@ SHAPES = "1024x65536:bf16,2048x32768:bf16,8192x16384:bf16,4096x32768:bf16"
 
 
 def extra_configs(M, N, ds):
-    """Configs outside the space worth a look: a held row capped at 32 registers (two programs of
-    1024 threads per SM, a few bytes spilled)."""
+    """Configs outside the space worth a look: the row held narrow in registers (``HOLD``, 16-bit rows of
+    16-64 K elements at 512 or 1024 threads, cache policy 1 or 2), and at 32 K capped at 32 registers
+    (two programs of 1024 threads per SM, a few bytes spilled)."""
+    from flyautotune_rmsnorm.factory import next_pow2
     from flyautotune_rmsnorm.space import _cfg
 
-    if ds in ("bf16", "fp16") and N == 32768:
-        return [_cfg(1024, 1, 0, 2, hold=1, maxnreg=32)]
-    return []
+    npad = next_pow2(N)
+    if ds not in ("bf16", "fp16") or not 16384 <= npad <= 65536:
+        return []
+    out = [_cfg(bt, 1, 0, policy, hold=1) for bt in (512, 1024) if 32 <= npad // bt <= 64 for policy in (1, 2)]
+    if npad == 32768:
+        out.append(_cfg(1024, 1, 0, 2, hold=1, maxnreg=32))
+    return out
 
 
 def main(argv=None):

@@ -17,7 +17,9 @@ Knobs (structural kwargs the factory consumes):
   meet at a barrier in global memory (CUDA, when every program of the grid is
   resident at once: ``M * SPLIT`` at most one per SM).
 * ``HOLD``: a whole 16-bit row held in registers in its own dtype across the
-  reduction: rows of 16K-64K elements read once, without the two-pass re-read.
+  reduction: rows of 16K-64K elements read once at 1024 threads without spills.
+  Not in the CUDA space: on the H200 it lost to two-pass chunks on every long-row
+  shape measured (``bench/long_rows.py``, docs/benchmarks.md).
 
 Every config a space offers is one the factory builds (a test checks it).
 
@@ -38,8 +40,7 @@ KNOBS = ("BLOCK_THREADS", "ROWS_PER_PROGRAM", "CHUNK", "CACHE_POLICY", "PREFETCH
 SMALL_N = 512
 #: Longest padded row held in registers (32 fp32 values per thread at 1024 threads).
 MAX_REGISTER_ROW = 32768
-#: Longest padded 16-bit row held in registers with ``HOLD`` (64 values, 32 registers, per thread at 1024 threads).
-MAX_HELD_ROW = 65536
+
 #: Fewer rows than this (about two per SM of an H100/H200) are latency-bound: one pass.
 FEW_ROWS = 264
 
@@ -118,15 +119,6 @@ def split_configs(M: int, N: int, dtype_str: str, block_threads=(128, 256, 1024)
     return out
 
 
-def held_configs(N: int, dtype_str: str) -> list:
-    """Whole 16-bit rows of 16K-64K elements held narrow in registers (``HOLD``): 32-64 values per thread,
-    streamed out (policy 2) or not (policy 1)."""
-    npad = next_pow2(N)
-    if ELEMENT_SIZE[dtype_str] != 2 or not 16384 <= npad <= MAX_HELD_ROW or (npad == MAX_HELD_ROW and N != npad):
-        return []  # (a ragged 64K row's masks spill at 64 registers)
-    return [_cfg(bt, 1, 0, policy, hold=1) for bt in (512, 1024) if 32 <= npad // bt <= 64 for policy in (1, 2)]
-
-
 def small_config(N: int, dtype_str: str) -> fat.Config:
     """The one config for short rows: several rows per program, 16-byte accesses."""
     npad = next_pow2(N)
@@ -198,7 +190,6 @@ def cuda_space(M: int, N: int, dtype_str: str) -> list:
         for chunk, bt in ((8192, 512), (8192, 1024), (16384, 1024), (32768, 1024)):
             for prefetch in (0, 1):
                 out.append(_cfg(bt, 1, chunk, 2, prefetch))
-    out += held_configs(N, dtype_str)
     out += split_configs(M, N, dtype_str, coop=True)
     default = default_config(M, N, dtype_str)
     if default not in out:
