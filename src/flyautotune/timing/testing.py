@@ -93,7 +93,8 @@ class FakeGpu:
 
     def __getattr__(self, attr: str) -> Any:
         # the graph class under the device module's own name (``<NAME>Graph``), when capture is on
-        if attr not in ("_graph_name", "_tls") and attr == self.__dict__.get("_graph_name") and self._graph_cls is not None:
+        if (attr not in ("_graph_name", "_tls") and attr == self.__dict__.get("_graph_name")
+                and self._graph_cls is not None):
             return self._graph_cls
         raise AttributeError(attr)
 

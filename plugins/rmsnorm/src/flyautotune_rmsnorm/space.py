@@ -40,7 +40,6 @@ KNOBS = ("BLOCK_THREADS", "ROWS_PER_PROGRAM", "CHUNK", "CACHE_POLICY", "PREFETCH
 SMALL_N = 512
 #: Longest padded row held in registers (32 fp32 values per thread at 1024 threads).
 MAX_REGISTER_ROW = 32768
-
 #: Fewer rows than this (about two per SM of an H100/H200) are latency-bound: one pass.
 FEW_ROWS = 264
 
