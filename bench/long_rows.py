@@ -1,6 +1,6 @@
 """Long rows, config by config: every CUDA-space candidate of a shape and the configs outside the
-space that hold the row narrow in registers (HOLD), against QuACK, in CUDA-graph replay over inputs rotated past L2, in one
-process (one CUDA GPU).
+space that hold the row narrow in registers (HOLD), against QuACK, in CUDA-graph replay over inputs
+rotated past L2, in one process (one CUDA GPU).
 
     python bench/long_rows.py --out DIR [--shapes 1024x65536:bf16,2048x32768:bf16,8192x16384:bf16]
 
