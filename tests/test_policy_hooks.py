@@ -141,6 +141,76 @@ def test_the_clocks_warm_while_the_candidates_compile(pm, hip):
     assert last_warm < first_timed, "a candidate was timed while the device was still warming"
 
 
+def _slow_key_tuner(pm, hip, name):
+    """A tuner whose key waits (up to 2 s) for the warm-up burst, as a fresh toolchain fingerprint takes a
+    while; returns ``(launch, seen)``: ``seen`` gets whether the burst had started by then."""
+    import threading
+
+    warmed = threading.Event()
+    seen = []
+
+    def make_work(device):
+        def work():
+            hip.launch(50.0, "warm")
+            warmed.set()
+        return work
+
+    class SlowKey:
+        @fat.hookimpl
+        def flyautotune_cache_key(self, target):
+            seen.append(warmed.wait(2.0))
+            return {"toolchain": "slow"}
+
+    clocks.make_work = make_work  # restored by the fixture's monkeypatch of the same name
+    pm.register(SlowKey())
+
+    @fat.autotune(configs=[fat.Config(B=1), fat.Config(B=2)], key=["n"], plugin_manager=pm, name=name,
+                  default=lambda **_: fat.Config(B=1))
+    def launch(x, n, B=None, stream=None):
+        hip.launch(0.01 * (3 - B), f"B{B}")
+
+    return launch, seen
+
+
+def test_a_forced_search_warms_the_device_while_its_key_is_computed(pm, hip):
+    """The toolchain's fingerprint (part of the key) takes a while in a fresh process: a forced search
+    warms the GPU meanwhile, and times nothing before the burst is over."""
+    launch, seen = _slow_key_tuner(pm, hip, "h_key_warm")
+    side = hip.Stream(device=torch.device("meta"), label="launch")
+    sel = launch.select(torch.zeros(4, device="meta"), 4, stream=side, force=True)
+    assert sel.config == fat.Config(B=2) and seen == [True]
+    assert hip.log.count("warm") == 16
+    last_warm = max(i for i, e in enumerate(hip.log) if e == "warm")
+    assert last_warm < min(i for i, e in enumerate(hip.log) if isinstance(e, tuple) and e[0] == "replay")
+
+
+def test_a_lookup_that_is_not_forced_never_warms_the_device(pm, hip):
+    launch, seen = _slow_key_tuner(pm, hip, "h_key_cold")
+    side = hip.Stream(device=torch.device("meta"), label="launch")
+    assert launch.select(torch.zeros(4, device="meta"), 4, stream=side).source == "default"
+    assert seen == [False] and "warm" not in hip.log
+
+
+def test_a_search_shortens_the_thread_switch_interval_and_gives_it_back(pm, hip):
+    import sys
+
+    seen = []
+
+    @fat.autotune(configs=[fat.Config(B=1), fat.Config(B=2)], key=["n"], plugin_manager=pm, name="h_switch")
+    def launch(x, n, B=None, stream=None):
+        seen.append(sys.getswitchinterval())
+        hip.launch(0.01 * (3 - B), f"B{B}")
+
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(0.004)
+    try:
+        launch.select(torch.zeros(4, device="meta"), 4, stream=hip.Stream(device=torch.device("meta")), force=True)
+        assert sys.getswitchinterval() == pytest.approx(0.004, abs=1e-5)
+    finally:
+        sys.setswitchinterval(before)
+    assert seen and all(v == pytest.approx(0.001, abs=1e-5) for v in seen)
+
+
 def test_an_omitted_stream_lets_the_launch_follow_the_capture_stream(pm, hip):
     """A launch that takes ``stream=`` and was called without one is timed as a graph: it runs on the
     current stream, which the engine makes its capture stream (the default stream cannot capture)."""
@@ -184,3 +254,26 @@ def test_the_event_log_is_strict_json(pm, tmp_path, monkeypatch):
     t(torch.zeros(2), 2)
     for line in log.read_text().splitlines():
         json.loads(line, parse_constant=lambda c: pytest.fail(f"non-strict JSON constant {c}"))
+
+
+def test_overlapping_searches_restore_the_switch_interval_when_the_last_one_ends():
+    import sys
+
+    from flyautotune.tuning.search import short_switch_interval
+
+    before = sys.getswitchinterval()
+    sys.setswitchinterval(0.005)
+    try:
+        first, second = short_switch_interval(), short_switch_interval()
+        first.__enter__()
+        second.__enter__()
+        first.__exit__(None, None, None)  # the first search ends while the second still runs
+        assert sys.getswitchinterval() == pytest.approx(0.001, abs=1e-5)
+        second.__exit__(None, None, None)
+        assert sys.getswitchinterval() == pytest.approx(0.005, abs=1e-5)
+        sys.setswitchinterval(0.0002)  # already shorter: left alone
+        with short_switch_interval():
+            assert sys.getswitchinterval() == pytest.approx(0.0002, abs=1e-5)
+        assert sys.getswitchinterval() == pytest.approx(0.0002, abs=1e-5)
+    finally:
+        sys.setswitchinterval(before)

@@ -13,7 +13,7 @@ from ..config import Config
 from ..target import Target
 from . import checks
 from .binding import Call, key_dict
-from .search import AutotuneError, Search, config_repr
+from .search import AutotuneError, Search, config_repr, warm_in_background
 from .selection import Selection
 
 log = logging.getLogger("flyautotune")
@@ -73,6 +73,18 @@ def _short(data: Any) -> str:
 
 
 def select_cold(t: Any, call: Call, target: Target, snapshot: tuple, forced: bool) -> Selection:
+    # A forced search will time candidates: the device warms up while the key (the toolchain's
+    # fingerprint among it) is computed, and the search joins it before its first timing.
+    warming = warm_in_background(t, call.device) if forced else None
+    try:
+        return _select_cold(t, call, target, snapshot, forced, warming)
+    finally:
+        if warming is not None:
+            warming.join()
+
+
+def _select_cold(t: Any, call: Call, target: Target, snapshot: tuple, forced: bool,
+                 warming: Any) -> Selection:
     kd = key_dict(t.key, call, target, snapshot, t.pm, t.source_fingerprint)
     key = keys.canonical_json(kd)
     store = t.store()
@@ -109,6 +121,8 @@ def select_cold(t: Any, call: Call, target: Target, snapshot: tuple, forced: boo
 
     settings = active()
     if settings is not None:
+        if warming is not None:
+            warming.join()  # nothing is timed while the device warms
         selection = agreed(t, call, target, snapshot, kd, key, forced, store, settings)
         _emit(t, key, selection.config, selection.source)
         return selection
@@ -116,7 +130,7 @@ def select_cold(t: Any, call: Call, target: Target, snapshot: tuple, forced: boo
     if failed is not None and not forced:
         raise failed  # every candidate failed for this key already in this process
     try:
-        selection = search(t, call, target, snapshot, kd, key, forced or key in t._refused, store)
+        selection = search(t, call, target, snapshot, kd, key, forced or key in t._refused, store, warming)
     except AutotuneError as exc:
         t._failed[key] = exc
         raise
@@ -125,7 +139,7 @@ def select_cold(t: Any, call: Call, target: Target, snapshot: tuple, forced: boo
 
 
 def search(t: Any, call: Call, target: Target, snapshot: tuple, kd: dict, key: str, forced: bool,
-           store: Any) -> Selection:
+           store: Any, warming: Any = None) -> Selection:
     configs = candidates(t, call)
     if not configs:
         raise AutotuneError(f"{t.name}: the config space is empty for this call")
@@ -145,7 +159,7 @@ def search(t: Any, call: Call, target: Target, snapshot: tuple, kd: dict, key: s
     # fingerprint, so a grown space finds the timings of its old candidates.
     known = {} if forced else store.get_timings(t.name, key)
     winner, rows, margin, noise, duration = Search(t, call, target, snapshot, key, configs, default, known,
-                                                   stream, store).run()
+                                                   stream, store, warming).run()
     if winner.pre_hook is None:
         prov = provenance(target, kd, duration, t._space_fp, call.device)
         prov.update(margin=margin, noise=noise)

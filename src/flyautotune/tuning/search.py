@@ -4,11 +4,13 @@ and reject candidates whose outputs disagree with the reference's."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import statistics
+import sys
 import threading
 import time
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 from .. import events, streams
 from ..config import Config
@@ -35,6 +37,59 @@ SETTLED_NOISE = 0.005
 HICCUP = 1.5
 #: A candidate whose first timing exceeds this multiple of the best so far is cut short.
 CUTOFF = 3.0
+#: The interpreter's thread switch interval while a search runs (Python's default is 5 ms).
+SWITCH_INTERVAL_S = 0.001
+_switch_lock = threading.Lock()
+_switch_state = [0, None]  # searches running, the interval they replaced
+
+
+@contextlib.contextmanager
+def short_switch_interval() -> Iterator[None]:
+    """Hold the interpreter's thread switch interval at :data:`SWITCH_INTERVAL_S` while searches run.
+
+    The search's thread waits on the GPU and the store many times per candidate and wants the
+    interpreter back after each wait; with compile threads busy in Python, each return could take a
+    whole 5 ms switch interval (a store write measured 0.03 ms alone, 20 ms beside one busy thread).
+    The previous interval comes back when the last running search ends."""
+    with _switch_lock:
+        if _switch_state[0] == 0:
+            _switch_state[1] = sys.getswitchinterval()
+            if _switch_state[1] > SWITCH_INTERVAL_S:
+                sys.setswitchinterval(SWITCH_INTERVAL_S)
+        _switch_state[0] += 1
+    try:
+        yield
+    finally:
+        with _switch_lock:
+            _switch_state[0] -= 1
+            if _switch_state[0] == 0 and _switch_state[1] is not None:
+                sys.setswitchinterval(_switch_state[1])
+                _switch_state[1] = None
+
+
+def warm_in_background(tuner: Any, device: Any) -> Optional[threading.Thread]:
+    """Start warming ``device``'s clocks (and its math libraries' lazy set-up) on a side stream in a
+    thread; None when the tuner times with its own ``do_bench`` or the device has no events. Whoever
+    starts it joins it before anything is timed."""
+    if tuner.do_bench is not None:
+        return None
+    module = streams.device_module(device)
+    if module is None or not callable(getattr(module, "Event", None)):
+        return None
+    from ..timing import clocks
+
+    def warm() -> None:
+        try:
+            side = module.Stream(device=device) if callable(getattr(module, "Stream", None)) else None
+            clocks.warm_clocks(device, module, stream=side)
+        except Exception as exc:  # the timing warms the device itself; say why not here
+            log.debug("%s: warming %s in the background failed: %s", tuner.name, device, exc)
+
+    thread = threading.Thread(target=warm, name="flyautotune-warm-clocks", daemon=True)
+    thread.start()
+    return thread
+
+
 class AutotuneError(RuntimeError):
     """Every candidate of a search failed; the message lists each failure."""
 
@@ -43,7 +98,8 @@ class Search:
     """The search of one key; ``run()`` returns ``(winner, rows, margin, noise)``."""
 
     def __init__(self, tuner: Any, call: Call, target: Any, snapshot: tuple, key: str, configs: list,
-                 default: Optional[Config], known: dict, stream: Any, store: Any = None) -> None:
+                 default: Optional[Config], known: dict, stream: Any, store: Any = None,
+                 warming: Optional[threading.Thread] = None) -> None:
         self.t = tuner
         self.call = call
         self.target = target
@@ -74,7 +130,7 @@ class Search:
         self._poison = True
         self.rounds = 0  # re-timing rounds run
         self.finalists: list = []
-        self._warming: Optional[threading.Thread] = None
+        self._warming = warming  # a clock warm-up the caller started (joined before the first timing)
 
     # -- plumbing ---------------------------------------------------------------------
     def _setup(self) -> None:
@@ -211,27 +267,11 @@ class Search:
                                if self._prior(c) is None and self._cjson(c) not in self.crashed)
 
     def warm_device(self) -> None:
-        """Bring the device's clocks up (and its math libraries' lazy set-up) in the background, on a
-        side stream, while the candidates compile and the probe runs; :meth:`settle` waits for it before
-        the first timing (which would otherwise warm the device itself, after those)."""
-        if self.t.do_bench is not None or self.precompiler is None or self.precompiler.pool is None:
-            return
-        from ..timing import clocks
-
-        device = self.call.device
-        module = streams.device_module(device)
-        if module is None or not callable(getattr(module, "Event", None)):
-            return
-
-        def warm() -> None:
-            try:
-                side = module.Stream(device=device) if callable(getattr(module, "Stream", None)) else None
-                clocks.warm_clocks(device, module, stream=side)
-            except Exception as exc:  # the timing warms the device itself; say why not here
-                log.debug("%s: warming %s while compiling failed: %s", self.t.name, device, exc)
-
-        self._warming = threading.Thread(target=warm, name="flyautotune-warm-clocks", daemon=True)
-        self._warming.start()
+        """Bring the device's clocks up in the background while the candidates compile and the probe
+        runs (unless the caller already started that); :meth:`settle` waits for it before the first
+        timing, which would otherwise warm the device itself after those."""
+        if self._warming is None and self.precompiler is not None and self.precompiler.pool is not None:
+            self._warming = warm_in_background(self.t, self.call.device)
 
     def settle(self) -> None:
         """Wait for the background warm-up: nothing is timed while it runs."""
@@ -401,13 +441,14 @@ class Search:
         self._emit("search_start", candidates=n)
         log.info("%s: searching %d configs on %s/%s", self.t.name, n, self.target.backend, self.target.arch)
         try:
-            self.start_precompile()
-            self.warm_device()
-            self.probe()
-            self.rotations = self._rotations()
-            self.settle()
-            self.first_pass()
-            self.rerank()
+            with short_switch_interval():
+                self.start_precompile()
+                self.warm_device()
+                self.probe()
+                self.rotations = self._rotations()
+                self.settle()
+                self.first_pass()
+                self.rerank()
         finally:
             self.settle()
             if self.precompiler is not None:
