@@ -284,3 +284,23 @@ def test_one_disturbed_round_does_not_fake_a_win_either(pm):
     pm.register(FixedTimes({1: [1.0, 10.0, 1.0], 2: [1.01], 3: [1.012]}))
     sel = tuner(pm, "d_hiccup_default").select(torch.zeros(2), 2, force=True)
     assert sel.config == fat.Config(B=1) and sel.margin == 0.0
+
+
+def test_the_first_pass_ranks_with_half_the_replays_and_the_rounds_use_all(pm):
+    class RecordingRep(FixedTimes):
+        reps = []
+
+        @fat.hookimpl(tryfirst=True)
+        def flyautotune_benchmark(self, fn, setup, target, stream, warmup, rep, rotations, cutoff_ms):
+            self.reps.append(rep)
+            return super().flyautotune_benchmark(fn, setup, target, stream, warmup, rep, rotations, cutoff_ms)
+
+    bench = RecordingRep({1: [1.0], 2: [0.9], 3: [0.95]})
+    pm.register(bench)
+    sel = tuner(pm, "d_first_rep", rep=30).select(torch.zeros(2), 2, force=True)
+    assert sel.config == fat.Config(B=2)
+    assert bench.reps[:3] == [15, 15, 15] and set(bench.reps[3:]) == {30}  # first pass, then the rounds
+    assert {r["reps"] for r in sel.timings} == {30}  # the rows (and the noise floor) are the rounds' timings
+    bench.reps.clear()
+    tuner(pm, "d_first_rep_small", rep=6).select(torch.zeros(2), 2, force=True)
+    assert bench.reps[:3] == [5, 5, 5]  # never fewer than five

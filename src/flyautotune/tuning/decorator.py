@@ -349,7 +349,9 @@ def autotune(configs: Sequence[Config] | Callable[..., Sequence[Config]], *args:
     :param reset_to_zero: tensor args zeroed before every rep and before the real call.
     :param do_bench: ``do_bench(fn, setup=None) -> ms``; None = the backend's hook.
     :param options: the rest of :class:`Autotuner`'s keyword arguments: ``hints=``
-        persistent compile hints, ``warmup=``, ``rep=``, ``packs=`` shipped JSON
+        persistent compile hints, ``warmup=``, ``rep=`` (graph replays or timed launches per timing:
+        each re-timing round of the finalists takes all of them, the first pass over every
+        candidate half, at least 5), ``packs=`` shipped JSON
         packs, ``source_files=`` extra files in the source fingerprint,
         ``check=`` (True: compare each candidate's outputs with the default's;
         False; or ``check(result, **named)``), ``tolerance=`` ((rtol, atol) or

@@ -37,6 +37,16 @@ SETTLED_NOISE = 0.005
 HICCUP = 1.5
 #: A candidate whose first timing exceeds this multiple of the best so far is cut short.
 CUTOFF = 3.0
+#: The first pass ranks every candidate with this share of ``rep`` (the finalists are re-timed with all
+#: of it, round after round, and only those rounds decide against the default).
+FIRST_PASS_SHARE = 0.5
+#: ... but never fewer timed replays (launches) than this.
+MIN_FIRST_PASS_REP = 5
+
+
+def first_pass_rep(rep: int) -> int:
+    """Replays (or timed launches) of a candidate's first-pass timing for a tuner's ``rep``."""
+    return min(rep, max(MIN_FIRST_PASS_REP, int(rep * FIRST_PASS_SHARE)))
 #: The interpreter's thread switch interval while a search runs (Python's default is 5 ms).
 SWITCH_INTERVAL_S = 0.001
 _switch_lock = threading.Lock()
@@ -173,8 +183,8 @@ class Search:
         return self.t.max_search_s is not None and self.elapsed() > self.t.max_search_s
 
     # -- measuring --------------------------------------------------------------------
-    def measure(self, cand: Candidate, cutoff_ms: Optional[float] = None, result: Optional[list] = None
-                ) -> Measurement:
+    def measure(self, cand: Candidate, cutoff_ms: Optional[float] = None, result: Optional[list] = None,
+                rep: Optional[int] = None) -> Measurement:
         fn = self._runner(cand.config, self.call)
         if result is not None:  # keep what the launch on the original inputs returned, for the output check
             run = fn
@@ -191,7 +201,7 @@ class Search:
                 return Measurement.coerce(raw, who=f"do_bench for {cand.config}")
             raw = self.t.pm.hook.flyautotune_benchmark(
                 fn=fn, setup=self.setup, target=self.target, stream=self.stream, warmup=self.t.warmup,
-                rep=self.t.rep, rotations=rotations, cutoff_ms=cutoff_ms,
+                rep=self.t.rep if rep is None else rep, rotations=rotations, cutoff_ms=cutoff_ms,
             )
         if raw is None:
             raise LookupError(f"no flyautotune_benchmark plugin times {self.target.backend} targets")
@@ -304,7 +314,7 @@ class Search:
                     self.prepare_check()
                     held: list = []
                     cand.measurement = self.measure(cand, cutoff_ms=None if best is None else best * CUTOFF,
-                                                    result=held)
+                                                    result=held, rep=first_pass_rep(self.t.rep))
                     problem = self.check(cand, held[-1] if held else None)
                     if problem is not None:
                         cand.measurement = None
@@ -345,7 +355,8 @@ class Search:
             order = finalists[r % len(finalists):] + finalists[:r % len(finalists)]
             for cand in order:
                 try:
-                    cand.samples.append(self.measure(cand).ms)
+                    cand.measurement = self.measure(cand)  # all of rep: its spread is the noise floor
+                    cand.samples.append(cand.measurement.ms)
                 except Exception as exc:  # flaky on a re-run: it cannot be trusted to win
                     cand.error = f"failed when re-timed: {type(exc).__name__}: {exc}"
                     cand.samples.clear()
