@@ -259,7 +259,7 @@ def test_the_event_log_is_strict_json(pm, tmp_path, monkeypatch):
 def test_overlapping_searches_restore_the_switch_interval_when_the_last_one_ends():
     import sys
 
-    from flyautotune.tuning.search import short_switch_interval
+    from flyautotune.tuning.background import short_switch_interval
 
     before = sys.getswitchinterval()
     sys.setswitchinterval(0.005)

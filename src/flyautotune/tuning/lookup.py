@@ -13,7 +13,8 @@ from ..config import Config
 from ..target import Target
 from . import checks
 from .binding import Call, key_dict
-from .search import AutotuneError, Search, config_repr, warm_in_background
+from .background import warm_in_background
+from .search import AutotuneError, Search, config_repr
 from .selection import Selection
 
 log = logging.getLogger("flyautotune")
