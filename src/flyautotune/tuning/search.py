@@ -15,10 +15,10 @@ from ..config import Config
 from ..measurement import Measurement
 from ..store.jsontext import canonical_config_json
 from . import resume, verify
+from .background import short_switch_interval, warm_in_background
 from .binding import Call
 from .candidate import Candidate, config_repr
 from .plan import Plan, run_plan, zero
-from .background import short_switch_interval, warm_in_background
 from .precompile import Precompiler
 
 __all__ = ["AutotuneError", "Candidate", "Search", "config_repr"]
@@ -36,8 +36,8 @@ SETTLED_NOISE = 0.005
 HICCUP = 1.5
 #: A candidate whose first timing exceeds this multiple of the best so far is cut short.
 CUTOFF = 3.0
-#: The first pass ranks every candidate with this share of ``rep`` (the finalists are re-timed with all
-#: of it, round after round, and only those rounds decide against the default).
+#: The first pass ranks every candidate with this share of ``rep``; the finalists are re-timed with all
+#: of it, round after round.
 FIRST_PASS_SHARE = 0.5
 #: ... but never fewer timed replays (launches) than this.
 MIN_FIRST_PASS_REP = 5
@@ -46,6 +46,8 @@ MIN_FIRST_PASS_REP = 5
 def first_pass_rep(rep: int) -> int:
     """Replays (or timed launches) of a candidate's first-pass timing for a tuner's ``rep``."""
     return min(rep, max(MIN_FIRST_PASS_REP, int(rep * FIRST_PASS_SHARE)))
+
+
 class AutotuneError(RuntimeError):
     """Every candidate of a search failed; the message lists each failure."""
 
