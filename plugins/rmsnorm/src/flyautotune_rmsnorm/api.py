@@ -19,18 +19,7 @@ from . import space
 from .factory import DTYPE_STRS, make_launcher
 from .kernel import jit_kernel
 
-_DTYPE_STR: dict = {}
-
-
-def _dtype_strs() -> dict:
-    if not _DTYPE_STR:
-        import torch
-
-        _DTYPE_STR.update({torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"})
-    return _DTYPE_STR
-
-
-_dtype_strs()
+_DTYPE_STR = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 _empty_like = torch.empty_like
 
 
@@ -38,7 +27,7 @@ def dtype_str(dtype: Any) -> str:
     """``torch.bfloat16`` -> ``"bf16"`` (also accepts the short names)."""
     if isinstance(dtype, str) and dtype in DTYPE_STRS:
         return dtype
-    s = _dtype_strs().get(dtype)
+    s = _DTYPE_STR.get(dtype)
     if s is None:
         raise TypeError(f"rmsnorm: dtype {dtype} is not supported; accepted: torch.bfloat16, torch.float16, "
                         f"torch.float32")
@@ -121,8 +110,6 @@ def _strided_rows(x: Any, shape: Any, N: int) -> tuple:
 
 
 def _bad_inputs(x: Any, weight: Any) -> None:
-    import torch
-
     if not isinstance(x, torch.Tensor):
         raise TypeError(f"rmsnorm: x must be a torch.Tensor, got {type(x).__name__}")
     if not isinstance(weight, torch.Tensor):
@@ -136,8 +123,6 @@ def _bad_inputs(x: Any, weight: Any) -> None:
 
 def _check_out(x: Any, out: Any, shape: Any, N: int, M: int) -> int:
     """Validate ``out=``; returns its row stride."""
-    import torch
-
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"rmsnorm: out must be a torch.Tensor or None, got {type(out).__name__}")
     if out.shape != shape:
@@ -165,8 +150,6 @@ def _target(index: int) -> fat.Target:
     """The target of CUDA device ``index`` (cached)."""
     t = _targets.get(index)
     if t is None:
-        import torch
-
         t = _targets[index] = fat.target_for(torch.device("cuda", index))
     return t
 
@@ -313,10 +296,8 @@ def tuner_args(x, weight, eps: float = 1e-6, out=None, stream=None) -> tuple:
 
 def example(shape, dtype, device) -> tuple:
     """Random inputs for ``rmsnorm_autotuned``: ``((x, weight), {"eps": 1e-6})``."""
-    import torch
-
     ds = dtype_str(dtype)
-    tdt = {v: k for k, v in _dtype_strs().items()}[ds]
+    tdt = {v: k for k, v in _DTYPE_STR.items()}[ds]
     shape = tuple(int(s) for s in shape)
     x = torch.randn(shape, dtype=tdt, device=device)
     w = torch.rand(shape[-1], dtype=tdt, device=device) + 0.5
