@@ -5,10 +5,9 @@ import pytest
 import torch
 
 import flyautotune as fat
-from flyautotune import streams
-from flyautotune.timing import clocks, events as timing_events
+from flyautotune.timing import clocks
 from flyautotune.store import MemoryStore
-from flyautotune.timing.testing import FakeGpu, Flush
+from flyautotune.timing.testing import FakeGpu, install
 
 
 class StorePlugin:
@@ -81,11 +80,7 @@ def hip(pm, monkeypatch):
     ROCm plugin's benchmark hook is registered."""
     from flyautotune_rocm import hooks as rocm_hooks
 
-    fake = FakeGpu(name="cuda", l2=4 << 20)
-    monkeypatch.setattr(streams, "device_module", lambda device: fake if device.type == "meta" else None)
-    monkeypatch.setattr(timing_events, "flush_buffer", lambda device, module: Flush(fake))
-    monkeypatch.setattr(clocks, "make_work", lambda device: lambda: fake.launch(50.0, "warm"))
-    clocks.forget()
+    fake = install(FakeGpu(name="cuda", l2=4 << 20), monkeypatch, "meta")
     pm.register(MetaIsGfx942())
     pm.register(rocm_hooks)
     return fake

@@ -4,10 +4,9 @@ import pytest
 import torch
 
 import flyautotune as fat
-from flyautotune import streams, timing
+from flyautotune import timing
 from flyautotune.measurement import Measurement
-from flyautotune.timing import clocks, events
-from flyautotune.timing.testing import FakeGpu, Flush
+from flyautotune.timing.testing import FakeGpu, install
 from flyautotune_cuda import bench, hooks
 
 H100 = fat.Target("cuda", "sm_90", 32)
@@ -16,12 +15,7 @@ H100 = fat.Target("cuda", "sm_90", 32)
 @pytest.fixture
 def gpu(monkeypatch):
     """torch's GPU module, as the engine sees it, replaced by a fake one."""
-    fake = FakeGpu(name="cuda")
-    monkeypatch.setattr(streams, "device_module", lambda device: fake if getattr(device, "type", None) == "cuda" else None)
-    monkeypatch.setattr(events, "flush_buffer", lambda device, module: Flush(fake))
-    monkeypatch.setattr(clocks, "make_work", lambda device: lambda: fake.launch(50.0, "warm"))
-    clocks.forget()
-    return fake
+    return install(FakeGpu(name="cuda"), monkeypatch, "cuda")
 
 
 def test_the_hook_times_graph_replays_over_the_rotations_on_the_launch_stream(gpu):

@@ -6,10 +6,9 @@ import pytest
 import torch
 
 import flyautotune as fat
-from flyautotune import streams, timing
+from flyautotune import timing
 from flyautotune.measurement import Measurement
-from flyautotune.timing import clocks, events
-from flyautotune.timing.testing import FakeGpu, Flush
+from flyautotune.timing.testing import FakeGpu, install
 from flyautotune_rocm import bench, hooks
 
 MI300X_L2 = 4 << 20
@@ -22,11 +21,7 @@ def hip(monkeypatch):
     props = types.SimpleNamespace(L2_cache_size=MI300X_L2, gcnArchName="gfx942:sramecc+:xnack-")
     fake.get_device_properties = lambda device=None: props
     monkeypatch.setattr(torch.version, "hip", "6.4.0", raising=False)
-    monkeypatch.setattr(streams, "device_module", lambda device: fake if getattr(device, "type", None) == "cuda" else None)
-    monkeypatch.setattr(events, "flush_buffer", lambda device, module: Flush(fake))
-    monkeypatch.setattr(clocks, "make_work", lambda device: lambda: fake.launch(50.0, "warm"))
-    clocks.forget()
-    return fake
+    return install(fake, monkeypatch, "cuda")
 
 
 def launch_stream(fake):

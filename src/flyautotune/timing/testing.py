@@ -154,3 +154,18 @@ class Flush:
 
     def zero_(self):
         self.fake.log.append("flush")
+
+
+def install(fake: FakeGpu, monkeypatch: Any, device_type: str, warm_ms: float = 50.0) -> FakeGpu:
+    """Make ``fake`` the device module of every ``device_type`` device for this test (pytest's
+    ``monkeypatch`` undoes it): stream routing, the cache-flush buffer and the clock warm-up
+    (each burst logs ``"warm"`` and costs ``warm_ms``), with every device cold again."""
+    from .. import streams
+    from . import clocks, events
+
+    monkeypatch.setattr(streams, "device_module",
+                        lambda device: fake if getattr(device, "type", None) == device_type else None)
+    monkeypatch.setattr(events, "flush_buffer", lambda device, module: Flush(fake))
+    monkeypatch.setattr(clocks, "make_work", lambda device: lambda: fake.launch(warm_ms, "warm"))
+    clocks.forget()
+    return fake
