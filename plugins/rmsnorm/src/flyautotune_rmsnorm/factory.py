@@ -277,7 +277,7 @@ class RMSNormLauncher:
         torch = _torch()
         dev = key[0]
         kw = dict(zip(_CONST_NAMES, consts))
-        opts = self.compile_options(dict(options)) if options else self.compile_options()
+        opts = self.compile_options(dict(options))
         with torch.cuda.device(dev), torch.cuda.stream(torch_stream(stream, x.device)):
             compiled = _kernel.jit_kernel()[(self.grid(M),)](x, w, y, M, sxv, syv, eps, **kw, **opts)
             launch = Launch(_direct_call(compiled), compiled)
