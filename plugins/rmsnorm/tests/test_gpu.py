@@ -109,6 +109,25 @@ def test_no_config_in_the_space_spills(N):
         assert k.n_spills == 0, f"{cfg} spills {k.n_spills} registers ({k.n_regs} used)"
 
 
+@pytest.mark.parametrize("M,coop", [(1, 1), (1, 0), (300, 1)])
+def test_a_split_config_compiles_the_kernel_its_launch_runs(M, coop):
+    """What the search's precompile pool builds for a split config is what its launch runs: the
+    one-launch kernel where COOP takes it (every program resident), else the two-launch pair."""
+    from flyautotune_rmsnorm.split import sm_count
+
+    N = 65536
+    x, w = _inputs(M, N, torch.bfloat16)
+    y = torch.full_like(x, float("nan"))
+    L = make_launcher(N, "bf16", 256, CACHE_POLICY=2, SPLIT=32, COOP=coop)
+    one = coop == 1 and M * L.programs <= sm_count(x.get_device())
+    assert L.uses_coop(M, x.get_device()) == one
+    k = L.compiled(x, w, y, M, N, N, (("num_warps", 8),))
+    assert k.metadata.name == ("_split_coop" if one else "_split_normalize")
+    L(x, w, y, M, N, N, 1e-6, None, (("num_warps", 8),))
+    torch.cuda.synchronize()
+    _check(y, x, w)
+
+
 def test_strided_rows_and_out_on_the_gpu():
     base, w = _inputs(64, 1100, torch.float16)
     x = base[::2, 50:1074]

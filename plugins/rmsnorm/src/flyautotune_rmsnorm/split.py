@@ -91,9 +91,9 @@ class SplitLauncher(RMSNormLauncher):
         grid = (M, S)
         if interpret is None:
             interpret = not x.is_cuda or _INTERPRET
-        if (self.COOP and not interpret and M * S <= sm_count(x.get_device()) and self.TILES == 1
-                and self._coop(x, w, y, M, S, rv, sx, sy, eps, stream, options)):
-            return
+        if not interpret and self.uses_coop(M, x.get_device()):
+            if self._coop(x, w, y, M, S, rv, sx, sy, eps, stream, options):
+                return
         c1, c2 = self.constexprs(rv)
         if interpret:
             p = x.new_empty(M * S, dtype=_torch().float32)
@@ -134,7 +134,7 @@ class SplitLauncher(RMSNormLauncher):
         consts = self.coop_constexprs(rv)
         if launch is None:
             torch = _torch()
-            opts = self.compile_options(dict(options)) if options else self.compile_options()
+            opts = self.compile_options(dict(options))
             with torch.cuda.device(dev), torch.cuda.stream(torch_stream(stream, x.device)):
                 k = _ks.coop_kernel()[(M, S)](x, w, y, p, c, sx // rv, sy // rv, eps, **consts, **opts)
             with self._lock:
@@ -153,7 +153,7 @@ class SplitLauncher(RMSNormLauncher):
         return got
 
     def _first_launch_pair(self, key, x, w, y, p, grid, sxv, syv, eps, c1, c2, options) -> None:
-        opts = self.compile_options(dict(options)) if options else self.compile_options()
+        opts = self.compile_options(dict(options))
         k1, k2 = _ks.kernels(False)
         a = k1[grid](x, p, sxv, **c1, **opts)
         b = k2[grid](x, w, y, p, sxv, syv, eps, **c2, **opts)
@@ -161,14 +161,30 @@ class SplitLauncher(RMSNormLauncher):
         with self._lock:
             self._launches[key] = pair
 
+    def uses_coop(self, M: int, dev: int) -> bool:
+        """True when a launch of ``M`` rows on device ``dev`` takes the one-launch form."""
+        return bool(self.COOP) and self.TILES == 1 and M * self.programs <= sm_count(dev)
+
     def compiled(self, x, w, y, M: int, sx: int, sy: int, options: tuple = ()):
-        """The normalize kernel's ``CompiledKernel`` (the heavier of the two), loaded."""
+        """The ``CompiledKernel`` a launch of these rows runs, loaded: the one-launch kernel where ``COOP``
+        takes it, else the normalize kernel (the heavier of the two; the partial-sum kernel is compiled
+        and loaded too, so a precompiled config launches without compiling)."""
         torch = _torch()
         rv = row_vec(sx, sy, self.elem, self.VEC)
-        _, c2 = self.constexprs(rv)
-        p = torch.empty(M * self.programs, dtype=torch.float32, device=x.device)
-        with torch.cuda.device(x.get_device()):
-            k = _ks.kernels(False)[1].warmup(x, w, y, p, sx // rv, sy // rv, 1e-6, grid=(M, self.programs), **c2,
-                                             **self.compile_options(dict(options)))
-            k.run
+        dev = x.get_device()
+        opts = self.compile_options(dict(options))
+        grid = (M, self.programs)
+        with torch.cuda.device(dev):
+            if self.uses_coop(M, dev):
+                p = torch.empty(self.programs, dtype=torch.float32, device=x.device)
+                c = torch.empty(1, dtype=torch.int32, device=x.device)
+                k = _ks.coop_kernel().warmup(x, w, y, p, c, sx // rv, sy // rv, 1e-6, grid=grid,
+                                             **self.coop_constexprs(rv), **opts)
+            else:
+                c1, c2 = self.constexprs(rv)
+                p = torch.empty(M * self.programs, dtype=torch.float32, device=x.device)
+                k1, k2 = _ks.kernels(False)
+                k1.warmup(x, p, sx // rv, grid=grid, **c1, **opts).run
+                k = k2.warmup(x, w, y, p, sx // rv, sy // rv, 1e-6, grid=grid, **c2, **opts)
+            k.run  # loading the binary fills n_regs / n_spills
         return k
