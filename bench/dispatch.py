@@ -20,7 +20,10 @@ Paths, outermost first:
 * ``specialized launch`` — what a cache hit calls (``specialize=``): the binary resolved once;
 * ``launcher`` — the cached launcher: straight into Triton's C launcher;
 * ``triton jit`` — the same kernel through ``JITFunction.run`` (for reference);
-* ``x.add_(0)`` — a minimal torch op (for reference).
+* ``x.add_(0)`` — a minimal torch op (for reference);
+* ``raw: Triton's C launcher`` / ``raw: claunch`` — the same cached binary launched by Triton's generated
+  launcher and by ``flyautotune_rmsnorm.claunch`` with the same arguments (Triton 3.5/3.6 on CUDA; the
+  specialized launch takes claunch unless ``FLYAUTOTUNE_RMSNORM_CLAUNCH=0``).
 
 The autotune layer's cost is ``tuner(prepared) - specialized launch`` (what a cache hit runs
 inside the layer).
@@ -77,6 +80,17 @@ def main(argv=None):
     jit = jit_kernel()
     grid = (L.grid(M),)
 
+    # The two raw launches of the cached binary, same arguments: Triton's generated C launcher and
+    # flyautotune's (claunch: one cuLaunchKernel from a state packed once).
+    from flyautotune_rmsnorm import claunch
+
+    compiled = next(iter(L._launches.values())).kernel
+    run = compiled.run
+    raw_args = (x.data_ptr(), w.data_ptr(), y.data_ptr(), M, N // 8, N // 8, eps, *consts)
+    stream = torch.cuda.current_stream().cuda_stream
+    fn_handle, meta_packed = compiled.function, compiled.packed_metadata
+    triton_raw = getattr(run, "launch", None)
+    ours_raw = claunch.direct_launcher(compiled)
     paths = {
         "F.rms_norm": lambda: F.rms_norm(x, (N,), w, eps),
         "rmsnorm_autotuned": lambda: rmsnorm_autotuned(x, w, eps),
@@ -89,6 +103,11 @@ def main(argv=None):
         "triton jit": lambda: jit[grid](x, w, y, M, N // 8, N // 8, eps, **kw, **dict(opts)),
         "x.add_(0)": lambda: x.add_(0.0),
     }
+    if triton_raw is not None and type(run).__name__ == "CudaLauncher":
+        paths["raw: Triton's C launcher"] = lambda: triton_raw(L.grid(M), 1, 1, stream, fn_handle, False, False, None,
+                                                                None, meta_packed, None, None, None, *raw_args)
+    if ours_raw is not None:
+        paths["raw: claunch"] = lambda: ours_raw(L.grid(M), 1, stream, *raw_args)
     for fn in paths.values():
         for _ in range(50):
             fn()

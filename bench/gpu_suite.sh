@@ -2,7 +2,7 @@
 # Everything that needs an NVIDIA GPU, in one go: install the packages, run the
 # plugin tests with CUDA, then the RMSNorm benchmark and the dispatch benchmark.
 #
-#   bash bench/gpu_suite.sh OUT_DIR [coop] [tests] [coretests] [bench] [explore] [stability] [wins] [longrows] [agree] [plan] [dispatch] [overhead]
+#   bash bench/gpu_suite.sh OUT_DIR [coop] [persist] [claunch] [tests] [coretests] [bench] [explore] [stability] [wins] [longrows] [agree] [plan] [dispatch] [overhead]
 #
 # No network is needed: the three packages are built from this checkout
 # (setuptools must be installed); wheels under .whl/ (e.g. liger-kernel) are
@@ -36,6 +36,14 @@ for stage in $STAGES; do
       echo "== the cooperative split's barrier (a child process with a deadline); stops the suite if it fails"
       (cd "$ROOT" && "$PY" -m pytest -q -p no:cacheprovider -rs plugins/rmsnorm/tests/test_coop_gpu.py 2>&1 \
         | tee "$OUT_DIR/pytest_coop.log"; exit "${PIPESTATUS[0]}") || { echo "== coop failed: stopping"; exit 1; } ;;
+    persist)
+      echo "== the persistent split's barrier (a child process with a deadline); stops the suite if it fails"
+      (cd "$ROOT" && "$PY" -m pytest -q -p no:cacheprovider -rs plugins/rmsnorm/tests/test_persist_gpu.py 2>&1 \
+        | tee "$OUT_DIR/pytest_persist.log"; exit "${PIPESTATUS[0]}") || { echo "== persist failed: stopping"; exit 1; } ;;
+    claunch)
+      echo "== the direct C launch (claunch) on the GPU"
+      (cd "$ROOT" && "$PY" -m pytest -q -p no:cacheprovider -rs plugins/rmsnorm/tests/test_claunch.py 2>&1 \
+        | tee "$OUT_DIR/pytest_claunch.log") || status=1 ;;
     tests)
       echo "== tests"
       XDIST=$("$PY" -c "import xdist" 2>/dev/null && echo "-n 8" || true)

@@ -1,6 +1,6 @@
 """Long rows, config by config: every CUDA-space candidate of a shape and the configs outside the
-space that hold the row narrow in registers (HOLD), against QuACK, in CUDA-graph replay over inputs
-rotated past L2, in one process (one CUDA GPU).
+space that hold the row narrow in registers (HOLD) or split it across persistent programs (COOP=2),
+against QuACK, in CUDA-graph replay over inputs rotated past L2, in one process (one CUDA GPU).
 
     python bench/long_rows.py --out DIR [--shapes 1024x65536:bf16,2048x32768:bf16,8192x16384:bf16]
 
@@ -24,15 +24,18 @@ def extra_configs(M, N, ds):
     16-64 K elements at 512 or 1024 threads, cache policy 1 or 2), and at 32 K capped at 32 registers
     (two programs of 1024 threads per SM, a few bytes spilled)."""
     from flyautotune_rmsnorm.factory import next_pow2
-    from flyautotune_rmsnorm.space import _cfg
+    from flyautotune_rmsnorm.space import _cfg, persist_configs
 
     npad = next_pow2(N)
+    # The persistent split (COOP=2), with 1, 2 or 4 rows per trip (one barrier for all of them).
+    persist = [_cfg(c.kwargs["BLOCK_THREADS"], rows, 0, 2, split=c.kwargs["SPLIT"], coop=2)
+               for c in persist_configs(max(M, 132), N, ds) for rows in (1, 2, 4)]
     if ds not in ("bf16", "fp16") or not 16384 <= npad <= 65536:
-        return []
+        return persist
     out = [_cfg(bt, 1, 0, policy, hold=1) for bt in (512, 1024) if 32 <= npad // bt <= 64 for policy in (1, 2)]
     if npad == 32768:
         out.append(_cfg(1024, 1, 0, 2, hold=1, maxnreg=32))
-    return out
+    return out + persist
 
 
 def main(argv=None):

@@ -295,3 +295,42 @@ def test_a_stored_winner_outside_the_space_runs_the_default_once_warned(bad, cap
     assert torch.allclose(y, api.rmsnorm(x, w)) and tuned_launch.last_config == sel.config
     assert caplog.text.count("ignoring the stored winner") == 1
     assert tuned_launch.store().get("rmsnorm", sel.key) is None
+
+
+@pytest.mark.skipif(shutil.which("ptxas") is None and not os.path.exists(
+    os.path.join(os.path.dirname(__import__("triton").__file__), "backends/nvidia/bin/ptxas")),
+    reason="needs Triton's NVIDIA backend (ptxas) to cross-compile")
+@pytest.mark.parametrize("M,N,ds", [(1024, 65536, "bf16"), (2048, 32768, "bf16"), (1024, 65536, "fp16"),
+                                    (300, 40000, "fp16")])
+def test_persistent_split_cross_compiles_to_one_uniform_wait_per_trip(M, N, ds):
+    """The CPU counterpart of the GPU test of COOP=2 (outside the space: measured slower): the persistent
+    kernel of each config the bench measures writes its partial sum from one thread, releases its arrival after a CTA barrier, waits in a
+    loop inside the row loop where one thread polls the count with acquire loads and the CTA reads the
+    result through shared memory (so every warp leaves the wait together), counts departures once, and
+    does not spill."""
+    import re
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    from flyautotune_rmsnorm.space import persist_configs
+
+    persist = persist_configs(M, N, ds)
+    assert len(persist) == 3 and not any(c.kwargs["COOP"] == 2 for c in cuda_space(M, N, ds))
+    for cfg in persist:
+        kernel, sig, consts, extra = api.compile_spec((M, N), ds, cfg, target=fat.Target("cuda", "sm_90", 32))
+        attrs = {(i,): [["tt.divisibility", 16]] for i in range(5)}
+        k = triton.compile(triton.compiler.ASTSource(kernel, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
+                           options=extra["options"])
+        ptx = k.asm["ptx"]
+        assert re.search(r"bar\.sync\s+0;\s*(mov[^\n]*\n\s*)*//[^\n]*\n\s*@%p\d+ (red|atom)\.global\.gpu\.release\.add",
+                         ptx) or re.search(r"bar\.sync[^@]*@%p\d+ (red|atom)\.global\.gpu\.release\.add", ptx), \
+            "the arrival is not released by one thread after a CTA barrier"
+        wait = re.search(r"(\$L__BB\d+_\d+):[^\n]*(\n\s*//[^\n]*)?Inner Loop Header(.*?)bra(\.uni)?\s+\1;", ptx, re.S)
+        assert wait, "no wait loop inside the row loop"
+        assert re.search(r"@%p\d+ (ld\.global\.gpu\.acquire|atom\.global\.gpu\.acquire)", wait.group(3)), \
+            "the wait does not poll the count with acquire semantics from one thread"
+        assert "st.shared" in wait.group(3) and "ld.shared" in wait.group(3), "the count is not shared by the CTA"
+        assert len(re.findall(r"atom\.global\.gpu\.acq_rel\.add\.u32", ptx)) == 1, "departures are not counted once"
+        stack_and_local, report = _stack_and_local(k, f"rmsnorm_persist_{N}")
+        assert stack_and_local == (0, 0), f"{cfg} spills: {report}"

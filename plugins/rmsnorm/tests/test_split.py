@@ -82,9 +82,10 @@ def test_narrow_accesses_match_fp64(shape, rows, vec, dtype):
     (dict(SPLIT=4, ROWS_PER_PROGRAM=2), "needs ROWS_PER_PROGRAM=1"),
     (dict(SPLIT=4, CHUNK=1024, PREFETCH=1), "PREFETCH=0"),
     (dict(VEC=32), "VEC=32"),
-    (dict(COOP=1), "COOP=1; accepted: 0, or 1 with SPLIT > 1 and CHUNK=0"),
+    (dict(COOP=1), "COOP=1; accepted: 0, or with SPLIT > 1 and CHUNK=0"),
     (dict(SPLIT=4, CHUNK=1024, COOP=1), "got SPLIT=4, CHUNK=1024"),
-    (dict(SPLIT=4, COOP=2), "COOP=2"),
+    (dict(SPLIT=4, COOP=3), "COOP=3"),
+    (dict(COOP=2), "COOP=2; accepted"),
 ])
 def test_factory_refuses_split_and_vec_values_it_cannot_build(knobs, words):
     with pytest.raises(ValueError, match=words):
@@ -92,9 +93,34 @@ def test_factory_refuses_split_and_vec_values_it_cannot_build(knobs, words):
 
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-@pytest.mark.parametrize("N,split", [(4096, 8), (4093, 4), (1000, 2)])
-def test_cooperative_split_configs_compute_the_same_rows_on_cpu(N, split, dtype):
-    """COOP=1 never runs its barrier under the interpreter (programs run one at a time): the two-launch
-    bodies compute the rows there, so a CPU search over a space with cooperative configs stays right."""
+@pytest.mark.parametrize("N,split,coop", [(4096, 8, 1), (4093, 4, 1), (1000, 2, 1), (4096, 4, 2), (4093, 2, 2),
+                                          (1, 2, 2)])
+def test_cooperative_split_configs_compute_the_same_rows_on_cpu(N, split, coop, dtype):
+    """COOP=1 and 2 never run their barrier under the interpreter (programs run one at a time): the
+    two-launch bodies compute the rows there, so a CPU search over a space with cooperative configs stays
+    right."""
     x, w = inputs((3, N), dtype, seed=N + split)
-    assert_close(run(x, w, SPLIT=split, COOP=1, CACHE_POLICY=2), x, w)
+    assert_close(run(x, w, SPLIT=split, COOP=coop, CACHE_POLICY=2), x, w)
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("M,N,block_n,rows,groups", [(7, 64, 64, 4, 1), (13, 64, 64, 4, 3), (9, 50, 64, 2, 2),
+                                                     (16, 128, 128, 1, 4), (5, 64, 64, 4, 2), (1, 1, 1, 1, 1)])
+def test_persistent_body_under_the_interpreter_with_groups_of_one(M, N, block_n, rows, groups, dtype):
+    """The COOP=2 body's row loop, rows per trip, masks, buffers and counts, where the interpreter can run it:
+    groups of one program (SPLIT=1), which never wait on another. Run twice: the first launch leaves the
+    counts at zero for the next."""
+    from triton.runtime.interpreter import InterpretedFunction
+
+    from flyautotune_rmsnorm import kernel_split
+
+    x, w = inputs((M, N), dtype, seed=M * N + rows)
+    p = torch.full((groups * 2 * rows,), float("nan"))
+    d = torch.zeros(2 * groups, dtype=torch.int32)
+    body = InterpretedFunction(kernel_split._split_persist)
+    for _ in range(2):
+        y = torch.full_like(x, float("nan"))
+        body[(groups,)](x, w, y, p, d, M, N, N, 1e-6, groups, N=N, BLOCK_N=block_n, SPLIT=1, SPLIT_POW2=1, ROWS=rows,
+                        EVEN_N=N % block_n == 0, ROW_VEC=1, X_LAST="", W_POLICY="", Y_POLICY="")
+        assert_close(y, x, w)
+        assert not d.any(), f"counts left at {d.tolist()}"

@@ -313,7 +313,7 @@ def compile_spec(shape, dtype, config, target=None) -> tuple:
     """``(kernel, signature, constexprs, extra)`` of the Triton kernel ``config`` builds for a
     contiguous input: ``extra["options"]`` holds the ``num_warps`` that BLOCK_THREADS implies,
     ``extra["values"]`` the runtime integers of such a launch. A split config (``SPLIT > 1``)
-    reports its normalize kernel, the heavier of its two, or its one kernel with ``COOP=1``."""
+    reports its normalize kernel, the heavier of its two, or its one kernel with ``COOP=1`` or ``2``."""
     ds = dtype_str(dtype)
     N = int(shape[-1])
     M = 1
@@ -326,6 +326,15 @@ def compile_spec(shape, dtype, config, target=None) -> tuple:
     rv = row_vec(N, N, launcher.elem, launcher.VEC)
     warp = getattr(target, "warp_size", None) or 32
     options = {"num_warps": max(1, kw["BLOCK_THREADS"] // warp)}
+    if launcher.SPLIT > 1 and launcher.COOP == 2:
+        from .kernel_split import persist_kernel
+
+        consts = launcher.persist_constexprs(rv)
+        sig = {"X": f"*{ds}", "W": f"*{ds}", "Y": f"*{ds}", "P": "*fp32", "D": "*i32", "M": "i32", "sx_vec": "i32",
+               "sy_vec": "i32", "eps": "fp32", "R": "i32"}
+        sig.update({k: "constexpr" for k in consts})
+        return persist_kernel(), sig, consts, {"options": options, "values": {"M": M, "sx_vec": N // rv,
+                                                                             "sy_vec": N // rv, "R": 1}}
     if launcher.SPLIT > 1 and launcher.COOP:
         from .kernel_split import coop_kernel
 

@@ -81,14 +81,18 @@ def _check_spec(N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLI
         raise ValueError(f"rmsnorm factory: PREFETCH={PREFETCH}; accepted: 0, or 1 with a CHUNK (two-pass rows)")
     if SPLIT not in SPLIT_CHOICES:
         raise ValueError(f"rmsnorm factory: SPLIT={SPLIT}; accepted: {SPLIT_CHOICES} (programs per row)")
-    if SPLIT > 1 and (ROWS_PER_PROGRAM != 1 or PREFETCH):
-        raise ValueError(f"rmsnorm factory: SPLIT={SPLIT} (a row across programs) needs ROWS_PER_PROGRAM=1 and "
-                         f"PREFETCH=0, got ROWS_PER_PROGRAM={ROWS_PER_PROGRAM}, PREFETCH={PREFETCH}")
+    if SPLIT > 1 and ((ROWS_PER_PROGRAM != 1 and COOP != 2) or ROWS_PER_PROGRAM > 4 or PREFETCH):
+        raise ValueError(f"rmsnorm factory: SPLIT={SPLIT} (a row across programs) needs ROWS_PER_PROGRAM=1 (up to 4 "
+                         f"with COOP=2) and PREFETCH=0, got ROWS_PER_PROGRAM={ROWS_PER_PROGRAM}, PREFETCH={PREFETCH}")
     if VEC not in VEC_CHOICES:
         raise ValueError(f"rmsnorm factory: VEC={VEC}; accepted: {VEC_CHOICES} (bytes per access)")
-    if COOP not in (0, 1) or (COOP and (SPLIT == 1 or CHUNK)):
-        raise ValueError(f"rmsnorm factory: COOP={COOP}; accepted: 0, or 1 with SPLIT > 1 and CHUNK=0 (one launch, "
-                         f"each program's slice in registers), got SPLIT={SPLIT}, CHUNK={CHUNK}")
+    if COOP not in (0, 1, 2) or (COOP and (SPLIT == 1 or CHUNK)):
+        raise ValueError(f"rmsnorm factory: COOP={COOP}; accepted: 0, or with SPLIT > 1 and CHUNK=0 (one launch, "
+                         f"each program's slice in registers) 1 (a grid of M * SPLIT programs) or 2 (persistent "
+                         f"programs looping over the rows), got SPLIT={SPLIT}, CHUNK={CHUNK}")
+    if COOP == 2 and ROWS_PER_PROGRAM * SPLIT > 128:
+        raise ValueError(f"rmsnorm factory: COOP=2 keeps ROWS_PER_PROGRAM * SPLIT <= 128 partial sums per trip, got "
+                         f"ROWS_PER_PROGRAM={ROWS_PER_PROGRAM}, SPLIT={SPLIT}")
     if HOLD not in (0, 1) or (HOLD and (SPLIT != 1 or (CHUNK and CHUNK < next_pow2(N))
                                          or ELEMENT_SIZE.get(dtype_str) != 2)):
         raise ValueError(f"rmsnorm factory: HOLD={HOLD}; accepted: 0, or 1 for a whole row in registers "
@@ -113,11 +117,13 @@ class Launch:
 
 
 def _direct_call(compiled) -> Any:
-    """The cheapest way to launch ``compiled`` again: ``call(grid, stream, *args)``.
+    """The cheapest way to launch ``compiled`` again: ``call(grid_x, grid_y, stream, *args)``.
 
     Triton 3.5/3.6's ``CudaLauncher`` only allocates scratch and forwards to its
-    C ``launch``; when the kernel needs no scratch we call that C function
-    ourselves. Any other launcher (other versions, HIP) goes through ``run``.
+    C ``launch``; when the kernel needs no scratch we launch it ourselves: through
+    :func:`claunch.direct_launcher` (one ``cuLaunchKernel`` from a state packed
+    once) where it takes the kernel, else through that C ``launch``. Any other
+    launcher (other versions, HIP) goes through ``run``.
     """
     run = compiled.run  # the first access binds the module on the current device
     function, meta = compiled.function, compiled.packed_metadata
@@ -129,6 +135,11 @@ def _direct_call(compiled) -> Any:
     if (type(run).__name__ == "CudaLauncher" and c_launch is not None
             and params == ["self", "gridX", "gridY", "gridZ", "stream", "function", "args"]
             and not getattr(run, "global_scratch_size", 1) and not getattr(run, "profile_scratch_size", 1)):
+        from . import claunch
+
+        direct = claunch.direct_launcher(compiled)
+        if direct is not None:
+            return direct
         coop, pdl = run.launch_cooperative_grid, run.launch_pdl
 
         def call(gx, gy, stream, *args):

@@ -154,8 +154,100 @@ def _split_coop(
         tl.atomic_xchg(C + row, 0, sem="relaxed")
 
 
+def _split_persist(
+    X,
+    W,
+    Y,
+    P,  # fp32 [groups, 2, ROWS, SPLIT_POW2]: the partial sums of a trip, in two buffers used in turn
+    D,  # int32 [groups, 2]: programs of the group arrived (every trip) and done; 0 between launches
+    M,
+    sx_vec,
+    sy_vec,
+    eps,
+    R,  # row groups in the grid: the grid is R * SPLIT programs, all resident at once
+    N: tl.constexpr,
+    BLOCK_N: tl.constexpr,  # the slice: one program's elements of a row, held in registers
+    SPLIT: tl.constexpr,
+    SPLIT_POW2: tl.constexpr,
+    ROWS: tl.constexpr,  # rows per trip: one barrier for all of them
+    EVEN_N: tl.constexpr,
+    ROW_VEC: tl.constexpr,
+    X_LAST: tl.constexpr,
+    W_POLICY: tl.constexpr,
+    Y_POLICY: tl.constexpr,
+):
+    # Program (g, s) normalizes slice s of row blocks g, g + R, g + 2R, ... (ROWS rows each): the SPLIT
+    # programs of group g meet once per trip. Each writes its partial sums, then (after a CTA barrier,
+    # with release semantics) adds one to the group's arrival count; one thread polls the count (acquire)
+    # and the CTA reads the sums once it reaches SPLIT * trips, so the wait is one uniform loop. Sums
+    # alternate between two buffers: a program writes a buffer again only after every program of its
+    # group has arrived at the trip in between, so after each has read the buffer's previous sums. The
+    # next block's slice is loaded before the wait, so the wait overlaps that read.
+    pid = tl.program_id(0)
+    g = pid // SPLIT
+    s = pid % SPLIT
+    cols = s * BLOCK_N + tl.arange(0, BLOCK_N)
+    r_in = tl.arange(0, ROWS)
+    parts = tl.arange(0, SPLIT_POW2)
+    mine = (parts < SPLIT)[None, :] & (r_in < ROWS)[:, None]
+    word = r_in[:, None] * SPLIT_POW2 + parts[None, :]
+    slots = P + g * (2 * ROWS * SPLIT_POW2)
+    arrived = D + 2 * g
+    trips = ((M + ROWS - 1) // ROWS - g + R - 1) // R
+    rows = g * ROWS + r_in
+    xm = (rows < M)[:, None] & (cols < N)[None, :]
+    x_next = tl.load(X + rows.to(tl.int64)[:, None] * sx_vec * ROW_VEC + cols[None, :], mask=xm, other=0.0,
+                     eviction_policy=X_LAST)
+    it = tl.full([], 0, tl.int32)
+    while it < trips:  # (not range(trips): Triton 3.6's interpreter cannot take a runtime bound there)
+        x = x_next
+        rows = (g + it * R) * ROWS + r_in
+        xf = x.to(tl.float32)
+        part = tl.reduce(xf * xf, 1, tl.standard._sum_combine)
+        buf = slots + (it % 2) * (ROWS * SPLIT_POW2)
+        tl.store(buf + r_in * SPLIT_POW2 + s, part)
+        tl.debug_barrier()  # every thread's sums are written before the arrival is released
+        tl.atomic_add(arrived, 1, sem="release")
+        nxt = rows + R * ROWS
+        xm = (nxt < tl.where(it + 1 < trips, M, 0))[:, None] & (cols < N)[None, :]  # none after the last trip
+        x_next = tl.load(X + nxt.to(tl.int64)[:, None] * sx_vec * ROW_VEC + cols[None, :], mask=xm, other=0.0,
+                         eviction_policy=X_LAST)
+        # The weight's slice is read again each trip (from L2): held across trips it costs the registers
+        # that keep 1024-thread programs from spilling.
+        if EVEN_N:
+            w = tl.load(W + cols, eviction_policy=W_POLICY)
+        else:
+            w = tl.load(W + cols, mask=cols < N, other=0.0, eviction_policy=W_POLICY)
+        target = (it + 1) * SPLIT
+        while tl.atomic_add(arrived, 0, sem="acquire") < target:  # one thread, broadcast: a uniform loop
+            pass
+        sums = tl.load(buf + word, mask=mine, other=0.0, volatile=True)
+        total = tl.reduce(tl.where(mine, sums, 0.0), 1, tl.standard._sum_combine)
+        y = (xf * tl.rsqrt(total / N + eps)[:, None] * w.to(tl.float32)[None, :]).to(Y.dtype.element_ty)
+        ym = (rows < M)[:, None] & (cols < N)[None, :]
+        tl.store(Y + rows.to(tl.int64)[:, None] * sy_vec * ROW_VEC + cols[None, :], y, mask=ym,
+                 eviction_policy=Y_POLICY)
+        it += 1
+    # The group's last program out resets both counts for the next launch (every program of the group has
+    # left its last wait by then).
+    if tl.atomic_add(arrived + 1, 1, sem="acq_rel") == SPLIT - 1:
+        tl.atomic_xchg(arrived, 0, sem="relaxed")
+        tl.atomic_xchg(arrived + 1, 0, sem="relaxed")
+
+
 COOP_CONSTS = ("N", "BLOCK_N", "SPLIT", "SPLIT_POW2", "EVEN_N", "ROW_VEC", "X_LAST", "W_POLICY", "Y_POLICY")
+PERSIST_CONSTS = ("N", "BLOCK_N", "SPLIT", "SPLIT_POW2", "ROWS", "EVEN_N", "ROW_VEC", "X_LAST", "W_POLICY",
+                  "Y_POLICY")
 _coop = None
+_persist = None
+
+
+def persist_kernel():
+    """The persistent one-launch body (``COOP=2``; compiled only, like ``coop_kernel``)."""
+    global _persist
+    if _persist is None:
+        _persist = triton.runtime.jit.JITFunction(_split_persist, do_not_specialize=["M", "sx_vec", "sy_vec", "R"])
+    return _persist
 
 
 def coop_kernel():

@@ -14,8 +14,14 @@ Knobs (structural kwargs the factory consumes):
 * ``VEC``: the widest access per thread in bytes (16, 8, 4): narrower
   accesses spread a short row over more threads.
 * ``COOP``: with ``SPLIT``, one launch instead of two: the row's programs
-  meet at a barrier in global memory (CUDA, when every program of the grid is
-  resident at once: ``M * SPLIT`` at most one per SM).
+  meet at a barrier in global memory. ``1``: a grid of ``M * SPLIT`` programs
+  (CUDA, when every program of the grid is resident at once: at most one per
+  SM); ``2``: as many programs as the GPU holds at once, each group of
+  ``SPLIT`` looping over rows, so many long rows are each read once. ``2`` is
+  not in the CUDA space: on the H200 its barrier per trip (a release, an
+  acquire poll, through L2) kept it at 1200-2750 GB/s where one program per row
+  streams 3500-4100 (``bench/long_rows.py``, docs/benchmarks.md);
+  :func:`persist_configs` lists the configs the bench measures.
 * ``HOLD``: a whole 16-bit row held in registers in its own dtype across the
   reduction: rows of 16K-64K elements read once at 1024 threads without spills.
   Not in the CUDA space: on the H200 it lost to two-pass chunks on every long-row
@@ -52,6 +58,9 @@ MIN_SLICE = 1024
 COOP_PROGRAMS = 132
 #: Longest slice a cooperative program holds in registers (elements).
 MAX_COOP_SLICE = 8192
+#: Rows at least this long (padded) are where the persistent split (``COOP=2``) could pay: one program
+#: per row streams it twice, a split row is read once.
+PERSIST_MIN_N = 32768
 
 
 def _cfg(bt: int, rows: int = 1, chunk: int = 0, policy: int = 1, prefetch: int = 0, split: int = 1,
@@ -115,6 +124,24 @@ def split_configs(M: int, N: int, dtype_str: str, block_threads=(128, 256, 1024)
         for split in [s for s in SPLIT_CHOICES[1:] if MIN_SLICE <= npad // s <= MAX_COOP_SLICE
                       and M * s <= COOP_PROGRAMS][-3:]:
             out.append(_cfg(min(1024, max(64, npad // split // 16)), 1, 0, 2, split=split, coop=1))
+    return out
+
+
+def persist_configs(M: int, N: int, dtype_str: str) -> list:
+    """Many long rows (``COOP=2``, measured by ``bench/long_rows.py``, not searched): each row split into
+    slices of 8-32 KB, 32 bytes per thread in registers (256-1024 threads), across a group of programs that
+    loops over rows; the grid holds what the GPU holds at once."""
+    npad = next_pow2(N)
+    elem = ELEMENT_SIZE[dtype_str]
+    # 16-bit rows of whole 16-byte vectors: fp32 rows and odd widths cost more registers than 1024
+    # threads hold (ptxas spills).
+    if npad < PERSIST_MIN_N or M < SPLIT_PROGRAMS // 2 or elem != 2 or N % 8:
+        return []
+    out = []
+    for threads in (1024, 512, 256):
+        slice_n = threads * 32 // elem
+        if 2 <= npad // slice_n <= 32:
+            out.append(_cfg(threads, 1, 0, 2, split=npad // slice_n, coop=2))
     return out
 
 

@@ -1,5 +1,6 @@
 """The launcher of split rows (``SPLIT > 1``): two launches per call, or one with ``COOP=1`` when the
-whole grid fits on the GPU at once; see ``kernel_split.py``."""
+whole grid fits on the GPU at once, or one persistent launch with ``COOP=2`` (any number of rows, a grid
+of resident programs); see ``kernel_split.py``."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ from .factory import (_INTERPRET, CACHE_POLICIES, Launch, RMSNormLauncher, _dire
 _workspaces: dict = {}
 _workspace_lock = threading.Lock()
 _sm_counts: dict = {}
+_persist_workspaces: dict = {}
 #: Widest split a cooperative launch uses (the partial-sum slots per row).
 MAX_SPLIT = 128
 
@@ -25,24 +27,90 @@ def sm_count(dev: int) -> int:
     return n
 
 
-def workspace(dev: int, handle: int) -> Optional[tuple]:
+def workspace(dev: int, handle: int) -> tuple:
     """``(P, C)`` of the cooperative launch on ``(device, stream)``: one per stream, so launches that
-    may run at once never share a barrier. Made on the first launch on a stream, outside any graph
-    capture; None while capturing before that (the caller takes the two-launch path)."""
+    may run at once never share a barrier. Made on the first launch on a stream; inside a CUDA graph
+    capture on a stream that has none, each launch gets its own, filled by the graph (see
+    :func:`_captured`)."""
     key = (dev, handle)
     ws = _workspaces.get(key)
     if ws is None:
         torch = _torch()
-        if torch.cuda.is_current_stream_capturing():
-            return None
         rows = sm_count(dev)  # M * SPLIT <= SMs and SPLIT >= 2
         with torch.cuda.device(dev):
+            if torch.cuda.is_current_stream_capturing():
+                return _captured(torch, dev, (rows * MAX_SPLIT, -1.0, torch.float32), (rows, 0, torch.int32))
             p = torch.full((rows * MAX_SPLIT,), -1.0, dtype=torch.float32, device=f"cuda:{dev}")  # empty slots
             c = torch.zeros(rows, dtype=torch.int32, device=f"cuda:{dev}")
             torch.cuda.current_stream(dev).synchronize()  # the zeros are in place before any launch
         with _workspace_lock:
             ws = _workspaces.setdefault(key, (p, c))
     return ws
+
+
+def _captured(torch: Any, dev: int, *specs: tuple) -> tuple:
+    """Tensors for one launch inside a graph capture: ``(numel, fill or None, dtype)`` each. They come from
+    the graph's memory pool and the fills are captured ahead of the launch, so every replay starts from
+    them (memory made outside the capture would be filled once, not per replay). Nothing keeps them:
+    the pool hands their memory to later allocations of the capture, in stream order."""
+    out = []
+    for numel, fill, dtype in specs:
+        t = torch.empty(numel, dtype=dtype, device=f"cuda:{dev}")
+        if fill is not None:
+            t.fill_(fill)
+        out.append(t)
+    return tuple(out)
+
+
+def persist_workspace(dev: int, handle: int) -> tuple:
+    """``(P, D)`` of the persistent launch on ``(device, stream)``: fp32 partial-sum slots for every group a
+    grid of resident programs can hold (at most 32 programs per SM, two or more per group) and two zeroed
+    counters per group. Like :func:`workspace`: one per stream, or one per launch in a capture."""
+    key = (dev, handle)
+    ws = _persist_workspaces.get(key)
+    if ws is None:
+        torch = _torch()
+        groups = sm_count(dev) * 16
+        with torch.cuda.device(dev):
+            if torch.cuda.is_current_stream_capturing():
+                return _captured(torch, dev, (groups * 2 * MAX_SPLIT, None, torch.float32), (groups * 2, 0, torch.int32))
+            p = torch.zeros(groups * 2 * MAX_SPLIT, dtype=torch.float32, device=f"cuda:{dev}")  # ROWS * SPLIT <= 128
+            d = torch.zeros(groups * 2, dtype=torch.int32, device=f"cuda:{dev}")
+            torch.cuda.current_stream(dev).synchronize()
+        with _workspace_lock:
+            ws = _persist_workspaces.setdefault(key, (p, d))
+    return ws
+
+
+def resident_programs(compiled, threads: int, dev: int) -> int:
+    """Programs of ``compiled`` the whole GPU holds at once: the driver's occupancy for one SM times the
+    SMs (from registers, shared memory and threads when the driver cannot be asked)."""
+    per_sm = 0
+    try:
+        import ctypes
+
+        cuda = ctypes.CDLL("libcuda.so.1")
+        n = ctypes.c_int(0)
+        if cuda.cuOccupancyMaxActiveBlocksPerMultiprocessor(ctypes.byref(n), ctypes.c_void_p(compiled.function),
+                                                           threads, ctypes.c_size_t(compiled.metadata.shared)) == 0:
+            per_sm = n.value
+    except (OSError, AttributeError, TypeError):
+        per_sm = 0
+    if per_sm <= 0:  # Hopper's limits: 64 K registers in warps of 256-register steps, 228 KB shared, 2048 threads
+        warp_regs = -(-max(compiled.n_regs, 1) * 32 // 256) * 256
+        warps = 4 * (16384 // warp_regs)
+        shared = compiled.metadata.shared
+        per_sm = min(warps // max(threads // 32, 1), 2048 // threads, 32,
+                     (233472 // (shared + 1024)) if shared else 32)
+    return max(per_sm, 1) * sm_count(dev)
+
+
+def row_groups(M: int, groups: int) -> int:
+    """Groups of a persistent launch of ``M`` rows with at most ``groups`` resident: as many as fit, then
+    as few as keep the same rows per group (so no group runs one row more than the rest for nothing)."""
+    groups = max(1, min(M, groups))
+    per = -(-M // groups)
+    return -(-M // per)
 
 
 class SplitLauncher(RMSNormLauncher):
@@ -92,7 +160,8 @@ class SplitLauncher(RMSNormLauncher):
         if interpret is None:
             interpret = not x.is_cuda or _INTERPRET
         if not interpret and self.uses_coop(M, x.get_device()):
-            if self._coop(x, w, y, M, S, rv, sx, sy, eps, stream, options):
+            run = self._persist if self.COOP == 2 else self._coop
+            if run(x, w, y, M, S, rv, sx, sy, eps, stream, options):
                 return
         c1, c2 = self.constexprs(rv)
         if interpret:
@@ -120,13 +189,10 @@ class SplitLauncher(RMSNormLauncher):
         pair[1].call(M, S, handle, xp, wp, yp, pp, sx // rv, sy // rv, eps, *c2.values())
 
     def _coop(self, x, w, y, M, S, rv, sx, sy, eps, stream, options) -> bool:
-        """One launch, every program resident (the caller checked ``M * S`` against the SMs); False when
-        no workspace can be made now (a graph capture on a new stream)."""
+        """One launch, every program resident (the caller checked ``M * S`` against the SMs)."""
         dev = x.get_device()
         handle = stream_handle(stream, dev)
         ws = workspace(dev, handle)
-        if ws is None:
-            return False
         p, c = ws
         xp, wp, yp = x.data_ptr(), w.data_ptr(), y.data_ptr()
         key = launch_key(dev, ("coop", rv), xp, yp, wp, w.dtype, options)
@@ -142,6 +208,42 @@ class SplitLauncher(RMSNormLauncher):
             return True
         launch.call(M, S, handle, xp, wp, yp, p.data_ptr(), c.data_ptr(), sx // rv, sy // rv, eps, *consts.values())
         return True
+
+    def _persist(self, x, w, y, M, S, rv, sx, sy, eps, stream, options) -> bool:
+        """One persistent launch: ``R * S`` resident programs loop over the rows."""
+        dev = x.get_device()
+        handle = stream_handle(stream, dev)
+        ws = persist_workspace(dev, handle)
+        p, d = ws
+        xp, wp, yp = x.data_ptr(), w.data_ptr(), y.data_ptr()
+        key = launch_key(dev, ("persist", rv), xp, yp, wp, w.dtype, options)
+        got = self._launches.get(key)
+        consts = self.persist_constexprs(rv)
+        if got is None:
+            torch = _torch()
+            with torch.cuda.device(dev):
+                k = self._persist_compiled(x, w, y, p, d, M, sx // rv, sy // rv, consts, options)
+            got = (Launch(_direct_call(k), k), resident_programs(k, self.BLOCK_THREADS, dev) // S)
+            with self._lock:
+                self._launches[key] = got
+        launch, groups = got
+        R = row_groups(-(-M // self.ROWS_PER_PROGRAM), groups)
+        launch.call(R * S, 1, handle, xp, wp, yp, p.data_ptr(), d.data_ptr(), M, sx // rv, sy // rv, eps, R,
+                    *consts.values())
+        return True
+
+    def _persist_compiled(self, x, w, y, p, d, M, sxv, syv, consts, options):
+        k = _ks.persist_kernel().warmup(x, w, y, p, d, M, sxv, syv, 1e-6, 1, grid=(1,), **consts,
+                                        **self.compile_options(dict(options)))
+        k.run  # loading the binary fills n_regs and the function handle
+        return k
+
+    def persist_constexprs(self, rv: int) -> dict:
+        got = self._consts.get(("persist", rv))
+        if got is None:
+            values = dict(self.coop_constexprs(rv), ROWS=self.ROWS_PER_PROGRAM)
+            got = self._consts[("persist", rv)] = {k: values[k] for k in _ks.PERSIST_CONSTS}
+        return got
 
     def coop_constexprs(self, rv: int) -> dict:
         got = self._consts.get(("coop", rv))
@@ -163,6 +265,8 @@ class SplitLauncher(RMSNormLauncher):
 
     def uses_coop(self, M: int, dev: int) -> bool:
         """True when a launch of ``M`` rows on device ``dev`` takes the one-launch form."""
+        if self.COOP == 2:
+            return self.TILES == 1
         return bool(self.COOP) and self.TILES == 1 and M * self.programs <= sm_count(dev)
 
     def compiled(self, x, w, y, M: int, sx: int, sy: int, options: tuple = ()):
@@ -175,6 +279,11 @@ class SplitLauncher(RMSNormLauncher):
         opts = self.compile_options(dict(options))
         grid = (M, self.programs)
         with torch.cuda.device(dev):
+            if self.uses_coop(M, dev) and self.COOP == 2:
+                p = torch.empty(2 * MAX_SPLIT, dtype=torch.float32, device=x.device)  # ROWS * SPLIT <= 128
+                d = torch.empty(2, dtype=torch.int32, device=x.device)
+                return self._persist_compiled(x, w, y, p, d, M, sx // rv, sy // rv, self.persist_constexprs(rv),
+                                              options)
             if self.uses_coop(M, dev):
                 p = torch.empty(self.programs, dtype=torch.float32, device=x.device)
                 c = torch.empty(1, dtype=torch.int32, device=x.device)

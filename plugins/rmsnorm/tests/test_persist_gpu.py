@@ -1,0 +1,128 @@
+"""The persistent split (COOP=2: resident programs loop over the rows, a tagged barrier per row in global
+memory) on a CUDA GPU.
+
+Everything runs in a child process with a deadline: a barrier that never opens hangs its kernel, and a
+hung kernel must fail this test, not the whole suite.
+"""
+
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+pytestmark = [
+    pytest.mark.gpu,
+    pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU (the CPU counterparts: the "
+                                                              "cross-compiled barrier in test_space.py, the same "
+                                                              "rows through the two-launch bodies in test_split.py)"),
+]
+
+CHILD = textwrap.dedent("""
+    import torch
+    from flyautotune_rmsnorm import cuda_space
+    from flyautotune_rmsnorm.api import launch, rmsnorm_autotuned
+    from flyautotune_rmsnorm.reference import relative_error, rmsnorm_reference, tolerance
+    from flyautotune_rmsnorm.space import _cfg, persist_configs
+
+    def check(y, x, w, what):
+        assert not torch.isnan(y).any(), f"{what}: an output element was not written"
+        ref = rmsnorm_reference(x, w)
+        err = relative_error(y, ref)
+        assert err <= tolerance(y.dtype), f"{what}: relative error {err:.3g}"
+        # Row by row too: one row with a wrong sum hides in the whole tensor's error.
+        rows = ((y.double() - ref).norm(dim=-1) / ref.norm(dim=-1)).max().item()
+        assert rows <= 2 * tolerance(y.dtype), f"{what}: relative error {rows:.3g} in a row"
+
+    ran = 0
+    # Many rows (each group of programs loops over rows), odd N, fewer rows than groups, N = 1.
+    shapes = [(1024, 65536), (2048, 32768), (301, 40001), (7, 65536), (1001, 32769)]
+    for M, N in shapes:
+        for dtype, ds in [(torch.bfloat16, "bf16"), (torch.float16, "fp16"), (torch.float32, "fp32")]:
+            x = torch.randn(M, N, device="cuda", dtype=dtype) * 2
+            w = torch.rand(N, device="cuda", dtype=dtype) + 0.5
+            persist = persist_configs(max(M, 132), N, ds)
+            assert bool(persist) == (ds != "fp32" and N % 8 == 0), (M, N, ds)
+            # The bench's shapes for any dtype and width, and rows per trip (ROWS_PER_PROGRAM 2 and 4: one
+            # barrier for several rows, the last trip partly empty)
+            npad = 1 << (N - 1).bit_length()
+            persist += [_cfg(t, 1, 0, 2, split=npad * x.element_size() // (32 * t), coop=2) for t in (1024, 256)]
+            persist += [_cfg(256, rows, 0, 2, split=npad * x.element_size() // (32 * 256), coop=2) for rows in (2, 4)]
+            for cfg in persist:
+                what = f"{M}x{N} {ds} {cfg}"
+                for rows in (M, max(1, M // 3)):  # the same binary on fewer rows: fewer loop trips
+                    y = torch.full_like(x, float("nan"))
+                    launch(x[:rows], w, y[:rows], rows, N, ds, 1e-6, N, N, None, **cfg.kwargs)
+                    torch.cuda.synchronize()
+                    check(y[:rows], x[:rows], w, what)
+                    assert torch.isnan(y[rows:]).all(), f"{what}: wrote past row {rows}"
+                ran += 1
+    for N in (1, 5):  # rows shorter than the split: empty slices
+        x = torch.randn(500, N, device="cuda", dtype=torch.bfloat16)
+        w = torch.rand(N, device="cuda", dtype=torch.bfloat16) + 0.5
+        y = torch.full_like(x, float("nan"))
+        launch(x, w, y, 500, N, "bf16", 1e-6, N, N, None, **_cfg(128, 1, 0, 2, split=2, coop=2).kwargs)
+        torch.cuda.synchronize()
+        check(y, x, w, f"500x{N}")
+    # strided rows, out= and a side stream (its own barrier words)
+    base = torch.randn(600, 70000, device="cuda", dtype=torch.bfloat16)
+    x = base[:, 100:65636]
+    w = torch.rand(65536, device="cuda", dtype=torch.bfloat16) + 0.5
+    out = torch.full((600, 66000), float("nan"), device="cuda", dtype=torch.bfloat16)[:, :65536]
+    cfg = persist_configs(600, 65536, "bf16")[0]
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        launch(x, w, out, 600, 65536, "bf16", 1e-6, 70000, 66000, None, **cfg.kwargs)
+    s.synchronize()
+    check(out, x, w, "strided rows on a side stream")
+    # a CUDA graph of back-to-back launches, replayed many times
+    x = torch.randn(1024, 65536, device="cuda", dtype=torch.bfloat16)
+    w = torch.rand(65536, device="cuda", dtype=torch.bfloat16) + 0.5
+    ys = [torch.full_like(x, float("nan")) for _ in range(3)]
+    for cfg in persist_configs(1024, 65536, "bf16"):
+        cap = torch.cuda.Stream()
+        cap.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(cap):
+            for y in ys:
+                launch(x, w, y, 1024, 65536, "bf16", 1e-6, 65536, 65536, None, **cfg.kwargs)
+        cap.synchronize()
+        for y in ys:
+            y.fill_(float("nan"))
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, stream=cap):
+            for y in ys:
+                launch(x, w, y, 1024, 65536, "bf16", 1e-6, 65536, 65536, None, **cfg.kwargs)
+        for _ in range(20):
+            g.replay()
+        torch.cuda.synchronize()
+        for y in ys:
+            check(y, x, w, f"graph replay {cfg}")
+    # A capture on a stream that never launched eagerly (torch.cuda.graph's own stream): the launches get
+    # their barrier memory from the graph, filled on every replay; and COOP=1 the same way.
+    for cfg, (M, N) in [(persist_configs(1024, 65536, "bf16")[0], (1024, 65536)),
+                        (next(c for c in cuda_space(2, 131072, "bf16") if c.kwargs["COOP"] == 1), (2, 131072))]:
+        x = torch.randn(M, N, device="cuda", dtype=torch.bfloat16)
+        w = torch.rand(N, device="cuda", dtype=torch.bfloat16) + 0.5
+        ys = [torch.full_like(x, float("nan")) for _ in range(3)]
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, stream=torch.cuda.Stream()):
+            for y in ys:
+                launch(x, w, y, M, N, "bf16", 1e-6, N, N, None, **cfg.kwargs)
+        for _ in range(20):
+            g.replay()
+        torch.cuda.synchronize()
+        for y in ys:
+            check(y, x, w, f"graph replay on a fresh stream {cfg}")
+    print("ok", ran)
+""")
+
+
+def test_persistent_split_rows_are_right_and_never_hang():
+    try:
+        out = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=240)
+    except subprocess.TimeoutExpired:
+        pytest.fail("a persistent launch did not finish within 240 s: a row's barrier never opened")
+    assert out.returncode == 0, out.stderr[-3000:]
+    assert out.stdout.split()[0] == "ok" and int(out.stdout.split()[1]) >= 55, out.stdout
