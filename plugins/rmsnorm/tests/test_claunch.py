@@ -274,6 +274,17 @@ def test_direct_launcher_takes_a_triton_36_kernel(launch, monkeypatch):
         call(0, 1, 0, *ARGS[:-1])
 
 
+def test_direct_launcher_runtime_only_takes_no_constexprs(launch, monkeypatch):
+    """The specialized cache-hit path passes only what the kernel receives: the constexprs are dropped
+    from the codes, and passing them anyway is a clear error."""
+    monkeypatch.delenv("FLYAUTOTUNE_RMSNORM_CLAUNCH", raising=False)
+    call = claunch.direct_launcher(_fake_compiled(), runtime_only=True)
+    assert call.args[0] == claunch.pack_state(0x5000, 4, 0, "pppiiif")
+    assert call(0, 1, 0, *ARGS[:7]) is None
+    with pytest.raises(TypeError, match=r"expected 11 arguments .* got 15"):
+        call(0, 1, 0, *ARGS)
+
+
 def test_direct_launcher_reads_the_signature_from_metadata_without_src(launch):
     c = _fake_compiled(signature=None)
     c.src = None
@@ -379,3 +390,24 @@ def test_rmsnorm_through_the_direct_path_matches_the_reference():
         launcher = next(v for k, v in api._defaults.items() if k[:3] == (4, 4096, "bf16"))
         calls = [getattr(lc.call, "func", None) for lc in _launches(launcher)]
         assert claunch.module().launch in calls, "the cache hit did not take the direct path"
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")
+def test_tuned_cache_hits_launch_the_runtime_only_form_and_stay_right():
+    """rmsnorm_autotuned's specialized hit passes only the runtime arguments (claunch's runtime-only form
+    on Triton 3.5/3.6); every hit computes the rows, into fresh outputs and into out=."""
+    from flyautotune_rmsnorm import make_launcher, rmsnorm_autotuned
+    from flyautotune_rmsnorm.api import tuned_launch
+    from flyautotune_rmsnorm.reference import relative_error, rmsnorm_reference, tolerance
+
+    x = torch.randn(8, 4096, device="cuda", dtype=torch.bfloat16) * 2
+    w = torch.rand(4096, device="cuda", dtype=torch.bfloat16) + 0.5
+    out = torch.full_like(x, float("nan"))
+    for i in range(4):
+        y = rmsnorm_autotuned(x, w) if i % 2 else rmsnorm_autotuned(x, w, out=out)
+        torch.cuda.synchronize()
+        assert relative_error(y, rmsnorm_reference(x, w)) <= tolerance(y.dtype)
+        x = torch.randn_like(x)
+    if TRITON_36 and claunch.enabled():
+        launcher = make_launcher(4096, "bf16", **tuned_launch.last_config.kwargs)
+        assert any(lc.runtime is not None for lc in _launches(launcher)), "no runtime-only launch was made"

@@ -77,8 +77,10 @@ def build(tuner: Any, args: tuple) -> Optional[Any]:
         parts.append(f"a{i}.stride()")
     if tensors:
         parts.append(f"a{tensors[0]}.device")
-    # The open compile_hints block's key leads: hints are part of every key.
+    # The open compile_hints block's key leads: hints are part of every key (``current_hint_key``, inlined
+    # in ``fast`` below, where the stack is read once).
     key_expr = "(" + ", ".join(["hint_key()"] + parts) + ",)"
+    fast_key_expr = "(" + ", ".join(["stack[-1].key if stack else ()"] + parts) + ",)"
     unpack = (", ".join(f"a{i}" for i in range(n)) + ("," if n == 1 else "")) if n else "_"
     # one identity test per argument: cheaper than building and comparing a tuple of types
     same_types = " and ".join(f"type(a{i}) is T{i}" for i in range(n)) or "True"
@@ -98,18 +100,30 @@ def fast(args):
     {unpack} = args
     if not ({same_types}) or len(environ) != tuner._env_size:
         return tuner._call(args, {{}})
+    local = state
+    stack = local.stack
     try:
-        plan = memo.get({key_expr})
+        plan = memo.get({fast_key_expr})
     except TypeError:
         plan = None
     if plan is None:
         return tuner._call(args, {{}})
     tuner._last = plan.hit
-{zero}    return launch_with(plan.layers, plan.launch, plan.bound, args, plan.bound_kwargs)
+{zero}    if plan.layers or stack:
+        return launch_with(plan.layers, plan.launch, plan.bound, args, plan.bound_kwargs)
+    # No hints on either side: launch_with's common case, inlined (one frame less per call).
+    old = local.launch
+    local.launch = plan.launch
+    try:
+        return plan.bound(*args, **plan.bound_kwargs)
+    finally:
+        local.launch = old
 """
     scope = {
-        "environ": os.environ, **{f"T{i}": t for i, t in enumerate(types)}, "tuner": tuner, "memo": tuner._fast_memo,
-        "hint_key": context.current_hint_key, "launch_with": context.launch_with,
+        # len() of os.environ's own dict (C) is len(os.environ) (a Python __len__): the same change signal.
+        "environ": getattr(os.environ, "_data", os.environ), **{f"T{i}": t for i, t in enumerate(types)},
+        "tuner": tuner, "memo": tuner._fast_memo, "hint_key": context.current_hint_key,
+        "launch_with": context.launch_with, "state": context._local,
     }
     exec(compile(src, f"<flyautotune fast path of {tuner.name}>", "exec"), scope)
     fast = scope["fast"]

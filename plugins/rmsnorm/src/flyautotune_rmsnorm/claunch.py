@@ -544,13 +544,14 @@ def _why_not(compiled: Any, run: Any, md: Any) -> Optional[str]:
     return None
 
 
-def direct_launcher(compiled: Any) -> Optional[Callable[..., None]]:
+def direct_launcher(compiled: Any, runtime_only: bool = False) -> Optional[Callable[..., None]]:
     """``call(gx, gy, stream, *args)`` launching the loaded Triton ``CompiledKernel`` ``compiled`` through
     the C module, or None when the kernel is outside this path (another launcher or Triton version,
     clusters, cooperative or PDL launches, scratch memory, an argument type without a code), when the
     module cannot be built, or when ``FLYAUTOTUNE_RMSNORM_CLAUNCH=0``.
 
-    ``args`` are the kernel's arguments in signature order, constexprs included, pointers as ints.
+    ``args`` are the kernel's arguments in signature order, constexprs included, pointers as ints; with
+    ``runtime_only``, the arguments that are not constexprs only (nothing to pass that the launch skips).
     """
     global _logged
     if not enabled():
@@ -564,6 +565,8 @@ def direct_launcher(compiled: Any) -> Optional[Callable[..., None]]:
     if why is None:
         try:
             codes = codes_for(sig)
+            if runtime_only:
+                codes = codes.replace("-", "")
             state = pack_state(getattr(compiled, "function", None), getattr(md, "num_warps", None),
                                getattr(md, "shared", None), codes, device=_current_device())
         except ValueError as e:

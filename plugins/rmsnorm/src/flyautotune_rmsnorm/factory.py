@@ -114,6 +114,15 @@ class Launch:
 
     call: Any  # call(grid_x, grid_y, stream_handle, *kernel_args)
     kernel: Any  # triton CompiledKernel: .asm, .n_regs, .n_spills, .metadata
+    #: runtime(grid_x, grid_y, stream_handle, *runtime_args): the same launch without the constexprs, or None
+    runtime: Any = None
+
+
+def _runtime_call(compiled) -> Any:
+    """``claunch``'s launch of ``compiled`` that takes the runtime arguments only, or None."""
+    from . import claunch
+
+    return claunch.direct_launcher(compiled, runtime_only=True)
 
 
 def _direct_call(compiled) -> Any:
@@ -263,14 +272,14 @@ class RMSNormLauncher:
         rv = row_vec(sx, sy, self.elem, self.VEC)
         consts = self._constexprs(M, rv) if M else ()
         sxv, syv, grid = sx // rv, sy // rv, self.grid(M)
-        state: list = [None, None]  # the binary's direct call, the compile options
+        state: list = [None, None, consts]  # the binary's direct call, the compile options, its constexprs
 
         def run(x, w, y, M_, N_, dtype_, eps, sx_, sy_, stream=None):
             xp, wp, yp = x.data_ptr(), w.data_ptr(), y.data_ptr()
             call = state[0]
             if (call is not None and stream is None and not (xp | wp | yp) & 15 and M_ == M and sx_ == sx
                     and sy_ == sy and w.dtype is w_dtype):
-                call(grid, 1, _raw_stream(dev), xp, wp, yp, M, sxv, syv, eps, *consts)
+                call(grid, 1, _raw_stream(dev), xp, wp, yp, M, sxv, syv, eps, *state[2])
                 return y
             opts = state[1]
             if opts is None:
@@ -278,8 +287,8 @@ class RMSNormLauncher:
             self(x, w, y, M_, sx_, sy_, eps, stream, opts)
             if call is None and M_ == M and sx_ == sx and sy_ == sy and x.get_device() == dev:
                 launch = self._launches.get(launch_key(dev, consts, 0, 0, 0, w_dtype, opts))  # the aligned binary
-                if launch is not None:
-                    state[0] = launch.call
+                if launch is not None:  # claunch's runtime-only form where it has one: no constexprs to pass
+                    state[0], state[2] = (launch.runtime, ()) if launch.runtime else (launch.call, consts)
             return y
 
         return run
@@ -291,7 +300,7 @@ class RMSNormLauncher:
         opts = self.compile_options(dict(options))
         with torch.cuda.device(dev), torch.cuda.stream(torch_stream(stream, x.device)):
             compiled = _kernel.jit_kernel()[(self.grid(M),)](x, w, y, M, sxv, syv, eps, **kw, **opts)
-            launch = Launch(_direct_call(compiled), compiled)
+            launch = Launch(_direct_call(compiled), compiled, _runtime_call(compiled))
         with self._lock:
             self._launches[key] = launch
 
