@@ -116,7 +116,7 @@ def graph_ms(M, N, ds, configs, rounds=5):
         torch.cuda.current_stream().wait_stream(s)
         torch.cuda.synchronize()
         g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g):
+        with torch.cuda.graph(g, stream=s):  # the warm-up's stream: cooperative configs record their one launch
             calls()
         graphs.append(g)
     samples = [[] for _ in configs]

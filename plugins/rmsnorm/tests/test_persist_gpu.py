@@ -99,8 +99,8 @@ CHILD = textwrap.dedent("""
         torch.cuda.synchronize()
         for y in ys:
             check(y, x, w, f"graph replay {cfg}")
-    # A capture on a stream that never launched eagerly (torch.cuda.graph's own stream): the launches get
-    # their barrier memory from the graph, filled on every replay; and COOP=1 the same way.
+    # A capture on a stream that never launched (no barrier memory made outside a capture): the two-launch
+    # form runs instead, with the same rows; COOP=1 the same way.
     for cfg, (M, N) in [(persist_configs(1024, 65536, "bf16")[0], (1024, 65536)),
                         (next(c for c in cuda_space(2, 131072, "bf16") if c.kwargs["COOP"] == 1), (2, 131072))]:
         x = torch.randn(M, N, device="cuda", dtype=torch.bfloat16)
