@@ -124,3 +124,23 @@ def test_persistent_body_under_the_interpreter_with_groups_of_one(M, N, block_n,
                         EVEN_N=N % block_n == 0, ROW_VEC=1, X_LAST="", W_POLICY="", Y_POLICY="")
         assert_close(y, x, w)
         assert not d.any(), f"counts left at {d.tolist()}"
+
+
+def test_persistent_grid_fits_what_the_gpu_holds(monkeypatch):
+    """The persistent launch's row groups: as many as are resident, then as few as keep the same rows per
+    group; without a CUDA driver to ask (this machine, or HIP) one program per SM, which always fits."""
+    import types
+
+    from flyautotune_rmsnorm import split
+
+    assert [split.row_groups(M, 33) for M in (1, 32, 33, 34, 1024)] == [1, 32, 33, 17, 32]
+    assert split.row_groups(5, 0) == 1
+    monkeypatch.setitem(split._sm_counts, 7, 132)
+    import ctypes
+
+    def no_driver(name):
+        raise OSError(f"{name}: cannot open shared object file")
+
+    monkeypatch.setattr(ctypes, "CDLL", no_driver)
+    k = types.SimpleNamespace(function=1, n_regs=32, metadata=types.SimpleNamespace(shared=0))
+    assert split.resident_programs(k, 256, 7) == 132

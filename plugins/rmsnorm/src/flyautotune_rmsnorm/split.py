@@ -72,25 +72,23 @@ def persist_workspace(dev: int, handle: int) -> Optional[tuple]:
 
 
 def resident_programs(compiled, threads: int, dev: int) -> int:
-    """Programs of ``compiled`` the whole GPU holds at once: the driver's occupancy for one SM times the
-    SMs (from registers, shared memory and threads when the driver cannot be asked)."""
+    """Programs of ``compiled`` the whole GPU holds at once: the CUDA driver's occupancy for one SM (asked
+    with device ``dev`` current) times the SMs; one per SM when the driver cannot be asked (HIP, no
+    ``libcuda``), which any kernel that compiled for the device fits."""
     per_sm = 0
     try:
         import ctypes
 
         cuda = ctypes.CDLL("libcuda.so.1")
         n = ctypes.c_int(0)
-        if cuda.cuOccupancyMaxActiveBlocksPerMultiprocessor(ctypes.byref(n), ctypes.c_void_p(compiled.function),
-                                                           threads, ctypes.c_size_t(compiled.metadata.shared)) == 0:
+        with _torch().cuda.device(dev):
+            rc = cuda.cuOccupancyMaxActiveBlocksPerMultiprocessor(
+                ctypes.byref(n), ctypes.c_void_p(compiled.function), threads,
+                ctypes.c_size_t(compiled.metadata.shared))
+        if rc == 0:
             per_sm = n.value
     except (OSError, AttributeError, TypeError):
         per_sm = 0
-    if per_sm <= 0:  # Hopper's limits: 64 K registers in warps of 256-register steps, 228 KB shared, 2048 threads
-        warp_regs = -(-max(compiled.n_regs, 1) * 32 // 256) * 256
-        warps = 4 * (16384 // warp_regs)
-        shared = compiled.metadata.shared
-        per_sm = min(warps // max(threads // 32, 1), 2048 // threads, 32,
-                     (233472 // (shared + 1024)) if shared else 32)
     return max(per_sm, 1) * sm_count(dev)
 
 
