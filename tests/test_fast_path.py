@@ -161,3 +161,27 @@ def test_specialize_must_return_a_callable(pm, counting_bench):
 
     with pytest.raises(TypeError, match="specialize= returned 3; expected a callable or None"):
         launch(torch.zeros(4), 4)
+
+
+def test_a_hit_that_raises_restores_the_callers_launch_context(pm, counting_bench, monkeypatch):
+    """The inlined hit (no hints on either side) sets the plan's target for the launch only: after a launch
+    that raises, the caller sees no target again, and the next hit still runs."""
+    bench = counting_bench(cost=lambda i: {1: 2.0, 2: 1.0}.get(i, 3.0))
+    fail = []
+
+    @fat.autotune(configs=[fat.Config(B=1), fat.Config(B=2)], key=["n"], do_bench=bench, plugin_manager=pm,
+                  name="t_fast_raise")
+    def launch(x, n, B=None):
+        if fail:
+            raise RuntimeError("launch failed")
+        return fat.current_target()
+
+    launch(torch.zeros(4), 4)
+    launch(torch.zeros(4), 4)
+    monkeypatch.setattr(launch.sig, "bind", lambda *a, **k: pytest.fail("the general path ran"))
+    fail.append(1)
+    with pytest.raises(RuntimeError, match="launch failed"):
+        launch(torch.ones(4), 4)
+    assert fat.current_target() is None
+    fail.clear()
+    assert launch(torch.ones(4), 4).backend == "cpu" and fat.current_target() is None
