@@ -20,6 +20,12 @@ and polls the row's slots until every one is filled (the last program done
 empties them for the next launch), so x is read once and there is no second
 launch. It never runs under the interpreter (one program at a time would wait
 forever): there the two-launch bodies compute the same result.
+
+``_split_persist`` (``COOP=2``) takes any number of rows: a grid of resident
+programs in groups of ``SPLIT`` loops over them, one count per trip in global
+memory (release after a CTA barrier, acquire polls by one thread shared
+through shared memory, so the whole CTA leaves the wait at once). Under the
+interpreter it runs with groups of one program, which never wait on another.
 """
 
 from __future__ import annotations
