@@ -195,7 +195,7 @@ def _split_persist(
     cols = s * BLOCK_N + tl.arange(0, BLOCK_N)
     r_in = tl.arange(0, ROWS)
     parts = tl.arange(0, SPLIT_POW2)
-    mine = (parts < SPLIT)[None, :] & (r_in < ROWS)[:, None]
+    mine = tl.broadcast_to((parts < SPLIT)[None, :], [ROWS, SPLIT_POW2])
     word = r_in[:, None] * SPLIT_POW2 + parts[None, :]
     slots = P + g * (2 * ROWS * SPLIT_POW2)
     arrived = D + 2 * g
