@@ -22,18 +22,9 @@ pytestmark = [
 CHILD = textwrap.dedent("""
     import torch
     from flyautotune_rmsnorm import cuda_space
-    from flyautotune_rmsnorm.api import launch, rmsnorm_autotuned
-    from flyautotune_rmsnorm.reference import relative_error, rmsnorm_reference, tolerance
+    from flyautotune_rmsnorm.api import launch
+    from flyautotune_rmsnorm.reference import check_against_reference as check
     from flyautotune_rmsnorm.space import _cfg, persist_configs
-
-    def check(y, x, w, what):
-        assert not torch.isnan(y).any(), f"{what}: an output element was not written"
-        ref = rmsnorm_reference(x, w)
-        err = relative_error(y, ref)
-        assert err <= tolerance(y.dtype), f"{what}: relative error {err:.3g}"
-        # Row by row too: one row with a wrong sum hides in the whole tensor's error.
-        rows = ((y.double() - ref).norm(dim=-1) / ref.norm(dim=-1)).max().item()
-        assert rows <= 2 * tolerance(y.dtype), f"{what}: relative error {rows:.3g} in a row"
 
     ran = 0
     # Many rows (each group of programs loops over rows), odd N, fewer rows than groups, N = 1.

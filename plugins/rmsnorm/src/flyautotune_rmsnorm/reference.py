@@ -20,3 +20,15 @@ def relative_error(y, ref) -> float:
 
 def tolerance(dtype) -> float:
     return TOLERANCE[str(dtype).replace("torch.", "")]
+
+
+def check_against_reference(y, x, weight, what: str = "", eps: float = 1e-6) -> None:
+    """Assert ``y`` is ``rmsnorm(x, weight)``: every element written (no NaN), the whole tensor within
+    :func:`tolerance`, and every row within twice that (one row with a wrong sum hides in the whole
+    tensor's error)."""
+    assert not y.isnan().any(), f"{what}: an output element was not written"
+    ref = rmsnorm_reference(x, weight, eps)
+    err = relative_error(y, ref)
+    assert err <= tolerance(y.dtype), f"{what}: relative error {err:.3g}"
+    rows = ((y.double().to(ref.device) - ref).norm(dim=-1) / ref.norm(dim=-1)).max().item()
+    assert rows <= 2 * tolerance(y.dtype), f"{what}: relative error {rows:.3g} in a row"
