@@ -2,7 +2,7 @@
 # Everything that needs an NVIDIA GPU, in one go: install the packages, run the
 # plugin tests with CUDA, then the RMSNorm benchmark and the dispatch benchmark.
 #
-#   bash bench/gpu_suite.sh OUT_DIR [coop] [persist] [claunch] [tests] [coretests] [bench] [explore] [stability] [wins] [longrows] [agree] [plan] [dispatch] [overhead]
+#   bash bench/gpu_suite.sh OUT_DIR [coop] [persist] [claunch] [cluster] [tests] [coretests] [bench] [explore] [stability] [wins] [longrows] [agree] [plan] [dispatch] [overhead]
 #
 # No network is needed: the three packages are built from this checkout
 # (setuptools must be installed); wheels under .whl/ (e.g. liger-kernel) are
@@ -70,6 +70,9 @@ for stage in $STAGES; do
       echo "== wins: every candidate of the space in graph replay against the search's pick"
       "$PY" "$ROOT/bench/stability.py" --out "$OUT_DIR" --wins "${WINS_SHAPES:-256x8192:bf16,256x8192:fp32,4096x8192:bf16,32x4096:bf16,4096x4096:bf16,65536x1024:bf16,8192x16384:bf16,1024x65536:bf16,4096x1000:bf16,32x3000:bf16,262144x256:bf16,1x65536:bf16}" \
         | tee "$OUT_DIR/wins.md" || status=1 ;;
+    cluster)
+      echo "== the cluster body (COOP=3, CuTe DSL): every SPLIT x threads it takes, against QuACK and the space"
+      "$PY" "$ROOT/bench/cluster_probe.py" --out "$OUT_DIR" ${CLUSTER_ARGS:-} | tee "$OUT_DIR/cluster_probe.md" || status=1 ;;
     longrows)
       echo "== long rows: every candidate of the space against QuACK, graph replay"
       "$PY" "$ROOT/bench/long_rows.py" --out "$OUT_DIR" ${LONG_ROWS_SHAPES:+--shapes "$LONG_ROWS_SHAPES"} \

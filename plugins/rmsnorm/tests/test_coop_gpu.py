@@ -29,7 +29,7 @@ CHILD = textwrap.dedent("""
         for dtype, ds in [(torch.bfloat16, "bf16"), (torch.float16, "fp16"), (torch.float32, "fp32")]:
             x = torch.randn(M, N, device="cuda", dtype=dtype) * 2
             w = torch.rand(N, device="cuda", dtype=dtype) + 0.5
-            coop = [c for c in cuda_space(M, N, ds) if c.kwargs["COOP"]]
+            coop = [c for c in cuda_space(M, N, ds) if c.kwargs["COOP"] == 1]
             assert coop, (M, N, ds)
             for cfg in coop:
                 what = f"{M}x{N} {ds} {cfg}"
@@ -39,12 +39,25 @@ CHILD = textwrap.dedent("""
                     torch.cuda.synchronize()
                     check(y, x, w, what)
                 ran += 1
+    # a 64-way split at 256 threads: the sums' reduction goes through shared memory after the wait, where
+    # warps that left a replicated wait apart would pair the CTA barriers wrongly
+    wide = dict(BLOCK_THREADS=256, ROWS_PER_PROGRAM=1, CHUNK=0, CACHE_POLICY=2, PREFETCH=0, SPLIT=64, VEC=16,
+                COOP=1, HOLD=0)
+    for M, dtype in [(1, torch.float32), (2, torch.bfloat16)]:
+        x = torch.randn(M, 262144, device="cuda", dtype=dtype)
+        w = torch.rand(262144, device="cuda", dtype=dtype) + 0.5
+        for _ in range(20):
+            y = torch.full_like(x, float("nan"))
+            launch(x, w, y, M, 262144, "fp32" if dtype == torch.float32 else "bf16", 1e-6, 262144, 262144, None,
+                   **wide)
+            torch.cuda.synchronize()
+            check(y, x, w, f"{M}x262144 {dtype} SPLIT=64 at 256 threads")
     # strided rows, out= and a side stream (its own barrier)
     base = torch.randn(4, 70000, device="cuda", dtype=torch.bfloat16)
     x = base[:, 100:65636]
     w = torch.rand(65536, device="cuda", dtype=torch.bfloat16) + 0.5
     out = torch.full((4, 66000), float("nan"), device="cuda", dtype=torch.bfloat16)[:, :65536]
-    cfg = next(c for c in cuda_space(4, 65536, "bf16") if c.kwargs["COOP"])
+    cfg = next(c for c in cuda_space(4, 65536, "bf16") if c.kwargs["COOP"] == 1)
     s = torch.cuda.Stream()
     with torch.cuda.stream(s):
         launch(x, w, out, 4, 65536, "bf16", 1e-6, 70000, 66000, None, **cfg.kwargs)
@@ -54,7 +67,7 @@ CHILD = textwrap.dedent("""
     x = torch.randn(2, 131072, device="cuda", dtype=torch.bfloat16)
     w = torch.rand(131072, device="cuda", dtype=torch.bfloat16) + 0.5
     ys = [torch.full_like(x, float("nan")) for _ in range(4)]
-    cfg = next(c for c in cuda_space(2, 131072, "bf16") if c.kwargs["COOP"])
+    cfg = next(c for c in cuda_space(2, 131072, "bf16") if c.kwargs["COOP"] == 1)
     cap = torch.cuda.Stream()
     cap.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(cap):

@@ -151,28 +151,48 @@ def test_compile_spec_cross_compiles_for_sm90_without_spills(M, N, split):
 @pytest.mark.skipif(shutil.which("ptxas") is None and not os.path.exists(
     os.path.join(os.path.dirname(__import__("triton").__file__), "backends/nvidia/bin/ptxas")),
     reason="needs Triton's NVIDIA backend (ptxas) to cross-compile")
-@pytest.mark.parametrize("M,N", [(1, 65536), (4, 131072), (1, 262144)])
-def test_cooperative_split_cross_compiles_to_one_barrier_per_row(M, N):
-    """The CPU counterpart of the GPU barrier test: the one-launch kernel of each cooperative config
-    publishes its sum from one thread, polls the row's slots in a loop (volatile loads), and counts
-    departures so the last one empties the slots; no spills."""
+@pytest.mark.parametrize("M,N,forced", [(1, 65536, None), (4, 131072, None), (1, 262144, None), (3, 40001, None),
+                                        (1, 65536, (256, 64)), (1, 65536, (1024, 8))])
+def test_cooperative_split_cross_compiles_to_one_uniform_wait_per_row(M, N, forced):
+    """The CPU counterpart of the GPU barrier test: the one-launch kernel of each cooperative config, or of
+    ``forced`` (threads, SPLIT) outside the space (64 sums at 256 threads add up through shared memory, whose
+    CTA barriers pair up wrongly if warps leave the wait apart), writes its partial sum from one thread,
+    releases its arrival after a CTA barrier, waits in a loop where one thread polls the row's count with
+    acquire loads and the CTA reads the result through shared memory (so every warp leaves the wait
+    together), counts departures once so the last one resets the count, and does not spill."""
     import re
 
     import triton
     from triton.backends.compiler import GPUTarget
 
-    coop = [c for c in cuda_space(M, N, "bf16") if c.kwargs["COOP"]]
-    assert coop and all(M * c.kwargs["SPLIT"] <= 132 for c in coop)
+    if forced:
+        coop = [_cfg(forced[0], 1, 0, 2, split=forced[1], coop=1)]
+    else:
+        coop = [c for c in cuda_space(M, N, "bf16") if c.kwargs["COOP"] == 1]
+        assert coop and all(M * c.kwargs["SPLIT"] <= 132 for c in coop)
     for cfg in coop:
         kernel, sig, consts, extra = api.compile_spec((M, N), "bf16", cfg, target=fat.Target("cuda", "sm_90", 32))
         attrs = {(i,): [["tt.divisibility", 16]] for i in range(5)}
         k = triton.compile(triton.compiler.ASTSource(kernel, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
                            options=extra["options"])
-        ptx = k.asm["ptx"]
-        assert re.search(r"@%p\d+ atom\.global\.gpu\.relaxed\.exch\.b32", ptx), "the sum is not published by one thread"
-        loop = re.search(r"(\$L__BB\d+_\d+):[^\n]*Loop Header(.*?)bra(\.uni)?\s+\1;", ptx, re.S)
-        assert loop and "ld.volatile.global" in loop.group(2), "no loop polling the row's slots"
-        assert re.search(r"@%p\d+ atom\.global\.gpu\.acq_rel\.add\.u32", ptx), "departures are not counted"
+        ptx, split = k.asm["ptx"], consts["SPLIT"]
+        assert re.search(r"@%p\d+ st\.global\.b32 [^\n]*\n[^@]*bar\.sync\s+0;[^@]*"
+                         r"@%p\d+ (red|atom)\.global\.gpu\.release\.add", ptx), \
+            "the sum is not written by one thread and released after a CTA barrier"
+        wait = re.search(r"(\$L__BB\d+_\d+):[^\n]*Loop Header(.*?)bra(\.uni)?\s+\1;", ptx, re.S)
+        assert wait, "no wait loop"
+        assert re.search(r"@%p\d+ (ld\.global\.gpu\.acquire|atom\.global\.gpu\.acquire)", wait.group(2)), \
+            "the wait does not poll the count with acquire semantics from one thread"
+        assert "st.shared" in wait.group(2) and "ld.shared" in wait.group(2), "the count is not shared by the CTA"
+        assert re.search(rf"setp\.lt\.s32\s+%p\d+, %r\d+, {split};", wait.group(2)), "the wait is not on SPLIT arrivals"
+        assert "ld.volatile" not in wait.group(2), "the wait polls the slots"
+        if forced == (256, 64):
+            after = ptx[wait.end():ptx.index("acq_rel")]
+            assert "st.shared" in after and "bar.sync" in after, "the 64 sums are not added through shared memory"
+        assert len(re.findall(r"atom\.global\.gpu\.acq_rel\.add\.u32", ptx)) == 1, "departures are not counted once"
+        assert re.search(rf"setp\.(ne|eq)\.b32\s+%p\d+, %r\d+, {2 * split - 1};", ptx), \
+            "the count is not reset by the last of SPLIT departures"
+        assert re.search(r"@%p\d+ atom\.global\.gpu\.relaxed\.exch\.b32", ptx), "the count is not reset"
         stack_and_local, report = _stack_and_local(k, f"rmsnorm_coop_{N}")
         assert stack_and_local == (0, 0), f"{cfg} spills: {report}"
 

@@ -84,7 +84,9 @@ def test_narrow_accesses_match_fp64(shape, rows, vec, dtype):
     (dict(VEC=32), "VEC=32"),
     (dict(COOP=1), "COOP=1; accepted: 0, or with SPLIT > 1 and CHUNK=0"),
     (dict(SPLIT=4, CHUNK=1024, COOP=1), "got SPLIT=4, CHUNK=1024"),
-    (dict(SPLIT=4, COOP=3), "COOP=3"),
+    (dict(SPLIT=4, COOP=4), "COOP=4; accepted"),
+    (dict(SPLIT=16, COOP=3), "COOP=3 .a cluster per row. takes SPLIT 2-8"),
+    (dict(SPLIT=4, COOP=3, VEC=8), "got SPLIT=4, ROWS_PER_PROGRAM=1, VEC=8"),
     (dict(COOP=2), "COOP=2; accepted"),
 ])
 def test_factory_refuses_split_and_vec_values_it_cannot_build(knobs, words):
@@ -94,11 +96,11 @@ def test_factory_refuses_split_and_vec_values_it_cannot_build(knobs, words):
 
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
 @pytest.mark.parametrize("N,split,coop", [(4096, 8, 1), (4093, 4, 1), (1000, 2, 1), (4096, 4, 2), (4093, 2, 2),
-                                          (1, 2, 2)])
+                                          (1, 2, 2), (4096, 4, 3), (4093, 2, 3), (1, 2, 3)])
 def test_cooperative_split_configs_compute_the_same_rows_on_cpu(N, split, coop, dtype):
-    """COOP=1 and 2 never run their barrier under the interpreter (programs run one at a time): the
-    two-launch bodies compute the rows there, so a CPU search over a space with cooperative configs stays
-    right."""
+    """COOP=1 and 2 never run their barrier under the interpreter (programs run one at a time), and
+    COOP=3's cluster body needs a Hopper GPU: the two-launch bodies compute the rows there, so a CPU search
+    over a space with cooperative configs stays right."""
     x, w = inputs((3, N), dtype, seed=N + split)
     assert_close(run(x, w, SPLIT=split, COOP=coop, CACHE_POLICY=2), x, w)
 

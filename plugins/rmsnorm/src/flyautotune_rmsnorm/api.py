@@ -15,6 +15,8 @@ from flyautotune import current_hint_key
 
 from . import factory as _factory_mod
 from . import kernel as _kernel_mod
+from . import kernel_cluster as _kernel_cluster_mod
+from . import kernel_split as _kernel_split_mod
 from . import space
 from .factory import DTYPE_STRS, make_launcher
 from .kernel import jit_kernel
@@ -237,7 +239,8 @@ tuned_launch = fat.autotune(
     precompile=precompile,  # candidates compile in a pool while earlier ones are timed
     specialize=specialize,  # cache hits launch the binary with the config's work done once
     restore_value=["x"],  # out= may alias x: every rep must see the original rows
-    source_files=[_kernel_mod.__file__, _factory_mod.__file__, space.__file__],
+    source_files=[_kernel_mod.__file__, _kernel_split_mod.__file__, _kernel_cluster_mod.__file__, _factory_mod.__file__,
+                  space.__file__],
 )(launch)
 
 _defaults: dict = {}
@@ -320,6 +323,10 @@ def compile_spec(shape, dtype, config, target=None) -> tuple:
     for d in shape[:-1]:
         M *= int(d)
     kw = config.kwargs
+    if kw.get("COOP") == 3:
+        raise fat.IncompatibleConfigError(
+            f"rmsnorm: {config} is the cluster body (COOP=3), a CuTe DSL kernel with no Triton kernel to "
+            f"compile here; kernel_cluster.ptx() gives its PTX")
     launcher = make_launcher(N, ds, **kw)
     from .factory import _CONST_NAMES, row_vec
 

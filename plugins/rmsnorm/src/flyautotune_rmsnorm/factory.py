@@ -86,10 +86,15 @@ def _check_spec(N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLI
                          f"with COOP=2) and PREFETCH=0, got ROWS_PER_PROGRAM={ROWS_PER_PROGRAM}, PREFETCH={PREFETCH}")
     if VEC not in VEC_CHOICES:
         raise ValueError(f"rmsnorm factory: VEC={VEC}; accepted: {VEC_CHOICES} (bytes per access)")
-    if COOP not in (0, 1, 2) or (COOP and (SPLIT == 1 or CHUNK)):
+    if COOP not in (0, 1, 2, 3) or (COOP and (SPLIT == 1 or CHUNK)):
         raise ValueError(f"rmsnorm factory: COOP={COOP}; accepted: 0, or with SPLIT > 1 and CHUNK=0 (one launch, "
-                         f"each program's slice in registers) 1 (a grid of M * SPLIT programs) or 2 (persistent "
-                         f"programs looping over the rows), got SPLIT={SPLIT}, CHUNK={CHUNK}")
+                         f"each program's slice in registers) 1 (a grid of M * SPLIT programs), 2 (persistent "
+                         f"programs looping over the rows) or 3 (a cluster of SPLIT CTAs per row, CuTe DSL), got "
+                         f"SPLIT={SPLIT}, CHUNK={CHUNK}")
+    if COOP == 3 and (SPLIT > 8 or ROWS_PER_PROGRAM != 1 or VEC != 16):
+        raise ValueError(f"rmsnorm factory: COOP=3 (a cluster per row) takes SPLIT 2-8 (the portable cluster "
+                         f"size), ROWS_PER_PROGRAM=1 and VEC=16, got SPLIT={SPLIT}, "
+                         f"ROWS_PER_PROGRAM={ROWS_PER_PROGRAM}, VEC={VEC}")
     if COOP == 2 and ROWS_PER_PROGRAM * SPLIT > 128:
         raise ValueError(f"rmsnorm factory: COOP=2 keeps ROWS_PER_PROGRAM * SPLIT <= 128 partial sums per trip, got "
                          f"ROWS_PER_PROGRAM={ROWS_PER_PROGRAM}, SPLIT={SPLIT}")
@@ -371,13 +376,17 @@ def make_launcher(N: int, dtype_str: str, BLOCK_THREADS: int, ROWS_PER_PROGRAM: 
                   COOP: int = 0, HOLD: int = 0) -> Any:
     """The (cached) launcher for one specialization; raises on an invalid knob value.
 
-    ``SPLIT > 1`` gives a :class:`~flyautotune_rmsnorm.split.SplitLauncher`, which is called the same way.
+    ``SPLIT > 1`` gives a :class:`~flyautotune_rmsnorm.split.SplitLauncher` (a
+    :class:`~flyautotune_rmsnorm.cluster.ClusterLauncher` with ``COOP=3``), which is called the same way.
     """
     spec = (N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLICY, PREFETCH, SPLIT, VEC, COOP, HOLD)
     launcher = _launchers.get(spec)
     if launcher is None:
         if SPLIT != 1 and not isinstance(SPLIT, bool) and isinstance(SPLIT, int):
-            from .split import SplitLauncher
+            if COOP == 3:
+                from .cluster import ClusterLauncher as SplitLauncher
+            else:
+                from .split import SplitLauncher
 
             built = SplitLauncher(*spec)
         else:

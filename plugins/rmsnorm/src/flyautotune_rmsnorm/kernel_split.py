@@ -15,11 +15,14 @@ Rows go on grid axis 0 (up to 2**31 - 1), slices on axis 1 (at most 128).
 
 ``_split_coop`` (``COOP=1``) does both in one launch, for grids the GPU holds
 at once (the launcher checks ``M * SPLIT`` against the SM count): each program
-keeps its slice in registers, writes its partial sum into its slot of the row,
-and polls the row's slots until every one is filled (the last program done
-empties them for the next launch), so x is read once and there is no second
-launch. It never runs under the interpreter (one program at a time would wait
-forever): there the two-launch bodies compute the same result.
+keeps its slice in registers, writes its partial sum into its slot of the row
+and waits for the row's other programs the way ``_split_persist`` does (one
+count per row in global memory: release after a CTA barrier, acquire polls by
+one thread shared through shared memory, so the whole CTA leaves the wait at
+once; the last program out resets the count for the next launch), so x is read
+once and there is no second launch. It never runs under the interpreter (one
+program at a time would wait forever): there the two-launch bodies compute the
+same result.
 
 ``_split_persist`` (``COOP=2``) takes any number of rows: a grid of resident
 programs in groups of ``SPLIT`` loops over them, one count per trip in global
@@ -111,8 +114,8 @@ def _split_coop(
     X,
     W,
     Y,
-    P,  # fp32 [rows, SPLIT_POW2]: each program's partial sum of squares; -1 (empty) between launches
-    C,  # int32 [rows]: programs done with the row's sums (0 between launches)
+    P,  # fp32 [rows, SPLIT_POW2]: each program's partial sum of squares (any values between launches)
+    C,  # int32 [rows]: programs of the row arrived (up to SPLIT), then done (up to 2 * SPLIT); 0 between launches
     sx_vec,
     sy_vec,
     eps,
@@ -126,6 +129,12 @@ def _split_coop(
     W_POLICY: tl.constexpr,
     Y_POLICY: tl.constexpr,
 ):
+    # The SPLIT programs of a row meet once, on the row's count. Each writes its partial sum into its slot,
+    # then (after a CTA barrier, with release semantics) adds one to the count; one thread polls the count
+    # (acquire) and the CTA reads the sums once it reaches SPLIT, so the wait is one uniform loop (a wait
+    # on a tensor of slots is replicated per warp: warps leave it apart, and the CTA barriers of the
+    # reductions after it pair up wrongly). The slots need no "empty" value: the count says when they are
+    # full, and the next launch writes them only after this one has finished.
     row = tl.program_id(0).to(tl.int64)
     s = tl.program_id(1)
     offs = s * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -137,16 +146,18 @@ def _split_coop(
         x = tl.load(x_row + offs, mask=offs < N, other=0.0, eviction_policy=X_LAST)
         w = tl.load(W + offs, mask=offs < N, other=0.0, eviction_policy=W_POLICY)
     xf = x.to(tl.float32)
-    # The barrier is the sums themselves: a slot holds -1 until its program writes its sum (>= 0),
-    # and every program polls the row's slots until none is empty. Only those values cross programs,
-    # so relaxed atomics and volatile loads order all that matters, with no fence on the way.
     slots = P + row * SPLIT_POW2
-    tl.atomic_xchg(slots + s, tl.reduce(xf * xf, 0, tl.standard._sum_combine), sem="relaxed")
+    count = C + row
+    tl.store(slots + s, tl.reduce(xf * xf, 0, tl.standard._sum_combine))
+    tl.debug_barrier()  # the sum is written before the arrival is released
+    tl.atomic_add(count, 1, sem="release")
+    # Programs done with the sums add to the same count past SPLIT, so it may be above SPLIT here: wait
+    # while it is below.
+    while tl.atomic_add(count, 0, sem="acquire") < SPLIT:  # one thread, broadcast: a uniform loop
+        pass
     parts = tl.arange(0, SPLIT_POW2)
     mine = parts < SPLIT
     p = tl.load(slots + parts, mask=mine, other=0.0, volatile=True)
-    while tl.min(tl.where(mine, p, 0.0), 0) < 0.0:  # compiled only: tl.min is fine here
-        p = tl.load(slots + parts, mask=mine, other=0.0, volatile=True)
     total = tl.reduce(tl.where(mine, p, 0.0), 0, tl.standard._sum_combine)
     y = (xf * tl.rsqrt(total / N + eps) * w.to(tl.float32)).to(Y.dtype.element_ty)
     y_row = Y + row * sy_vec * ROW_VEC
@@ -154,10 +165,10 @@ def _split_coop(
         tl.store(y_row + offs, y, eviction_policy=Y_POLICY)
     else:
         tl.store(y_row + offs, y, mask=offs < N, eviction_policy=Y_POLICY)
-    # The last program done with the sums empties the slots for the next launch.
-    if tl.atomic_add(C + row, 1, sem="acq_rel") == SPLIT - 1:
-        tl.store(slots + parts, tl.full([SPLIT_POW2], -1.0, tl.float32), mask=mine)
-        tl.atomic_xchg(C + row, 0, sem="relaxed")
+    # The row's last program out resets the count for the next launch (every program of the row has left
+    # the wait by then).
+    if tl.atomic_add(count, 1, sem="acq_rel") == 2 * SPLIT - 1:
+        tl.atomic_xchg(count, 0, sem="relaxed")
 
 
 def _split_persist(

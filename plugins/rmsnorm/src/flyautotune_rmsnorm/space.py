@@ -22,6 +22,10 @@ Knobs (structural kwargs the factory consumes):
   acquire poll, through L2) kept it at 1200-2750 GB/s where one program per row
   streams 3500-4100 (``bench/long_rows.py``, docs/benchmarks.md);
   :func:`persist_configs` lists the configs the bench measures.
+  ``3``: a Hopper thread-block cluster of ``SPLIT`` CTAs per row, reducing
+  through distributed shared memory (a CuTe DSL body, ``kernel_cluster.py``;
+  offered where ``nvidia-cutlass-dsl`` is installed, for rows of 16 K
+  elements and more that it takes whole; :func:`cluster_configs`).
 * ``HOLD``: a whole 16-bit row held in registers in its own dtype across the
   reduction: rows of 16K-64K elements read once at 1024 threads without spills.
   Not in the CUDA space: on the H200 it lost to two-pass chunks on every long-row
@@ -61,6 +65,10 @@ MAX_COOP_SLICE = 8192
 #: Rows at least this long (padded) are where the persistent split (``COOP=2``) could pay: one program
 #: per row streams it twice, a split row is read once.
 PERSIST_MIN_N = 32768
+#: Shortest row the cluster body (``COOP=3``) is offered for: shorter rows fit one CTA's registers.
+CLUSTER_MIN_N = 16384
+#: Elements per thread of the cluster body's candidates (4-16 vectors of 16 bytes in registers).
+CLUSTER_PER_THREAD = (32, 64)
 
 
 def _cfg(bt: int, rows: int = 1, chunk: int = 0, policy: int = 1, prefetch: int = 0, split: int = 1,
@@ -124,6 +132,25 @@ def split_configs(M: int, N: int, dtype_str: str, block_threads=(128, 256, 1024)
         for split in [s for s in SPLIT_CHOICES[1:] if MIN_SLICE <= npad // s <= MAX_COOP_SLICE
                       and M * s <= COOP_PROGRAMS][-3:]:
             out.append(_cfg(min(1024, max(64, npad // split // 16)), 1, 0, 2, split=split, coop=1))
+    return out
+
+
+def cluster_configs(M: int, N: int, dtype_str: str) -> list:
+    """Long rows across a Hopper cluster (``COOP=3``, the CuTe DSL body), where CuTe DSL is installed:
+    ``SPLIT`` 2, 4 or 8 CTAs of 128-512 threads, each thread holding 32 or 64 elements of the row. Only
+    widths the body takes whole (a multiple of ``SPLIT * BLOCK_THREADS`` vectors): other widths would run
+    its two-launch fallback, which the space's own split configs already cover."""
+    from . import kernel_cluster
+
+    if N < CLUSTER_MIN_N or not kernel_cluster.available():
+        return []
+    elem = ELEMENT_SIZE[dtype_str]
+    out = []
+    for split in (2, 4, 8):
+        for per_thread in CLUSTER_PER_THREAD:
+            threads = N // (split * per_thread)
+            if threads in (128, 256, 512) and kernel_cluster.takes(N, split, threads, elem):
+                out.append(_cfg(threads, 1, 0, 2, split=split, coop=3))
     return out
 
 
@@ -217,6 +244,7 @@ def cuda_space(M: int, N: int, dtype_str: str) -> list:
             for prefetch in (0, 1):
                 out.append(_cfg(bt, 1, chunk, 2, prefetch))
     out += split_configs(M, N, dtype_str, coop=True)
+    out += cluster_configs(M, N, dtype_str)
     default = default_config(M, N, dtype_str)
     if default not in out:
         out.append(default)

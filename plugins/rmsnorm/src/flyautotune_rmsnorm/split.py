@@ -42,7 +42,7 @@ def workspace(dev: int, handle: int) -> Optional[tuple]:
             return None
         rows = sm_count(dev)  # M * SPLIT <= SMs and SPLIT >= 2
         with torch.cuda.device(dev):
-            p = torch.full((rows * MAX_SPLIT,), -1.0, dtype=torch.float32, device=f"cuda:{dev}")  # empty slots
+            p = torch.zeros(rows * MAX_SPLIT, dtype=torch.float32, device=f"cuda:{dev}")  # the count says when filled
             c = torch.zeros(rows, dtype=torch.int32, device=f"cuda:{dev}")
             torch.cuda.current_stream(dev).synchronize()  # the zeros are in place before any launch
         with _workspace_lock:

@@ -1,0 +1,87 @@
+"""The launcher of ``COOP=3``: one row across a Hopper cluster of ``SPLIT`` CTAs (the CuTe DSL body in
+``kernel_cluster.py``), or the split-row Triton body where the cluster body cannot take the call."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from . import kernel_cluster as _kc
+from .factory import _INTERPRET, _torch, torch_stream
+from .split import SplitLauncher
+
+_TORCH_DS = {"torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float32": "fp32"}
+_capable: dict = {}
+
+
+def cluster_capable(dev: int) -> bool:
+    """True when CUDA device ``dev`` launches thread-block clusters (compute capability 9.0 or newer, not
+    ROCm) and CuTe DSL is installed."""
+    ok = _capable.get(dev)
+    if ok is None:
+        torch = _torch()
+        ok = (_kc.available() and torch.version.hip is None
+              and torch.cuda.get_device_capability(dev)[0] >= 9)
+        _capable[dev] = ok
+    return ok
+
+
+class ClusterLauncher(SplitLauncher):
+    """``SPLIT`` CTAs of a cluster per row, reducing through distributed shared memory (one launch, no
+    workspace, any number of rows).
+
+    Called like :class:`~flyautotune_rmsnorm.factory.RMSNormLauncher`. The cluster body takes 16-byte
+    aligned rows whose length is a multiple of ``SPLIT * BLOCK_THREADS`` vectors, on a GPU with
+    clusters and CuTe DSL installed; every other call (odd widths, strides, offsets, the CPU, the
+    interpreter, older GPUs, no CuTe DSL) runs the two-launch split of the same ``SPLIT``, which
+    computes the same rows.
+    """
+
+    def __init__(self, *args: Any, **kwargs: Any):
+        super().__init__(*args, **kwargs)
+        self.cluster_ok = _kc.takes(self.N, self.SPLIT, self.BLOCK_THREADS, self.elem)
+        self._fns: dict = {}
+
+    def uses_coop(self, M: int, dev: int) -> bool:
+        return False  # the fallback is the two-launch split, never a global-memory barrier
+
+    def takes(self, x, w, y, sx: int, sy: int) -> bool:
+        """True when the cluster body runs this call (else the two-launch split does)."""
+        vec = self.vec
+        return (self.cluster_ok and not (sx | sy) & (vec - 1) and not (x.data_ptr() | y.data_ptr() | w.data_ptr()) & 15
+                and cluster_capable(x.get_device()) and str(w.dtype) in _TORCH_DS)
+
+    def function(self, w_dtype: Any) -> Any:
+        """The compiled cluster body for weights of ``w_dtype`` (built on first use, then cached)."""
+        fn = self._fns.get(w_dtype)
+        if fn is None:
+            fn = self._fns[w_dtype] = _kc.compiled(self.dtype_str, _TORCH_DS[str(w_dtype)], self.N, self.SPLIT,
+                                                   self.BLOCK_THREADS)
+        return fn
+
+    def __call__(self, x, w, y, M: int, sx: int, sy: int, eps: float, stream: Any = None,
+                 options: tuple = (), interpret: Optional[bool] = None) -> None:
+        if M == 0:
+            return
+        if interpret is None:
+            interpret = not x.is_cuda or _INTERPRET
+        if interpret or not self.takes(x, w, y, sx, sy):
+            super().__call__(x, w, y, M, sx, sy, eps, stream, options, interpret)
+            return
+        fn = self.function(w.dtype)
+        N = self.N
+        xv = x.as_strided((M, N), (sx, 1))
+        yv = y.as_strided((M, N), (sy, 1))
+        torch = _torch()
+        dev = x.get_device()
+        if stream is None and dev == torch.cuda.current_device():
+            fn(xv, w, yv, eps)  # on the current stream
+            return
+        with torch.cuda.device(dev), torch.cuda.stream(torch_stream(stream, x.device)):
+            fn(xv, w, yv, eps)
+
+    def compiled(self, x, w, y, M: int, sx: int, sy: int, options: tuple = ()):
+        """The compiled cluster body where it takes these arguments (built, not launched), else the
+        two-launch split's normalize kernel."""
+        if x.is_cuda and self.takes(x, w, y, sx, sy):
+            return self.function(w.dtype)
+        return super().compiled(x, w, y, M, sx, sy, options)

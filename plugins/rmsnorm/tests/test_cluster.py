@@ -1,0 +1,203 @@
+"""The cluster body (COOP=3: one row across a Hopper cluster, CuTe DSL).
+
+On CPU: the space offers it only where CuTe DSL is installed and for widths it takes whole; the body
+cross-compiles to PTX for sm_90a with no GPU (CuTe DSL needs no driver to compile) and that PTX holds the
+cluster exchange; ptxas assembles it without spills; any call it cannot take runs the two-launch split
+(test_split.py checks those rows under the interpreter). On a CUDA GPU: a child process with a deadline
+checks every cluster config of the space against fp64, in bf16/fp16/fp32, with strided rows, out=, a side
+stream, a mixed-dtype weight, graph replay and the fallbacks (odd N, N = 1, unaligned rows).
+"""
+
+import glob
+import os
+import re
+import subprocess
+import sys
+import textwrap
+
+import pytest
+import torch
+
+import flyautotune as fat
+from flyautotune_rmsnorm import api, cuda_space, kernel_cluster, make_launcher
+from flyautotune_rmsnorm import space as space_mod
+from flyautotune_rmsnorm.space import _cfg, cluster_configs
+
+needs_cute = pytest.mark.skipif(not kernel_cluster.available(),
+                                reason="needs nvidia-cutlass-dsl (the test extra installs it)")
+
+
+@pytest.mark.parametrize("M,N,ds", [(1024, 65536, "bf16"), (1, 262144, "bf16"), (4, 131072, "fp16"),
+                                    (512, 65536, "fp32"), (8192, 16384, "bf16")])
+@needs_cute
+def test_the_space_offers_cluster_configs_it_takes_whole(M, N, ds):
+    space = cuda_space(M, N, ds)
+    cluster = [c for c in space if c.kwargs["COOP"] == 3]
+    assert cluster and cluster == cluster_configs(M, N, ds)
+    elem = 4 if ds == "fp32" else 2
+    for c in cluster:
+        kw = c.kwargs
+        assert kernel_cluster.takes(N, kw["SPLIT"], kw["BLOCK_THREADS"], elem)
+        assert N // (kw["SPLIT"] * kw["BLOCK_THREADS"]) in space_mod.CLUSTER_PER_THREAD
+    assert len(space) <= 24  # the bound test_space.py holds every space to
+
+
+@pytest.mark.parametrize("M,N,ds", [(1024, 65537, "bf16"), (64, 8192, "bf16"), (1024, 65000, "bf16")])
+def test_no_cluster_configs_for_short_rows_or_widths_it_cannot_take(M, N, ds):
+    assert not any(c.kwargs["COOP"] == 3 for c in cuda_space(M, N, ds))
+
+
+def test_without_cute_dsl_the_space_has_no_cluster_configs_and_rejects_stored_ones(monkeypatch):
+    monkeypatch.setattr(kernel_cluster, "available", lambda: False)
+    assert not any(c.kwargs["COOP"] == 3 for c in cuda_space(1024, 65536, "bf16"))
+    stored = _cfg(256, 1, 0, 2, split=8, coop=3)
+    assert not space_mod.validate(stored, 1024, 65536, "bf16")
+
+
+@needs_cute
+def test_a_stored_cluster_winner_is_valid_where_cute_dsl_is_installed():
+    assert space_mod.validate(_cfg(256, 1, 0, 2, split=8, coop=3), 1024, 65536, "bf16")
+    assert not space_mod.validate(_cfg(256, 1, 0, 2, split=8, coop=3), 1024, 65544, "bf16")  # not whole tiles
+
+
+def test_compile_spec_names_the_cluster_body_instead_of_a_triton_kernel():
+    with pytest.raises(fat.IncompatibleConfigError, match="cluster body .COOP=3.*CuTe DSL"):
+        api.compile_spec((1024, 65536), "bf16", _cfg(256, 1, 0, 2, split=8, coop=3))
+
+
+def _ptxas():
+    import triton
+
+    path = os.path.join(os.path.dirname(triton.__file__), "backends", "nvidia", "bin", "ptxas")
+    return path if os.path.exists(path) else None
+
+
+@needs_cute
+@pytest.mark.parametrize("ds,w_ds,N,split,threads", [
+    ("bf16", "bf16", 65536, 8, 256), ("bf16", "fp32", 65536, 4, 512), ("fp16", "fp16", 131072, 8, 256),
+    ("fp32", "fp32", 65536, 8, 256), ("bf16", "bf16", 16384, 2, 256), ("bf16", "bf16", 262144, 8, 512)])
+def test_cluster_body_cross_compiles_to_a_dsmem_exchange(tmp_path, ds, w_ds, N, split, threads):
+    ptx = kernel_cluster.ptx(ds, w_ds, N, split, threads, str(tmp_path))
+    assert ".target sm_90a" in ptx
+    # The row is read and written in 16-byte vectors, each thread's share once.
+    per_thread = N // (split * threads) * (4 if ds == "fp32" else 2) // 16
+    assert len(re.findall(r"ld\.global(\.\w+)*\.v4\.[bf]32", ptx)) >= per_thread
+    assert len(re.findall(r"st\.global(\.\w+)*\.v4\.[bf]32", ptx)) == per_thread
+    # The exchange: an mbarrier set up before the cluster's first barrier, warp sums pushed to every peer
+    # through distributed shared memory, completing the peer's transaction; a wait on the own mbarrier.
+    init, arrive = ptx.index("mbarrier.init.shared.b64"), ptx.index("barrier.cluster.arrive.relaxed")
+    assert init < ptx.index("fence.mbarrier_init") < arrive
+    assert "mbarrier.arrive.expect_tx" in ptx
+    wait = ptx.index("barrier.cluster.wait")
+    push = ptx.index("st.async.shared::cluster.mbarrier::complete_tx::bytes.f32")
+    assert arrive < wait < push and "mapa.shared::cluster.u32" in ptx
+    assert push < ptx.index("mbarrier.try_wait.parity.shared.b64")
+    assert ptx.count("barrier.cluster.wait") == 1  # no barrier at the exit
+    ptxas = _ptxas()
+    if ptxas:  # Triton ships ptxas: the PTX assembles for sm_90a, with no spills
+        src = tmp_path / "k.ptx"
+        src.write_text(ptx)
+        out = subprocess.run([ptxas, "-arch=sm_90a", "-v", str(src), "-o", str(tmp_path / "k.cubin")],
+                             capture_output=True, text=True)
+        assert out.returncode == 0, out.stderr
+        assert "0 bytes spill stores, 0 bytes spill loads" in out.stdout + out.stderr
+
+
+def test_cluster_launcher_takes_only_what_the_body_takes():
+    L = make_launcher(65536, "bf16", 256, SPLIT=8, COOP=3, CACHE_POLICY=2)
+    assert type(L).__name__ == "ClusterLauncher" and L.cluster_ok and not L.uses_coop(1, 0)
+    assert not make_launcher(65544, "bf16", 256, SPLIT=8, COOP=3, CACHE_POLICY=2).cluster_ok
+    x = torch.randn(2, 65536, dtype=torch.bfloat16)
+    w = torch.ones(65536, dtype=torch.bfloat16)
+    assert not L.takes(x, w, x, 65536, 65532)  # a row stride that is not whole vectors
+
+
+pytestmark_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason=(
+    "needs a CUDA GPU (the CPU counterparts: the cross-compiled PTX above, the fallback rows in test_split.py)"))
+
+CHILD = textwrap.dedent("""
+    import torch
+    from flyautotune_rmsnorm import cuda_space, kernel_cluster
+    from flyautotune_rmsnorm.api import launch
+    from flyautotune_rmsnorm.cluster import cluster_capable
+    from flyautotune_rmsnorm.factory import make_launcher
+    from flyautotune_rmsnorm.reference import check_against_reference as check
+    from flyautotune_rmsnorm.space import _cfg
+
+    if not cluster_capable(0):
+        print("skip", "no clusters on this GPU or no CuTe DSL")
+        raise SystemExit(0)
+    ran = 0
+    for M, N in [(1, 65536), (4, 131072), (1024, 65536), (3, 16384), (1, 262144), (300, 32768)]:
+        for dtype, ds in [(torch.bfloat16, "bf16"), (torch.float16, "fp16"), (torch.float32, "fp32")]:
+            x = torch.randn(M, N, device="cuda", dtype=dtype) * 2
+            w = torch.rand(N, device="cuda", dtype=dtype) + 0.5
+            cluster = [c for c in cuda_space(M, N, ds) if c.kwargs["COOP"] == 3]
+            assert cluster, (M, N, ds)
+            for cfg in cluster:
+                for _ in range(2):
+                    y = torch.full_like(x, float("nan"))
+                    launch(x, w, y, M, N, ds, 1e-6, N, N, None, **cfg.kwargs)
+                    torch.cuda.synchronize()
+                    check(y, x, w, f"{M}x{N} {ds} {cfg}")
+                ran += 1
+    cfg = _cfg(256, 1, 0, 2, split=8, coop=3)
+    L = make_launcher(65536, "bf16", 256, 1, 0, 2, 0, 8, 16, 3, 0)
+    # strided rows and out= on a side stream; a float32 weight with bf16 rows
+    base = torch.randn(4, 70000, device="cuda", dtype=torch.bfloat16)
+    x = base[:, 96:65632]
+    w = torch.rand(65536, device="cuda", dtype=torch.float32) + 0.5
+    out = torch.full((4, 66000), float("nan"), device="cuda", dtype=torch.bfloat16)[:, :65536]
+    assert L.takes(x, w, out, 70000, 66000)
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        launch(x, w, out, 4, 65536, "bf16", 1e-6, 70000, 66000, s, **cfg.kwargs)
+    s.synchronize()
+    check(out, x, w, "strided rows, fp32 weight, side stream")
+    # rows the body cannot take run the two-launch split: an unaligned start, odd N, N = 1
+    x = base[:, 3:65539]
+    assert not L.takes(x, w, x.clone(), 70000, 65536)
+    y = torch.full((4, 65536), float("nan"), device="cuda", dtype=torch.bfloat16)
+    launch(x, w.to(torch.bfloat16), y, 4, 65536, "bf16", 1e-6, 70000, 65536, None, **cfg.kwargs)
+    torch.cuda.synchronize()
+    check(y, x, w.to(torch.bfloat16), "unaligned rows (fallback)")
+    for N in (65537, 1):
+        x = torch.randn(5, N, device="cuda", dtype=torch.float32)
+        w = torch.rand(N, device="cuda", dtype=torch.float32) + 0.5
+        y = torch.full_like(x, float("nan"))
+        launch(x, w, y, 5, N, "fp32", 1e-6, N, N, None, **_cfg(256, 1, 0, 2, split=2, coop=3).kwargs)
+        torch.cuda.synchronize()
+        check(y, x, w, f"N={N} (fallback)")
+    # a CUDA graph of back-to-back launches, replayed many times
+    x = torch.randn(64, 65536, device="cuda", dtype=torch.bfloat16)
+    w = torch.rand(65536, device="cuda", dtype=torch.bfloat16) + 0.5
+    ys = [torch.full_like(x, float("nan")) for _ in range(4)]
+    cap = torch.cuda.Stream()
+    cap.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(cap):
+        launch(x, w, ys[0], 64, 65536, "bf16", 1e-6, 65536, 65536, None, **cfg.kwargs)
+    cap.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=cap):
+        for y in ys:
+            launch(x, w, y, 64, 65536, "bf16", 1e-6, 65536, 65536, None, **cfg.kwargs)
+    for y in ys:
+        y.fill_(float("nan"))
+    for _ in range(50):
+        g.replay()
+    torch.cuda.synchronize()
+    for y in ys:
+        check(y, x, w, "graph replay")
+    print("ok", ran)
+""")
+
+
+@pytest.mark.gpu
+@pytestmark_gpu
+def test_cluster_rows_are_right_on_the_gpu():
+    out = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=600)
+    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+    words = out.stdout.split()
+    if words and words[0] == "skip":
+        pytest.skip(" ".join(words[1:]))
+    assert words[0] == "ok" and int(words[1]) >= 40, out.stdout
