@@ -104,6 +104,8 @@ def test_no_config_in_the_space_spills(N):
     y = torch.empty_like(x)
     for cfg in cuda_space(4096, N, "bf16") + cuda_space(1, N, "bf16"):
         kw = cfg.kwargs
+        if kw["COOP"] == 3:
+            continue  # the cluster body is CuTe DSL: test_cluster.py assembles its PTX and reads its spills
         L = make_launcher(N, "bf16", **kw)
         k = L.compiled(x, w, y, 16 * kw["ROWS_PER_PROGRAM"], N, N, (("num_warps", kw["BLOCK_THREADS"] // 32),))
         assert k.n_spills == 0, f"{cfg} spills {k.n_spills} registers ({k.n_regs} used)"

@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import threading
 from typing import Any, Optional
 
 from . import kernel_cluster as _kc
@@ -81,7 +82,10 @@ class ClusterLauncher(SplitLauncher):
 
     def compiled(self, x, w, y, M: int, sx: int, sy: int, options: tuple = ()):
         """The compiled cluster body where it takes these arguments (built, not launched), else the
-        two-launch split's normalize kernel."""
+        two-launch split's normalize kernel. Off the main thread (a search's precompile pool) the cluster
+        body is left to its first launch: CuTe DSL compiles on the thread that imported it."""
         if x.is_cuda and self.takes(x, w, y, sx, sy):
+            if threading.current_thread() is not threading.main_thread():
+                return None
             return self.function(w.dtype)
         return super().compiled(x, w, y, M, sx, sy, options)
