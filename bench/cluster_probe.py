@@ -104,7 +104,7 @@ def main(argv=None):
             if "error" in r:
                 print(f"| {r['impl']} | error: {r['error']} | |")
         results.append({"M": M, "N": N, "dtype": ds, "rows": rows})
-        del x, xs
+        x = xs = None  # free the inputs before the next shape
         torch.cuda.empty_cache()
     with open(os.path.join(args.out, "cluster_probe.json"), "w") as f:
         json.dump(results, f, indent=1)

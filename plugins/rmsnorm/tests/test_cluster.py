@@ -8,7 +8,6 @@ checks every cluster config of the space against fp64, in bf16/fp16/fp32, with s
 stream, a mixed-dtype weight, graph replay and the fallbacks (odd N, N = 1, unaligned rows).
 """
 
-import glob
 import os
 import re
 import subprocess

@@ -6,17 +6,19 @@ flyautotune-rmsnorm[cute]``). A row of ``N`` elements is cut into ``SPLIT``
 slices, one per CTA of a cluster of ``SPLIT`` CTAs (``SPLIT`` <= 8, the portable
 cluster size). Each CTA:
 
-1. loads its slice of ``x`` (and of the weight) into registers, in 16-byte
+1. sets up one mbarrier in its shared memory and arrives (relaxed) at the
+   cluster barrier: its peers may push to it once they have waited there;
+2. loads its slice of ``x`` (and of the weight) into registers, in 16-byte
    vectors: the row is read from global memory once;
-2. sums its squares: per thread, then per warp (shuffles); lane 0 of each warp
-   writes the warp's sum into the CTA's shared memory;
-3. meets the cluster at a barrier (``barrier.cluster.arrive.release`` /
-   ``wait.acquire``), then reads every warp sum of every CTA through
-   distributed shared memory (``mapa`` + ``ld.shared::cluster``), one per
-   lane, and adds them up with shuffles: every thread holds the row's sum;
-4. arrives at a second cluster barrier (its peers' shared memory is no longer
-   read), normalizes and stores its slice, and waits on that barrier before it
-   exits, so no CTA's shared memory goes away while a peer still reads it.
+3. sums its squares: per thread, then per warp (shuffles); after the cluster
+   barrier's wait, lane ``r`` of each warp pushes the warp's sum into slot
+   ``(rank, warp)`` of CTA ``r``'s shared memory with ``st.async``, which
+   completes 4 bytes of CTA ``r``'s mbarrier transaction (``mapa`` gives the
+   peer's addresses);
+4. waits on its own mbarrier (every warp sum of the cluster has landed), adds
+   them up with shuffles, normalizes and stores its slice. No barrier at the
+   exit: every write into a CTA's shared memory completes that CTA's
+   mbarrier, which it waits on before it leaves.
 
 No global-memory barrier, no workspace, no atomics: the cluster's CTAs are
 co-scheduled by the hardware, so any number of rows runs in one launch
@@ -26,6 +28,11 @@ The body takes rows whose slices are whole tiles: ``N`` a multiple of
 ``SPLIT * BLOCK_THREADS * VEC`` (``VEC`` elements of 16 bytes) and 16-byte
 aligned rows; :class:`~flyautotune_rmsnorm.cluster.ClusterLauncher` sends any
 other call to the split-row Triton body, which computes the same rows.
+
+``stage=True`` builds a variant that stages the slice in shared memory by
+``cp.async`` and reads it back twice; with this exchange it measured slower on
+the H200 (``bench/cluster_probe.py --stage 0,1``), so launches hold the slice
+in registers.
 
 Nothing here runs without a GPU, but every binary can be built on a CPU:
 :func:`ptx` compiles the body for ``sm_90a`` with no driver (the tests read it).
@@ -81,7 +88,7 @@ def _build(dtype_str: str, w_dtype_str: str, N: int, split: int, threads: int, s
     import cutlass.cute as cute
     from cutlass import Float32, Int32
     from cutlass._mlir.dialects import llvm
-    from cutlass.cutlass_dsl import T, dsl_user_op
+    from cutlass.cutlass_dsl import dsl_user_op
 
     dtype = getattr(cutlass, _DTYPES[dtype_str])
     w_dtype = getattr(cutlass, _DTYPES[w_dtype_str])
