@@ -384,11 +384,11 @@ def make_launcher(N: int, dtype_str: str, BLOCK_THREADS: int, ROWS_PER_PROGRAM: 
     if launcher is None:
         if SPLIT != 1 and not isinstance(SPLIT, bool) and isinstance(SPLIT, int):
             if COOP == 3:
-                from .cluster import ClusterLauncher as SplitLauncher
+                from .cluster import ClusterLauncher as launcher_class
             else:
-                from .split import SplitLauncher
+                from .split import SplitLauncher as launcher_class
 
-            built = SplitLauncher(*spec)
+            built = launcher_class(*spec)
         else:
             built = RMSNormLauncher(*spec)  # validates the knobs
         with _launchers_lock:

@@ -57,12 +57,18 @@ _lock = threading.Lock()
 _compiled: dict = {}
 
 
+_available: list = []
+
+
 def available() -> bool:
-    """True when CuTe DSL (``nvidia-cutlass-dsl``) is installed (without importing it)."""
-    try:
-        return importlib.util.find_spec("cutlass") is not None and importlib.util.find_spec("cutlass.cute") is not None
-    except (ImportError, ValueError):
-        return False
+    """True when CuTe DSL (``nvidia-cutlass-dsl``) is installed (looked up once, without importing it)."""
+    if not _available:
+        try:
+            found = importlib.util.find_spec("cutlass") is not None and importlib.util.find_spec("cutlass.cute") is not None
+        except (ImportError, ValueError):
+            found = False
+        _available.append(found)
+    return _available[0]
 
 
 def version() -> str:
