@@ -29,6 +29,8 @@ def main(argv=None):
     ap.add_argument("--space", action="store_true")
     ap.add_argument("--stage", default="1", type=lambda v: [bool(int(c)) for c in v.split(",")],
                     help="the slice through shared memory (1), held in registers (0), or both (0,1)")
+    ap.add_argument("--late", default="0", type=lambda v: [bool(int(c)) for c in v.split(",")],
+                    help="the weight loaded after the reduction (1), with x (0), or both (0,1)")
     args = ap.parse_args(argv)
 
     import torch
@@ -69,19 +71,21 @@ def main(argv=None):
                 rows.append({"impl": name, "error": f"{type(exc).__name__}: {exc}"[:300]})
 
         elem = ELEMENT_SIZE[ds]
-        for split in (2, 4, 8):
+        for split in (2, 4, 8, 16):
             for threads in (128, 256, 512, 1024):
                 if not kc.takes(N, split, threads, elem) or N // (split * threads * 16 // elem) > 16:
                     continue
                 for stage in args.stage:
-                    fn = kc.compiled(ds, ds, N, split, threads, stage)
+                    for late in args.late:
+                        fn = kc.compiled(ds, ds, N, split, threads, stage, late)
 
-                    def run(a, b, fn=fn):
-                        y = torch.empty_like(a)
-                        fn(a, b, y, 1e-6)
-                        return y
+                        def run(a, b, fn=fn):
+                            y = torch.empty_like(a)
+                            fn(a, b, y, 1e-6)
+                            return y
 
-                    timed(f"cluster SPLIT={split} threads={threads}" + (" staged" if stage else ""), run)
+                        timed(f"cluster SPLIT={split} threads={threads}" + (" staged" if stage else "")
+                              + (" late-w" if late else ""), run)
         if quack is not None:
             timed("quack", lambda a, b: quack(a, b, eps=1e-6)[0])
         timed("default " + str(default_config(M, N, ds, "cuda").kwargs), lambda a, b: rmsnorm(a, b, 1e-6))

@@ -74,7 +74,8 @@ def _ptxas():
 @needs_cute
 @pytest.mark.parametrize("ds,w_ds,N,split,threads", [
     ("bf16", "bf16", 65536, 8, 256), ("bf16", "fp32", 65536, 4, 512), ("fp16", "fp16", 131072, 8, 256),
-    ("fp32", "fp32", 65536, 8, 256), ("bf16", "bf16", 16384, 2, 256), ("bf16", "bf16", 262144, 8, 512)])
+    ("fp32", "fp32", 65536, 8, 256), ("bf16", "bf16", 16384, 2, 256), ("bf16", "bf16", 262144, 8, 512),
+    ("bf16", "bf16", 262144, 16, 256)])
 def test_cluster_body_cross_compiles_to_a_dsmem_exchange(tmp_path, ds, w_ds, N, split, threads):
     ptx = kernel_cluster.ptx(ds, w_ds, N, split, threads, str(tmp_path))
     assert ".target sm_90a" in ptx
@@ -104,6 +105,25 @@ def test_cluster_body_cross_compiles_to_a_dsmem_exchange(tmp_path, ds, w_ds, N, 
         assert "0 bytes spill stores, 0 bytes spill loads" in out.stdout + out.stderr
 
 
+@needs_cute
+def test_the_few_rows_variant_loads_the_weight_while_the_sums_travel(tmp_path):
+    (tmp_path / "a").mkdir()
+    (tmp_path / "b").mkdir()
+    early = kernel_cluster.ptx("bf16", "bf16", 131072, 16, 256, str(tmp_path / "a"))
+    late = kernel_cluster.ptx("bf16", "bf16", 131072, 16, 256, str(tmp_path / "b"), late_w=True)
+    for ptx, loads_after_push in ((early, 0), (late, 4)):  # 32 weight elements: four 16-byte loads
+        push = ptx.index("st.async.shared::cluster")
+        after = ptx[push:ptx.index("mbarrier.try_wait")]
+        assert len(re.findall(r"ld\.global(\.\w+)*\.v4", after)) == loads_after_push
+
+
+def test_the_space_tries_16_ctas_only_for_rows_of_128k_and_more():
+    if not kernel_cluster.available():
+        pytest.skip("needs nvidia-cutlass-dsl (the test extra installs it)")
+    splits = {c.kwargs["SPLIT"] for c in cluster_configs(4, 131072, "bf16")}
+    assert 16 in splits and 16 not in {c.kwargs["SPLIT"] for c in cluster_configs(1024, 65536, "bf16")}
+
+
 def test_cluster_launcher_takes_only_what_the_body_takes():
     L = make_launcher(65536, "bf16", 256, SPLIT=8, COOP=3, CACHE_POLICY=2)
     assert type(L).__name__ == "ClusterLauncher" and L.cluster_ok and not L.uses_coop(1, 0)
@@ -129,7 +149,7 @@ CHILD = textwrap.dedent("""
         print("skip", "no clusters on this GPU or no CuTe DSL")
         raise SystemExit(0)
     ran = 0
-    for M, N in [(1, 65536), (4, 131072), (1024, 65536), (3, 16384), (1, 262144), (300, 32768)]:
+    for M, N in [(1, 65536), (4, 131072), (1024, 65536), (3, 16384), (1, 262144), (300, 32768), (64, 131072)]:
         for dtype, ds in [(torch.bfloat16, "bf16"), (torch.float16, "fp16"), (torch.float32, "fp32")]:
             x = torch.randn(M, N, device="cuda", dtype=dtype) * 2
             w = torch.rand(N, device="cuda", dtype=dtype) + 0.5

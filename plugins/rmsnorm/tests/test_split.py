@@ -85,7 +85,7 @@ def test_narrow_accesses_match_fp64(shape, rows, vec, dtype):
     (dict(COOP=1), "COOP=1; accepted: 0, or with SPLIT > 1 and CHUNK=0"),
     (dict(SPLIT=4, CHUNK=1024, COOP=1), "got SPLIT=4, CHUNK=1024"),
     (dict(SPLIT=4, COOP=4), "COOP=4; accepted"),
-    (dict(SPLIT=16, COOP=3), "COOP=3 .a cluster per row. takes SPLIT 2-8"),
+    (dict(SPLIT=32, COOP=3), "COOP=3 .a cluster per row. takes SPLIT 2-16"),
     (dict(SPLIT=4, COOP=3, VEC=8), "got SPLIT=4, ROWS_PER_PROGRAM=1, VEC=8"),
     (dict(COOP=2), "COOP=2; accepted"),
 ])

@@ -8,7 +8,7 @@ from typing import Any, Optional
 
 from . import kernel_cluster as _kc
 from .factory import _INTERPRET, _torch, torch_stream
-from .split import SplitLauncher
+from .split import SplitLauncher, sm_count
 
 _TORCH_DS = {"torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float32": "fp32"}
 _capable: dict = {}
@@ -28,7 +28,7 @@ def cluster_capable(dev: int) -> bool:
 
 class ClusterLauncher(SplitLauncher):
     """``SPLIT`` CTAs of a cluster per row, reducing through distributed shared memory (one launch, no
-    workspace, any number of rows).
+    workspace, any number of rows; ``SPLIT`` 16 is a non-portable cluster size, which CuTe DSL allows).
 
     Called like :class:`~flyautotune_rmsnorm.factory.RMSNormLauncher`. The cluster body takes 16-byte
     aligned rows whose length is a multiple of ``SPLIT * BLOCK_THREADS`` vectors, on a GPU with
@@ -51,12 +51,13 @@ class ClusterLauncher(SplitLauncher):
         return (self.cluster_ok and not (sx | sy) & (vec - 1) and not (x.data_ptr() | y.data_ptr() | w.data_ptr()) & 15
                 and cluster_capable(x.get_device()) and str(w.dtype) in _TORCH_DS)
 
-    def function(self, w_dtype: Any) -> Any:
-        """The compiled cluster body for weights of ``w_dtype`` (built on first use, then cached)."""
-        fn = self._fns.get(w_dtype)
+    def function(self, w_dtype: Any, late_w: bool = False) -> Any:
+        """The compiled cluster body for weights of ``w_dtype`` (built on first use, then cached);
+        ``late_w``: the variant that loads the weight while the warp sums travel."""
+        fn = self._fns.get((w_dtype, late_w))
         if fn is None:
-            fn = self._fns[w_dtype] = _kc.compiled(self.dtype_str, _TORCH_DS[str(w_dtype)], self.N, self.SPLIT,
-                                                   self.BLOCK_THREADS)
+            fn = self._fns[(w_dtype, late_w)] = _kc.compiled(self.dtype_str, _TORCH_DS[str(w_dtype)], self.N,
+                                                             self.SPLIT, self.BLOCK_THREADS, late_w=late_w)
         return fn
 
     def __call__(self, x, w, y, M: int, sx: int, sy: int, eps: float, stream: Any = None,
@@ -68,12 +69,14 @@ class ClusterLauncher(SplitLauncher):
         if interpret or not self.takes(x, w, y, sx, sy):
             super().__call__(x, w, y, M, sx, sy, eps, stream, options, interpret)
             return
-        fn = self.function(w.dtype)
+        dev = x.get_device()
+        # One wave of clusters (a few rows: latency-bound) loads the weight while the sums travel; more rows
+        # load it with x (H200: 1 x 262144 +4 %, 4 x 131072 +2.5 % the first way; 1024 x 65536 -15 % the first way).
+        fn = self.function(w.dtype, M * self.SPLIT <= sm_count(dev))
         N = self.N
         xv = x.as_strided((M, N), (sx, 1))
         yv = y.as_strided((M, N), (sy, 1))
         torch = _torch()
-        dev = x.get_device()
         if stream is None and dev == torch.cuda.current_device():
             fn(xv, w, yv, eps)  # on the current stream
             return
@@ -87,5 +90,5 @@ class ClusterLauncher(SplitLauncher):
         if x.is_cuda and self.takes(x, w, y, sx, sy):
             if threading.current_thread() is not threading.main_thread():
                 return None
-            return self.function(w.dtype)
+            return self.function(w.dtype, M * self.SPLIT <= sm_count(x.get_device()))
         return super().compiled(x, w, y, M, sx, sy, options)

@@ -91,9 +91,9 @@ def _check_spec(N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLI
                          f"each program's slice in registers) 1 (a grid of M * SPLIT programs), 2 (persistent "
                          f"programs looping over the rows) or 3 (a cluster of SPLIT CTAs per row, CuTe DSL), got "
                          f"SPLIT={SPLIT}, CHUNK={CHUNK}")
-    if COOP == 3 and (SPLIT > 8 or ROWS_PER_PROGRAM != 1 or VEC != 16):
-        raise ValueError(f"rmsnorm factory: COOP=3 (a cluster per row) takes SPLIT 2-8 (the portable cluster "
-                         f"size), ROWS_PER_PROGRAM=1 and VEC=16, got SPLIT={SPLIT}, "
+    if COOP == 3 and (SPLIT > 16 or ROWS_PER_PROGRAM != 1 or VEC != 16):
+        raise ValueError(f"rmsnorm factory: COOP=3 (a cluster per row) takes SPLIT 2-16 (a Hopper cluster; 16 is "
+                         f"non-portable), ROWS_PER_PROGRAM=1 and VEC=16, got SPLIT={SPLIT}, "
                          f"ROWS_PER_PROGRAM={ROWS_PER_PROGRAM}, VEC={VEC}")
     if COOP == 2 and ROWS_PER_PROGRAM * SPLIT > 128:
         raise ValueError(f"rmsnorm factory: COOP=2 keeps ROWS_PER_PROGRAM * SPLIT <= 128 partial sums per trip, got "

@@ -3,8 +3,8 @@
 Triton 3.6 cannot reduce across the CTAs of a cluster, so this body is written in
 CuTe DSL (``nvidia-cutlass-dsl``, an optional dependency: ``pip install
 flyautotune-rmsnorm[cute]``). A row of ``N`` elements is cut into ``SPLIT``
-slices, one per CTA of a cluster of ``SPLIT`` CTAs (``SPLIT`` <= 8, the portable
-cluster size). Each CTA:
+slices, one per CTA of a cluster of ``SPLIT`` CTAs (``SPLIT`` <= 16; above 8 is
+a non-portable cluster size, which CuTe DSL allows on every kernel). Each CTA:
 
 1. sets up one mbarrier in its shared memory and arrives (relaxed) at the
    cluster barrier: its peers may push to it once they have waited there;
@@ -29,6 +29,10 @@ The body takes rows whose slices are whole tiles: ``N`` a multiple of
 aligned rows; :class:`~flyautotune_rmsnorm.cluster.ClusterLauncher` sends any
 other call to the split-row Triton body, which computes the same rows.
 
+``late_w=True`` loads the weight after pushing the warp sums, while they
+travel: it wins when the grid is one wave of clusters (a few rows, bound by
+latency) and loses when many rows keep the SMs busy (the launcher chooses by
+``M * SPLIT`` against the SM count; ``bench/cluster_probe.py --late 0,1``).
 ``stage=True`` builds a variant that stages the slice in shared memory by
 ``cp.async`` and reads it back twice; with this exchange it measured slower on
 the H200 (``bench/cluster_probe.py --stage 0,1``), so launches hold the slice
@@ -46,8 +50,8 @@ import os
 import threading
 from typing import Any
 
-#: Largest portable cluster (CTAs per row).
-MAX_CLUSTER = 8
+#: Largest cluster (CTAs per row): 8 is portable, 16 needs the non-portable size CuTe DSL allows.
+MAX_CLUSTER = 16
 #: Bytes per global access.
 VECTOR_BYTES = 16
 #: Largest slice staged in one CTA's shared memory (bytes; an H100/H200 SM has 227 KB).
@@ -88,7 +92,8 @@ def takes(N: int, split: int, threads: int, elem: int) -> bool:
             and N // split * elem <= MAX_SLICE_BYTES)
 
 
-def _build(dtype_str: str, w_dtype_str: str, N: int, split: int, threads: int, stage: bool = False):
+def _build(dtype_str: str, w_dtype_str: str, N: int, split: int, threads: int, stage: bool = False,
+           late_w: bool = False):
     """The ``cute.jit`` host function and its kernel for one specialization (CuTe DSL imported here)."""
     import cutlass
     import cutlass.cute as cute
@@ -153,7 +158,8 @@ def _build(dtype_str: str, w_dtype_str: str, N: int, split: int, threads: int, s
             cute.arch.cp_async_commit_group()
         else:
             cute.copy(tiled, tXgX, tXrX)
-            cute.autovec_copy(tXgW, tXrW)
+            if cutlass.const_expr(not late_w):
+                cute.autovec_copy(tXgW, tXrW)
         if tidx == 0:
             cute.arch.mbarrier_arrive_and_expect_tx(mbar, slots * 4)
         if cutlass.const_expr(stage):
@@ -166,7 +172,7 @@ def _build(dtype_str: str, w_dtype_str: str, N: int, split: int, threads: int, s
         cute.arch.cluster_wait()  # every peer's mbarrier is initialized
         if lane < split:  # lane r pushes this warp's sum to CTA r
             push(part, red.iterator + (rank * warps + warp), mbar, lane)
-        if cutlass.const_expr(stage):
+        if cutlass.const_expr(stage or late_w):
             cute.autovec_copy(tXgW, tXrW)  # the weight (from L2, mostly) while the sums travel
         cute.arch.mbarrier_wait(mbar, 0)
         total = Float32(0.0)
@@ -213,10 +219,11 @@ def _fake_args(cute, dtype, w_dtype, vec: int, N: int):
     return x, w, y
 
 
-def compiled(dtype_str: str, w_dtype_str: str, N: int, split: int, threads: int, stage: bool = False) -> Any:
+def compiled(dtype_str: str, w_dtype_str: str, N: int, split: int, threads: int, stage: bool = False,
+             late_w: bool = False) -> Any:
     """The compiled launch for one specialization (built once per process): ``f(x, w, y, eps)`` with torch
     tensors ``x``, ``y`` of shape ``(M, N)`` and ``w`` of ``(N,)``, on the current CUDA stream."""
-    key = (dtype_str, w_dtype_str, N, split, threads, stage)
+    key = (dtype_str, w_dtype_str, N, split, threads, stage, late_w)
     fn = _compiled.get(key)
     if fn is None:
         with _lock:
@@ -233,14 +240,14 @@ def compiled(dtype_str: str, w_dtype_str: str, N: int, split: int, threads: int,
 
 
 def ptx(dtype_str: str, w_dtype_str: str, N: int, split: int, threads: int, dump_dir: str,
-        stage: bool = False) -> str:
+        stage: bool = False, late_w: bool = False) -> str:
     """The PTX of one specialization for ``sm_90a``, compiled without a GPU or driver (for tests and
     reports): CuTe DSL writes it under ``dump_dir``, which should be empty."""
     import glob
 
     from cutlass import Float32
 
-    cute, host, dtype, w_dtype, vec = _build(dtype_str, w_dtype_str, N, split, threads, stage)
+    cute, host, dtype, w_dtype, vec = _build(dtype_str, w_dtype_str, N, split, threads, stage, late_w)
     x, w, y = _fake_args(cute, dtype, w_dtype, vec, N)
     cute.compile(host, x, w, y, Float32(1e-6), cute.runtime.make_fake_stream(use_tvm_ffi_env_stream=True),
                  options=f"--enable-tvm-ffi --keep-ptx --gpu-arch sm_90a --dump-dir {dump_dir}",
