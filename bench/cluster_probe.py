@@ -27,7 +27,7 @@ def main(argv=None):
     ap.add_argument("--out", default=".")
     ap.add_argument("--shapes", default=SHAPES)
     ap.add_argument("--space", action="store_true")
-    ap.add_argument("--stage", default="1", type=lambda v: [bool(int(c)) for c in v.split(",")],
+    ap.add_argument("--stage", default="0", type=lambda v: [bool(int(c)) for c in v.split(",")],
                     help="the slice through shared memory (1), held in registers (0), or both (0,1)")
     ap.add_argument("--late", default="0", type=lambda v: [bool(int(c)) for c in v.split(",")],
                     help="the weight loaded after the reduction (1), with x (0), or both (0,1)")
