@@ -59,6 +59,33 @@ def test_a_stored_cluster_winner_is_valid_where_cute_dsl_is_installed():
     assert not space_mod.validate(_cfg(256, 1, 0, 2, split=8, coop=3), 1024, 65544, "bf16")  # not whole tiles
 
 
+class _FakeCudaTensor:
+    is_cuda = True
+    device = "cuda:0"
+
+    def get_device(self):
+        return 0
+
+
+@needs_cute
+@pytest.mark.parametrize("capability,hip,offered", [((9, 0), None, True), ((8, 0), None, False),
+                                                    ((9, 4), "6.2", False)])
+def test_the_search_offers_cluster_configs_only_to_gpus_with_clusters(monkeypatch, capability, hip, offered):
+    from flyautotune_rmsnorm import cluster
+
+    monkeypatch.setattr(cluster, "_capable", {})
+    monkeypatch.setattr(torch.cuda, "get_device_capability", lambda dev=None: capability)
+    monkeypatch.setattr(torch.version, "hip", hip)
+    monkeypatch.setattr(space_mod, "backend_of", lambda device: "cuda")
+    x = _FakeCudaTensor()
+    got = space_mod.configs(1024, 65536, "bf16", x=x)
+    assert any(c.kwargs["COOP"] == 3 for c in got) == offered
+    assert len(got) == len(cuda_space(1024, 65536, "bf16")) - (0 if offered else len(cluster_configs(1024, 65536,
+                                                                                                     "bf16")))
+    # a stored cluster winner is used only where the GPU runs it
+    assert space_mod.validate(_cfg(256, 1, 0, 2, split=8, coop=3), 1024, 65536, "bf16", x=x) == offered
+
+
 def test_compile_spec_names_the_cluster_body_instead_of_a_triton_kernel():
     with pytest.raises(fat.IncompatibleConfigError, match="cluster body .COOP=3.*CuTe DSL"):
         api.compile_spec((1024, 65536), "bf16", _cfg(256, 1, 0, 2, split=8, coop=3))

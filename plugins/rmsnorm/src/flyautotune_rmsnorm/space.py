@@ -210,7 +210,7 @@ def default_config(M: int, N: int, dtype_str: str, backend: str = "cuda") -> fat
 
 
 def cuda_space(M: int, N: int, dtype_str: str) -> list:
-    """The CUDA search space: at most 16 candidates, tuned in seconds."""
+    """The CUDA search space: at most 24 candidates, tuned in seconds."""
     npad = next_pow2(N)
     if npad <= SMALL_N:
         return short_row_space(N, dtype_str)
@@ -311,9 +311,21 @@ def backend_of(device) -> str:
         return getattr(device, "type", "cpu")
 
 
+def _here(space: list, x) -> list:
+    """``space`` without the cluster configs where ``x``'s GPU cannot run them (before Hopper, or no
+    CuTe DSL): there they would only time their two-launch fallback again."""
+    if x is None or not getattr(x, "is_cuda", False):
+        return space
+    from .cluster import cluster_capable
+
+    if cluster_capable(x.get_device()):
+        return space
+    return [c for c in space if c.kwargs.get("COOP") != 3]
+
+
 def configs(M: int, N: int, dtype: str, x=None, **_: object) -> list:
     """``configs=`` of the tuner: evaluated only when a search runs."""
-    return space_for(backend_of(x.device if x is not None else None), M, N, dtype)
+    return _here(space_for(backend_of(x.device if x is not None else None), M, N, dtype), x)
 
 
 def default(M: int, N: int, dtype: str, x=None, **_: object) -> fat.Config:
@@ -326,4 +338,5 @@ def validate(config: fat.Config, M: int, N: int, dtype: str, x=None, **_: object
     """``validate=`` of the tuner: a stored or shipped winner must be a config this space offers for
     the shape (or its default). Without a tensor (``flyautotune import``), any backend's space counts."""
     backends = [backend_of(x.device)] if x is not None else ["cuda", "rocm", "cpu"]
-    return any(config in space_for(b, M, N, dtype) or config == default_config(M, N, dtype, b) for b in backends)
+    return any(config in _here(space_for(b, M, N, dtype), x) or config == default_config(M, N, dtype, b)
+               for b in backends)
