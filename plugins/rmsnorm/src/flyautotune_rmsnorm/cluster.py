@@ -86,7 +86,8 @@ class ClusterLauncher(SplitLauncher):
     def compiled(self, x, w, y, M: int, sx: int, sy: int, options: tuple = ()):
         """The compiled cluster body where it takes these arguments (built, not launched), else the
         two-launch split's normalize kernel. Off the main thread (a search's precompile pool) the cluster
-        body is left to its first launch: CuTe DSL compiles on the thread that imported it."""
+        body is left to its first launch: CuTe DSL compiles are kept on the calling thread, since they
+        have not been tried from a worker pool here."""
         if x.is_cuda and self.takes(x, w, y, sx, sy):
             if threading.current_thread() is not threading.main_thread():
                 return None
