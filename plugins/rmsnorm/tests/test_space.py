@@ -103,6 +103,24 @@ def test_adopter_is_registered_through_its_entry_point():
     assert ad.configs(M=8, N=256, dtype="bf16", x=torch.empty(0)) == [default_config(8, 256, "bf16", "cpu")]
 
 
+needs_ptxas = pytest.mark.skipif(shutil.which("ptxas") is None and not os.path.exists(
+    os.path.join(os.path.dirname(__import__("triton").__file__), "backends/nvidia/bin/ptxas")),
+    reason="needs Triton's NVIDIA backend (ptxas) to cross-compile")
+
+
+def _sm90(M: int, N: int, ds: str, cfg) -> tuple:
+    """``(compiled kernel, constexprs, extra)``: ``api.compile_spec``'s kernel of ``cfg`` cross-compiled for
+    sm_90, every pointer argument 16-byte aligned (the pointers lead the signature)."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    kernel, sig, consts, extra = api.compile_spec((M, N), ds, cfg, target=fat.Target("cuda", "sm_90", 32))
+    attrs = {(i,): [["tt.divisibility", 16]] for i, t in enumerate(sig.values()) if t.startswith("*")}
+    k = triton.compile(triton.compiler.ASTSource(kernel, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
+                       options=extra["options"])
+    return k, consts, extra
+
+
 def _stack_and_local(k, name: str) -> tuple:
     """``((stack bytes, local bytes), report)`` of a cross-compiled kernel, from cuobjdump's resource usage."""
     import re
@@ -121,9 +139,7 @@ def _stack_and_local(k, name: str) -> tuple:
     return (int(m.group(2)), int(m.group(3))), report
 
 
-@pytest.mark.skipif(shutil.which("ptxas") is None and not os.path.exists(
-    os.path.join(os.path.dirname(__import__("triton").__file__), "backends/nvidia/bin/ptxas")),
-    reason="needs Triton's NVIDIA backend (ptxas) to cross-compile")
+@needs_ptxas
 @pytest.mark.parametrize("M,N,split", [(1024, 65536, 1), (1024, 32768, 1), (1024, 8192, 1), (1, 65536, 16),
                                        (1, 262144, 32)])
 def test_compile_spec_cross_compiles_for_sm90_without_spills(M, N, split):
@@ -131,26 +147,18 @@ def test_compile_spec_cross_compiles_for_sm90_without_spills(M, N, split):
     split config of the space (its normalize kernel)."""
     import re
 
-    import triton
-    from triton.backends.compiler import GPUTarget
-
     cfg = default_config(M, N, "bf16")
     if split > 1:
         cfg = next(c for c in cuda_space(M, N, "bf16") if c.kwargs["SPLIT"] == split)
-    kernel, sig, consts, extra = api.compile_spec((M, N), "bf16", cfg, target=fat.Target("cuda", "sm_90", 32))
+    k, _, extra = _sm90(M, N, "bf16", cfg)
     assert extra["options"] == {"num_warps": cfg.kwargs["BLOCK_THREADS"] // 32}
-    attrs = {(i,): [["tt.divisibility", 16]] for i in range(4 if split > 1 else 3)}
-    k = triton.compile(triton.compiler.ASTSource(kernel, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
-                       options=extra["options"])
     stack_and_local, report = _stack_and_local(k, f"rmsnorm_{N}")
     assert stack_and_local == (0, 0), f"{cfg} spills: {report}"
     assert "ld.global.v4" in k.asm["ptx"] or "ld.global.L1::evict_first.v4" in k.asm["ptx"] or re.search(
         r"ld\.global[\w:.]*\.v4", k.asm["ptx"]), "rows are not read with 16-byte loads"
 
 
-@pytest.mark.skipif(shutil.which("ptxas") is None and not os.path.exists(
-    os.path.join(os.path.dirname(__import__("triton").__file__), "backends/nvidia/bin/ptxas")),
-    reason="needs Triton's NVIDIA backend (ptxas) to cross-compile")
+@needs_ptxas
 @pytest.mark.parametrize("M,N,forced", [(1, 65536, None), (4, 131072, None), (1, 262144, None), (3, 40001, None),
                                         (1, 65536, (256, 64)), (1, 65536, (1024, 8))])
 def test_cooperative_split_cross_compiles_to_one_uniform_wait_per_row(M, N, forced):
@@ -162,19 +170,13 @@ def test_cooperative_split_cross_compiles_to_one_uniform_wait_per_row(M, N, forc
     together), counts departures once so the last one resets the count, and does not spill."""
     import re
 
-    import triton
-    from triton.backends.compiler import GPUTarget
-
     if forced:
         coop = [_cfg(forced[0], 1, 0, 2, split=forced[1], coop=1)]
     else:
         coop = [c for c in cuda_space(M, N, "bf16") if c.kwargs["COOP"] == 1]
         assert coop and all(M * c.kwargs["SPLIT"] <= 132 for c in coop)
     for cfg in coop:
-        kernel, sig, consts, extra = api.compile_spec((M, N), "bf16", cfg, target=fat.Target("cuda", "sm_90", 32))
-        attrs = {(i,): [["tt.divisibility", 16]] for i in range(5)}
-        k = triton.compile(triton.compiler.ASTSource(kernel, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
-                           options=extra["options"])
+        k, consts, _ = _sm90(M, N, "bf16", cfg)
         ptx, split = k.asm["ptx"], consts["SPLIT"]
         assert re.search(r"@%p\d+ st\.global\.b32 [^\n]*\n[^@]*bar\.sync\s+0;[^@]*"
                          r"@%p\d+ (red|atom)\.global\.gpu\.release\.add", ptx), \
@@ -197,9 +199,7 @@ def test_cooperative_split_cross_compiles_to_one_uniform_wait_per_row(M, N, forc
         assert stack_and_local == (0, 0), f"{cfg} spills: {report}"
 
 
-@pytest.mark.skipif(shutil.which("ptxas") is None and not os.path.exists(
-    os.path.join(os.path.dirname(__import__("triton").__file__), "backends/nvidia/bin/ptxas")),
-    reason="needs Triton's NVIDIA backend (ptxas) to cross-compile")
+@needs_ptxas
 @pytest.mark.parametrize("M,N,threads", [(1024, 65536, 1024), (2048, 32768, 1024), (2048, 32768, 512),
                                          (8192, 16384, 512)])
 def test_held_rows_cross_compile_to_one_read_of_x_without_spills(M, N, threads):
@@ -208,14 +208,8 @@ def test_held_rows_cross_compile_to_one_read_of_x_without_spills(M, N, threads):
     spills (without HOLD, the 64 K row spills at 1024 threads)."""
     import re
 
-    import triton
-    from triton.backends.compiler import GPUTarget
-
     for cfg in [_cfg(threads, 1, 0, policy, hold=1) for policy in (1, 2)]:
-        kernel, sig, consts, extra = api.compile_spec((M, N), "bf16", cfg, target=fat.Target("cuda", "sm_90", 32))
-        attrs = {(i,): [["tt.divisibility", 16]] for i in range(3)}
-        k = triton.compile(triton.compiler.ASTSource(kernel, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
-                           options=extra["options"])
+        k, _, _ = _sm90(M, N, "bf16", cfg)
         ptx = k.asm["ptx"]
         stores = len(re.findall(r"st\.global[\w:.]*\.v4", ptx))
         assert stores == N // 8 // cfg.kwargs["BLOCK_THREADS"], f"{cfg}: {stores} stores"
@@ -317,9 +311,7 @@ def test_a_stored_winner_outside_the_space_runs_the_default_once_warned(bad, cap
     assert tuned_launch.store().get("rmsnorm", sel.key) is None
 
 
-@pytest.mark.skipif(shutil.which("ptxas") is None and not os.path.exists(
-    os.path.join(os.path.dirname(__import__("triton").__file__), "backends/nvidia/bin/ptxas")),
-    reason="needs Triton's NVIDIA backend (ptxas) to cross-compile")
+@needs_ptxas
 @pytest.mark.parametrize("M,N,ds", [(1024, 65536, "bf16"), (2048, 32768, "bf16"), (1024, 65536, "fp16"),
                                     (300, 40000, "fp16")])
 def test_persistent_split_cross_compiles_to_one_uniform_wait_per_trip(M, N, ds):
@@ -330,18 +322,12 @@ def test_persistent_split_cross_compiles_to_one_uniform_wait_per_trip(M, N, ds):
     does not spill."""
     import re
 
-    import triton
-    from triton.backends.compiler import GPUTarget
-
     from flyautotune_rmsnorm.space import persist_configs
 
     persist = persist_configs(M, N, ds)
     assert len(persist) == 3 and not any(c.kwargs["COOP"] == 2 for c in cuda_space(M, N, ds))
     for cfg in persist:
-        kernel, sig, consts, extra = api.compile_spec((M, N), ds, cfg, target=fat.Target("cuda", "sm_90", 32))
-        attrs = {(i,): [["tt.divisibility", 16]] for i in range(5)}
-        k = triton.compile(triton.compiler.ASTSource(kernel, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
-                           options=extra["options"])
+        k, _, _ = _sm90(M, N, ds, cfg)
         ptx = k.asm["ptx"]
         assert re.search(r"bar\.sync\s+0;\s*(mov[^\n]*\n\s*)*//[^\n]*\n\s*@%p\d+ (red|atom)\.global\.gpu\.release\.add",
                          ptx) or re.search(r"bar\.sync[^@]*@%p\d+ (red|atom)\.global\.gpu\.release\.add", ptx), \
