@@ -51,6 +51,12 @@ class ClusterLauncher(SplitLauncher):
         return (self.cluster_ok and not (sx | sy) & (vec - 1) and not (x.data_ptr() | y.data_ptr() | w.data_ptr()) & 15
                 and cluster_capable(x.get_device()) and str(w.dtype) in _TORCH_DS)
 
+    def one_wave(self, M: int, dev: int) -> bool:
+        """True when the clusters of ``M`` rows fit the SMs at once: such a launch (a few rows, latency-bound)
+        loads the weight while the sums travel, more rows load it with x (H200: 1 x 262144 +4 %,
+        4 x 131072 +2.5 % the first way; 1024 x 65536 -15 %)."""
+        return M * self.SPLIT <= sm_count(dev)
+
     def function(self, w_dtype: Any, late_w: bool = False) -> Any:
         """The compiled cluster body for weights of ``w_dtype`` (built on first use, then cached);
         ``late_w``: the variant that loads the weight while the warp sums travel."""
@@ -70,9 +76,7 @@ class ClusterLauncher(SplitLauncher):
             super().__call__(x, w, y, M, sx, sy, eps, stream, options, interpret)
             return
         dev = x.get_device()
-        # One wave of clusters (a few rows: latency-bound) loads the weight while the sums travel; more rows
-        # load it with x (H200: 1 x 262144 +4 %, 4 x 131072 +2.5 % the first way; 1024 x 65536 -15 % the first way).
-        fn = self.function(w.dtype, M * self.SPLIT <= sm_count(dev))
+        fn = self.function(w.dtype, self.one_wave(M, dev))
         N = self.N
         xv = x.as_strided((M, N), (sx, 1))
         yv = y.as_strided((M, N), (sy, 1))
@@ -91,5 +95,5 @@ class ClusterLauncher(SplitLauncher):
         if x.is_cuda and self.takes(x, w, y, sx, sy):
             if threading.current_thread() is not threading.main_thread():
                 return None
-            return self.function(w.dtype, M * self.SPLIT <= sm_count(x.get_device()))
+            return self.function(w.dtype, self.one_wave(M, x.get_device()))
         return super().compiled(x, w, y, M, sx, sy, options)

@@ -207,16 +207,20 @@ def _build(dtype_str: str, w_dtype_str: str, N: int, split: int, threads: int, s
     return cute, host, dtype, w_dtype, vec
 
 
-def _fake_args(cute, dtype, w_dtype, vec: int, N: int):
-    """Placeholder tensors for compiling: ``x``/``y`` with a dynamic row count and row stride (a multiple
-    of the vector, 16-byte aligned), the weight of ``N`` contiguous elements."""
+def _compile(spec: tuple, options: str, **kwargs: Any) -> Any:
+    """``cute.compile`` of the specialization ``spec`` (``_build``'s arguments) against placeholder
+    tensors: ``x``/``y`` with a dynamic row count and row stride (a multiple of the vector, 16-byte
+    aligned), the weight of ``N`` contiguous elements; the stream is the caller's current one."""
+    from cutlass import Float32
+
+    cute, host, dtype, w_dtype, vec = _build(*spec)
+    N = spec[2]
     rows = cute.sym_int()
-    x = cute.runtime.make_fake_tensor(dtype, (rows, N), stride=(cute.sym_int64(divisibility=vec), 1),
-                                      assumed_align=VECTOR_BYTES)
-    y = cute.runtime.make_fake_tensor(dtype, (rows, N), stride=(cute.sym_int64(divisibility=vec), 1),
-                                      assumed_align=VECTOR_BYTES)
+    x, y = (cute.runtime.make_fake_tensor(dtype, (rows, N), stride=(cute.sym_int64(divisibility=vec), 1),
+                                          assumed_align=VECTOR_BYTES) for _ in range(2))
     w = cute.runtime.make_fake_tensor(w_dtype, (N,), stride=(1,), assumed_align=VECTOR_BYTES)
-    return x, w, y
+    return cute.compile(host, x, w, y, Float32(1e-6), cute.runtime.make_fake_stream(use_tvm_ffi_env_stream=True),
+                        options=options, **kwargs)
 
 
 def compiled(dtype_str: str, w_dtype_str: str, N: int, split: int, threads: int, stage: bool = False,
@@ -229,13 +233,7 @@ def compiled(dtype_str: str, w_dtype_str: str, N: int, split: int, threads: int,
         with _lock:
             fn = _compiled.get(key)
             if fn is None:
-                from cutlass import Float32
-
-                cute, host, dtype, w_dtype, vec = _build(*key)
-                x, w, y = _fake_args(cute, dtype, w_dtype, vec, N)
-                fn = _compiled[key] = cute.compile(
-                    host, x, w, y, Float32(1e-6), cute.runtime.make_fake_stream(use_tvm_ffi_env_stream=True),
-                    options="--enable-tvm-ffi")
+                fn = _compiled[key] = _compile(key, "--enable-tvm-ffi")
     return fn
 
 
@@ -245,13 +243,8 @@ def ptx(dtype_str: str, w_dtype_str: str, N: int, split: int, threads: int, dump
     reports): CuTe DSL writes it under ``dump_dir``, which should be empty."""
     import glob
 
-    from cutlass import Float32
-
-    cute, host, dtype, w_dtype, vec = _build(dtype_str, w_dtype_str, N, split, threads, stage, late_w)
-    x, w, y = _fake_args(cute, dtype, w_dtype, vec, N)
-    cute.compile(host, x, w, y, Float32(1e-6), cute.runtime.make_fake_stream(use_tvm_ffi_env_stream=True),
-                 options=f"--enable-tvm-ffi --keep-ptx --gpu-arch sm_90a --dump-dir {dump_dir}",
-                 no_jit_engine=True)
+    _compile((dtype_str, w_dtype_str, N, split, threads, stage, late_w),
+             f"--enable-tvm-ffi --keep-ptx --gpu-arch sm_90a --dump-dir {dump_dir}", no_jit_engine=True)
     files = sorted(glob.glob(os.path.join(dump_dir, "*.ptx")), key=os.path.getmtime)
     if not files:
         raise RuntimeError(f"CuTe DSL wrote no PTX under {dump_dir}")
