@@ -44,6 +44,7 @@ Nothing here runs without a GPU, but every binary can be built on a CPU:
 
 from __future__ import annotations
 
+import functools
 import importlib.util
 import operator
 import os
@@ -61,18 +62,13 @@ _lock = threading.Lock()
 _compiled: dict = {}
 
 
-_available: list = []
-
-
+@functools.lru_cache(maxsize=None)
 def available() -> bool:
     """True when CuTe DSL (``nvidia-cutlass-dsl``) is installed (looked up once, without importing it)."""
-    if not _available:
-        try:
-            found = importlib.util.find_spec("cutlass") is not None and importlib.util.find_spec("cutlass.cute") is not None
-        except (ImportError, ValueError):
-            found = False
-        _available.append(found)
-    return _available[0]
+    try:
+        return importlib.util.find_spec("cutlass") is not None and importlib.util.find_spec("cutlass.cute") is not None
+    except (ImportError, ValueError):
+        return False
 
 
 def version() -> str:
