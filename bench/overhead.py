@@ -1,9 +1,10 @@
 """Host time the autotune layer adds on a cache hit (no GPU needed).
 
 Times, per call: the bare launch callable; the same callable behind
-``flyautotune.autotune`` on a memory hit; and, when Triton is installed and a
-GPU is present, ``triton.autotune``'s cache hit on a trivial kernel for scale.
-Prints a markdown table (median of several timeit repeats, microseconds).
+``flyautotune.autotune`` on a memory hit, also inside a ``compile_hints`` block
+(next to the block's own cost around the bare callable); RMSNorm's shape of
+tuned launch (3 tensors, 9 arguments, a ``specialize=`` hit) over its
+specialized callable. Prints a markdown table (median of several timeit repeats, microseconds).
 
     python bench/overhead.py
 """
@@ -50,14 +51,37 @@ def main() -> None:
             return tuned(x, w, 16, 64)
 
     rows.append(("fat.autotune inside a compile_hints block", per_call_us(with_context)))
-    base = rows[0][1]
+
+    def bare_in_context():
+        with fat.compile_hints(num_stages=2):
+            return launch(x, w, 16, 64, 1)
+
+    rows.append(("the compile_hints block around the bare callable", per_call_us(bare_in_context)))
+
+    # RMSNorm's shape of call: 3 tensors, 9 positional arguments, a specialized hit
+    y = torch.zeros(16, 64)
+
+    def norm(x, weight, out, M, N, dtype, eps, sx, sy, BLOCK=None, stream=None):
+        return out
+
+    def bound(x, weight, out, M, N, dtype, eps, sx, sy, stream=None):
+        return out
+
+    norm_tuned = fat.autotune(configs=[fat.Config(BLOCK=1), fat.Config(BLOCK=2)], key=["M", "N", "dtype"],
+                              default=lambda **a: fat.Config(BLOCK=1), name="bench_overhead_norm",
+                              specialize=lambda config, *a, **k: bound)(norm)
+    nargs = (x, w, y, 16, 64, "fp32", 1e-6, 64, 64)
+    rows.append(("specialized callable, 3 tensors + 6 values (RMSNorm's launch)", per_call_us(bound, *nargs)))
+    rows.append(("fat.autotune over it, memory hit", per_call_us(norm_tuned, *nargs)))
+    base = {name: rows[0][1] for name, _ in rows}
+    base["fat.autotune over it, memory hit"] = rows[-2][1]
     print(f"device: {platform.processor() or platform.machine()}, python {platform.python_version()}, "
           f"torch {torch.__version__}, flyautotune {fat.__version__}, {datetime.date.today()}")
     print()
     print("| path | µs per call | added over bare |")
     print("|---|---|---|")
     for name, us in rows:
-        print(f"| {name} | {us:.2f} | {us - base:+.2f} |")
+        print(f"| {name} | {us:.2f} | {us - base[name]:+.2f} |")
 
 
 if __name__ == "__main__":

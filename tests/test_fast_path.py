@@ -185,3 +185,59 @@ def test_a_hit_that_raises_restores_the_callers_launch_context(pm, counting_benc
     assert fat.current_target() is None
     fail.clear()
     assert launch(torch.ones(4), 4).backend == "cpu" and fat.current_target() is None
+
+
+def test_specialize_runs_in_the_launch_context_and_its_result_is_called_as_is(pm, counting_bench):
+    """specialize= sees the call's target and the config's hints, so it can resolve what depends on them
+    once; with no hints in force, hits call what it returned directly."""
+    seen, ran = [], []
+
+    def specialize(config, x, n, **_):
+        seen.append((fat.current_target().backend, fat.current_hints()))
+        target = fat.current_target()
+        return lambda x, n: ran.append(target.backend) or config.kwargs["B"]
+
+    bench = counting_bench(cost=lambda i: {1: 1.0, 2: 2.0}.get(i, 3.0))
+
+    @fat.autotune(configs=[fat.Config(B=1), fat.Config(B=2, num_warps=8)], key=["n"], do_bench=bench,
+                  plugin_manager=pm, name="t_fast_spec_ctx", specialize=specialize)
+    def launch(x, n, B=None):
+        return B
+
+    assert [launch(torch.zeros(4), 4) for _ in range(3)] == [1, 1, 1]
+    assert seen == [("cpu", {})] and ran == ["cpu", "cpu"]
+    with fat.compile_hints(num_stages=3):  # another key; the block's hints reach specialize
+        assert [launch(torch.zeros(4), 4) for _ in range(3)] == [1, 1, 1]
+    assert seen[-1] == ("cpu", {"num_stages": 3}) and len(ran) == 4
+    assert fat.current_target() is None and fat.current_hints() == {}
+
+
+def test_each_arity_keeps_its_generated_path_and_clear_resets_them(pm, counting_bench, monkeypatch):
+    """A tuner called with two spellings (an optional argument given or not) answers both from its
+    generated paths; two tuners do not share theirs; clear() sends the next call to the general path."""
+    bench = counting_bench(cost=lambda i: {1: 2.0, 2: 1.0}.get(i, 3.0))
+
+    @fat.autotune(configs=[fat.Config(B=1), fat.Config(B=2)], key=["n"], do_bench=bench, plugin_manager=pm,
+                  name="t_fast_arity")
+    def launch(x, n, scale=1, B=None):
+        return (B, scale)
+
+    @fat.autotune(configs=[fat.Config(C=5)], key=["n"], do_bench=bench, plugin_manager=pm, name="t_fast_arity2")
+    def other(x, n, C=None):
+        return C
+
+    x = torch.zeros(4)
+    for _ in range(2):
+        launch(x, 4), launch(x, 4, 3), other(x, 4)
+    binds = []
+    for t in (launch, other):
+        real = t.sig.bind
+        monkeypatch.setattr(t.sig, "bind", lambda *a, _real=real: binds.append(a) or _real(*a))
+    for _ in range(3):
+        assert launch(x, 4) == (2, 1) and launch(x, 4, 3) == (2, 3) and other(x, 4) == 5
+    assert binds == []
+    launch.clear()
+    assert launch(x, 4) == (2, 1) and len(binds) == 1  # the general path (the store answers), filling it again
+    assert launch(x, 4) == (2, 1) and other(x, 4) == 5 and launch(x, 4, 3) == (2, 3) and len(binds) == 2
+    assert launch(x, 4) == (2, 1) and launch(x, 4, 3) == (2, 3) and len(binds) == 2
+    assert isinstance(launch, fat.Autotuner) and type(launch) is not type(other)

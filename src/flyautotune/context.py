@@ -48,13 +48,6 @@ def _remember(cache: dict, key: Any, value: Any) -> None:
     cache[key] = value
 
 
-def _stack() -> list:
-    stack = _local.stack
-    if stack is None:
-        stack = _local.stack = []
-    return stack
-
-
 class compile_hints:
     """Thread-local compile hints for everything compiled inside the block.
 
@@ -69,7 +62,11 @@ class compile_hints:
     def __init__(self, **hints: Any) -> None:
         try:
             # the value's type is part of the key: 1, 1.0 and True are equal but only 1 is a valid hint
-            lkey = tuple([(k, v.__class__, v) for k, v in hints.items()])
+            if len(hints) == 1:  # the common block, without a comprehension's frame
+                (k, v), = hints.items()
+                lkey = ((k, v.__class__, v),)
+            else:
+                lkey = tuple([(k, v.__class__, v) for k, v in hints.items()])
             layer = _layers.get(lkey)
         except TypeError:  # an unhashable value: validated below, which names it
             lkey, layer = None, None
@@ -81,7 +78,9 @@ class compile_hints:
         self._lkey = lkey
 
     def __enter__(self) -> dict:
-        stack = _stack()
+        stack = _local.stack
+        if stack is None:
+            stack = _local.stack = []
         parent = stack[-1] if stack else None
         ck = (parent.key if parent is not None else (), self._lkey)
         frame = _frames.get(ck) if self._lkey is not None else None
@@ -93,7 +92,7 @@ class compile_hints:
         return dict(frame.merged)
 
     def __exit__(self, *exc: Any) -> None:
-        _stack().pop()
+        _local.stack.pop()
 
 
 def current_hints() -> dict:

@@ -5,9 +5,16 @@ sorted key: microseconds of Python. For the common spelling (positional
 arguments only, the same argument types as before) a function generated for
 that arity checks the types, builds a key of the key values, each tensor's
 dtype and raw strides (finer than the stored key, so never wrong) and the open
-compile_hints block's key, and launches the prepared plan through
-``context.launch_with``. Anything unusual (keywords, other types, a changed
-environment) takes the general path, which also fills this one.
+compile_hints block's key, and launches the prepared plan. Anything unusual
+(keywords, other types, a changed environment) takes the general path, which
+also fills this one.
+
+The first arity a tuner sees becomes its ``__call__`` (each tuner is an
+instance of its own subclass, see ``Autotuner.__new__``): a hit runs in one
+Python frame over the launch's. A plan whose launch ``specialize=`` made, with
+no hints on either side, is called directly: ``specialize`` ran inside the
+launch context (target and hints current), so what it returned needs none.
+Other arities keep a generated function of their own, looked up by arity.
 """
 
 from __future__ import annotations
@@ -35,12 +42,16 @@ def remember(tuner: Any, args: tuple, plan: Any) -> None:
         if fast is None:
             return
         tuner._fast[n] = fast
+        own = type(tuner)
+        if own.__dict__.get("_own_class") and "__call__" not in own.__dict__:
+            own.__call__ = fast.call
     key = fast.key(args)
     if key is not None and plan.bound is None:
         bound = None
         if tuner.specialize is not None:
-            try:
-                bound = tuner.specialize(plan.config, **tuner.sig.bind(args, {}).named)
+            try:  # inside the launch context: it may resolve what depends on the target and the hints
+                bound = context.launch_with(plan.layers, plan.launch, tuner.specialize, (plan.config,),
+                                            tuner.sig.bind(args, {}).named)
             except Exception as exc:  # the launch itself serves this key's hits (said once per tuner)
                 if not tuner._specialize_warned:
                     tuner._specialize_warned = True
@@ -49,6 +60,7 @@ def remember(tuner: Any, args: tuple, plan: Any) -> None:
             if bound is not None and not callable(bound):
                 raise TypeError(f"{tuner.name}: specialize= returned {bound!r}; expected a callable or None")
         plan.bound, plan.bound_kwargs = (bound, {}) if bound is not None else (tuner.fn, plan.kwargs)
+        plan.direct = bound if bound is not None and not plan.layers else None
     if key is not None:
         if len(tuner._fast_memo) > MAX_ENTRIES:
             tuner._fast_memo.clear()
@@ -100,8 +112,7 @@ def fast(args):
     {unpack} = args
     if not ({same_types}) or len(environ) != tuner._env_size:
         return tuner._call(args, {{}})
-    local = state
-    stack = local.stack
+    stack = state.stack
     try:
         plan = memo.get({fast_key_expr})
     except TypeError:
@@ -109,9 +120,41 @@ def fast(args):
     if plan is None:
         return tuner._call(args, {{}})
     tuner._last = plan.hit
-{zero}    if plan.layers or stack:
+{zero}    direct = plan.direct
+    if direct is not None and not stack:
+        return direct(*args)
+    if plan.layers or stack:
         return launch_with(plan.layers, plan.launch, plan.bound, args, plan.bound_kwargs)
     # No hints on either side: launch_with's common case, inlined (one frame less per call).
+    local = state
+    old = local.launch
+    local.launch = plan.launch
+    try:
+        return plan.bound(*args, **plan.bound_kwargs)
+    finally:
+        local.launch = old
+
+def call(tuner, *args, **kwargs):
+    if kwargs or len(args) != {n}:
+        return tuner._dispatch(args, kwargs)
+    {unpack} = args
+    if not ({same_types}) or len(environ) != tuner._env_size:
+        return tuner._call(args, {{}})
+    stack = state.stack
+    try:
+        plan = memo.get({fast_key_expr})
+    except TypeError:
+        plan = None
+    if plan is None:
+        return tuner._call(args, {{}})
+    tuner._last = plan.hit
+{zero}    direct = plan.direct
+    if direct is not None and not stack:
+        return direct(*args)
+    if plan.layers or stack:
+        return launch_with(plan.layers, plan.launch, plan.bound, args, plan.bound_kwargs)
+    # No hints on either side: launch_with's common case, inlined (one frame less per call).
+    local = state
     old = local.launch
     local.launch = plan.launch
     try:
@@ -128,4 +171,5 @@ def fast(args):
     exec(compile(src, f"<flyautotune fast path of {tuner.name}>", "exec"), scope)
     fast = scope["fast"]
     fast.key = scope["key"]
+    fast.call = scope["call"]
     return fast

@@ -24,7 +24,7 @@ class Plan:
     """A picked config, prepared once so a cache hit does no merging."""
 
     __slots__ = ("config", "target", "source", "kwargs", "layers", "launch", "hit", "key", "selection", "min_pos",
-                 "bound", "bound_kwargs")
+                 "bound", "bound_kwargs", "direct")
 
     def __init__(self, config: Config, target: Target, source: str, snapshot: tuple, pm: Any,
                  key: Optional[str] = None, selection: Any = None) -> None:
@@ -42,6 +42,8 @@ class Plan:
         # what a cache hit calls: the tuned fn with the config's kwargs, or what specialize= made of them
         self.bound: Any = None
         self.bound_kwargs: dict = self.kwargs
+        # what specialize= made, when no hints are in force: a hit calls it with no launch context
+        self.direct: Any = None
 
 
 def run_plan(fn: Any, sig: Signature, plan: Plan, call: Call, stream: Any) -> Any:

@@ -265,35 +265,32 @@ class RMSNormLauncher:
             handle = stream.cuda_stream
         launch.call(-(-M // self.ROWS_PER_PROGRAM), 1, handle, xp, wp, yp, M, sx // rv, sy // rv, eps, *consts)
 
-    def bind(self, M: int, sx: int, sy: int, dev: int, w_dtype: Any, options: Any) -> Any:
-        """A launch for calls like ``self(x, w, y, M, sx, sy, eps, None, options())`` with these ``M``,
+    def bind(self, M: int, sx: int, sy: int, dev: int, w_dtype: Any, options: tuple) -> Any:
+        """A launch for calls like ``self(x, w, y, M, sx, sy, eps, None, options)`` with these ``M``,
         row strides, device and weight dtype: ``run(x, w, y, M, N, dtype, eps, sx, sy, stream=None)``.
 
         The first call goes through :meth:`__call__` (compiling, choosing the binary);
         later calls with 16-byte-aligned pointers, the same integers and no stream go
         straight to that binary's launch. Anything else takes :meth:`__call__` again.
-        ``options`` is called once, in the first call (inside the tuned launch, where
-        the target and the hints are current)."""
+        ``options`` are the lowered compile options (the tuner's ``specialize=`` lowers
+        them inside the launch context, where the target and the hints are current)."""
         rv = row_vec(sx, sy, self.elem, self.VEC)
         consts = self._constexprs(M, rv) if M else ()
         sxv, syv, grid = sx // rv, sy // rv, self.grid(M)
-        state: list = [None, None, consts]  # the binary's direct call, the compile options, its constexprs
+        state: list = [None, consts]  # the binary's direct call, its constexprs
 
         def run(x, w, y, M_, N_, dtype_, eps, sx_, sy_, stream=None):
             xp, wp, yp = x.data_ptr(), w.data_ptr(), y.data_ptr()
             call = state[0]
             if (call is not None and stream is None and not (xp | wp | yp) & 15 and M_ == M and sx_ == sx
                     and sy_ == sy and w.dtype is w_dtype):
-                call(grid, 1, _raw_stream(dev), xp, wp, yp, M, sxv, syv, eps, *state[2])
+                call(grid, 1, _raw_stream(dev), xp, wp, yp, M, sxv, syv, eps, *state[1])
                 return y
-            opts = state[1]
-            if opts is None:
-                opts = state[1] = options()
-            self(x, w, y, M_, sx_, sy_, eps, stream, opts)
+            self(x, w, y, M_, sx_, sy_, eps, stream, options)
             if call is None and M_ == M and sx_ == sx and sy_ == sy and x.get_device() == dev:
-                launch = self._launches.get(launch_key(dev, consts, 0, 0, 0, w_dtype, opts))  # the aligned binary
+                launch = self._launches.get(launch_key(dev, consts, 0, 0, 0, w_dtype, options))  # the aligned binary
                 if launch is not None:  # claunch's runtime-only form where it has one: no constexprs to pass
-                    state[0], state[2] = (launch.runtime, ()) if launch.runtime else (launch.call, consts)
+                    state[0], state[1] = (launch.runtime, ()) if launch.runtime else (launch.call, consts)
             return y
 
         return run
