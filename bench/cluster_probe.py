@@ -3,6 +3,7 @@ checked against fp64 (every row) and timed in CUDA-graph replay over inputs rota
 the zero-search default and the best Triton candidate of the CUDA space, in one process (one CUDA GPU).
 
     python bench/cluster_probe.py --out DIR [--shapes 1024x65536:bf16,...] [--space]
+        [--configs 8x256,...] [--stage 0,1] [--late 0,1] [--variants wait,wait+nc,...]
 
 Prints a table per shape (fastest first, GB/s) and writes cluster_probe.json. ``--space`` also times
 every Triton candidate of the shape's space (slower).
@@ -31,7 +32,27 @@ def main(argv=None):
                     help="the slice through shared memory (1), held in registers (0), or both (0,1)")
     ap.add_argument("--late", default="0", type=lambda v: [bool(int(c)) for c in v.split(",")],
                     help="the weight loaded after the reduction (1), with x (0), or both (0,1)")
+    ap.add_argument("--variants", default="", type=lambda v: [c for c in v.split(",") if c],
+                    help="more body variants, each flags joined by '+': wait (the weight loaded after the "
+                         "mbarrier wait), nc (x through the read-only path, no L1 allocation), mN (registers "
+                         "for N CTAs an SM), late, staged; e.g. wait,wait+nc")
+    ap.add_argument("--configs", default="", type=lambda v: {tuple(int(n) for n in c.split("x")) for c in v.split(",")
+                                                             if c},
+                    help="only these SPLITxTHREADS pairs, e.g. 8x256,16x256 (default: every pair the body takes)")
     args = ap.parse_args(argv)
+    variants = [dict(stage=stage, late_w=late) for stage in args.stage for late in args.late]
+    flags = {"wait": ("w_after_wait", True), "nc": ("stream_x", True), "late": ("late_w", True),
+             "staged": ("stage", True)}
+    for spec in args.variants:
+        v = {}
+        for flag in spec.split("+"):
+            if flag in flags:
+                v[flags[flag][0]] = flags[flag][1]
+            elif flag[:1] == "m" and flag[1:].isdigit():
+                v["minctas"] = int(flag[1:])
+            else:
+                ap.error(f"--variants: unknown flag {flag!r} in {spec!r}; known: {', '.join(flags)}, mN")
+        variants.append(v)
 
     import torch
     from rmsnorm import graph_time, load_quack, nbytes, rotating_inputs, torch_dtype
@@ -75,17 +96,19 @@ def main(argv=None):
             for threads in (128, 256, 512, 1024):
                 if not kc.takes(N, split, threads, elem) or N // (split * threads * 16 // elem) > 16:
                     continue
-                for stage in args.stage:
-                    for late in args.late:
-                        fn = kc.compiled(ds, ds, N, split, threads, stage, late)
+                if args.configs and (split, threads) not in args.configs:
+                    continue
+                for v in variants:
+                    fn = kc.compiled(ds, ds, N, split, threads, **v)
 
-                        def run(a, b, fn=fn):
-                            y = torch.empty_like(a)
-                            fn(a, b, y, 1e-6)
-                            return y
+                    def run(a, b, fn=fn):
+                        y = torch.empty_like(a)
+                        fn(a, b, y, 1e-6)
+                        return y
 
-                        timed(f"cluster SPLIT={split} threads={threads}" + (" staged" if stage else "")
-                              + (" late-w" if late else ""), run)
+                    label = "".join(f" {k}={val}" if k == "minctas" else f" {k}" for k, val in sorted(v.items())
+                                    if val)
+                    timed(f"cluster SPLIT={split} threads={threads}{label}", run)
         if quack is not None:
             timed("quack", lambda a, b: quack(a, b, eps=1e-6)[0])
         timed("default " + str(default_config(M, N, ds, "cuda").kwargs), lambda a, b: rmsnorm(a, b, 1e-6))

@@ -89,8 +89,13 @@ def takes(N: int, split: int, threads: int, elem: int) -> bool:
 
 
 def _build(dtype_str: str, w_dtype_str: str, N: int, split: int, threads: int, stage: bool = False,
-           late_w: bool = False):
-    """The ``cute.jit`` host function and its kernel for one specialization (CuTe DSL imported here)."""
+           late_w: bool = False, minctas: int = 0, stream_x: bool = False, w_after_wait: bool = False):
+    """The ``cute.jit`` host function and its kernel for one specialization (CuTe DSL imported here).
+
+    Probe variants (``bench/cluster_probe.py``): ``minctas`` asks ptxas for registers that let that many
+    CTAs share an SM (0: its own choice); ``stream_x`` reads ``x`` through the read-only path without
+    allocating in L1 (``ld.global.nc.L1::no_allocate``); ``w_after_wait`` loads the weight after the
+    mbarrier wait, so only ``x`` is held across it (fewer registers)."""
     import cutlass
     import cutlass.cute as cute
     from cutlass import Float32, Int32
@@ -121,7 +126,7 @@ def _build(dtype_str: str, w_dtype_str: str, N: int, split: int, threads: int, s
 
     @cute.kernel
     def body(mX: cute.Tensor, mW: cute.Tensor, mY: cute.Tensor, eps: Float32, tiled: cute.TiledCopy,
-             staged: cute.TiledCopy):
+             staged: cute.TiledCopy, loads: cute.TiledCopy):
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
         rank = cute.arch.block_idx_in_cluster()
@@ -153,8 +158,8 @@ def _build(dtype_str: str, w_dtype_str: str, N: int, split: int, threads: int, s
             cute.copy(staged, staged.get_slice(tidx).partition_S(gX), tXsX)
             cute.arch.cp_async_commit_group()
         else:
-            cute.copy(tiled, tXgX, tXrX)
-            if cutlass.const_expr(not late_w):
+            cute.copy(loads, tXgX, tXrX)
+            if cutlass.const_expr(not late_w and not w_after_wait):
                 cute.autovec_copy(tXgW, tXrW)
         if tidx == 0:
             cute.arch.mbarrier_arrive_and_expect_tx(mbar, slots * 4)
@@ -168,9 +173,11 @@ def _build(dtype_str: str, w_dtype_str: str, N: int, split: int, threads: int, s
         cute.arch.cluster_wait()  # every peer's mbarrier is initialized
         if lane < split:  # lane r pushes this warp's sum to CTA r
             push(part, red.iterator + (rank * warps + warp), mbar, lane)
-        if cutlass.const_expr(stage or late_w):
+        if cutlass.const_expr((stage or late_w) and not w_after_wait):
             cute.autovec_copy(tXgW, tXrW)  # the weight (from L2, mostly) while the sums travel
         cute.arch.mbarrier_wait(mbar, 0)
+        if cutlass.const_expr(w_after_wait):
+            cute.autovec_copy(tXgW, tXrW)
         total = Float32(0.0)
         for j in cutlass.range_constexpr(lanes):
             slot = lane + j * 32
@@ -180,7 +187,8 @@ def _build(dtype_str: str, w_dtype_str: str, N: int, split: int, threads: int, s
         rstd = cute.math.rsqrt(total / N + eps, fastmath=True)
         if cutlass.const_expr(stage):
             cute.autovec_copy(tXsX, tXrX)  # read again rather than held across the wait
-            x = tXrX.load().to(Float32)
+        # converted again rather than held in fp32 across the wait: half the registers live there
+        x = tXrX.load().to(Float32)
         y = x * rstd * tXrW.load().to(Float32)
         tXrY = cute.make_fragment_like(tXgY)
         tXrY.store(y.to(dtype))
@@ -192,13 +200,19 @@ def _build(dtype_str: str, w_dtype_str: str, N: int, split: int, threads: int, s
     def host(mX: cute.Tensor, mW: cute.Tensor, mY: cute.Tensor, eps: Float32, stream):
         atom = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), dtype, num_bits_per_copy=VECTOR_BYTES * 8)
         tiled = cute.make_tiled_copy_tv(atom, cute.make_layout((1, threads)), cute.make_layout((1, vec)))
+        loads = tiled
+        if cutlass.const_expr(stream_x):
+            ld = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), dtype, num_bits_per_copy=VECTOR_BYTES * 8,
+                                     l1c_evict_priority=cute.nvgpu.CacheEvictionPriority.NO_ALLOCATE, invariant=True)
+            loads = cute.make_tiled_copy_tv(ld, cute.make_layout((1, threads)), cute.make_layout((1, vec)))
         g2s = cute.make_copy_atom(cute.nvgpu.cpasync.CopyG2SOp(cache_mode=cute.nvgpu.cpasync.LoadCacheMode.GLOBAL),
                                   dtype, num_bits_per_copy=VECTOR_BYTES * 8)
         staged = cute.make_tiled_copy_tv(g2s, cute.make_layout((1, threads)), cute.make_layout((1, vec)))
         mW2 = cute.make_tensor(mW.iterator, cute.make_layout((1, N)))
         rows = cute.size(mX, mode=[0])
-        body(mX, mW2, mY, eps, tiled, staged).launch(grid=[rows * split, 1, 1], block=[threads, 1, 1],
-                                             cluster=[split, 1, 1], stream=stream)
+        body(mX, mW2, mY, eps, tiled, staged, loads).launch(grid=[rows * split, 1, 1], block=[threads, 1, 1],
+                                                    cluster=[split, 1, 1], stream=stream,
+                                                    min_blocks_per_mp=minctas)
 
     return cute, host, dtype, w_dtype, vec
 
@@ -206,10 +220,11 @@ def _build(dtype_str: str, w_dtype_str: str, N: int, split: int, threads: int, s
 def _compile(spec: tuple, options: str, **kwargs: Any) -> Any:
     """``cute.compile`` of the specialization ``spec`` (``_build``'s arguments) against placeholder
     tensors: ``x``/``y`` with a dynamic row count and row stride (a multiple of the vector, 16-byte
-    aligned), the weight of ``N`` contiguous elements; the stream is the caller's current one."""
+    aligned), the weight of ``N`` contiguous elements; the stream is the caller's current one. ``spec``:
+    ``(dtype, w_dtype, N, split, threads, *variant)``, the variant as sorted ``(name, value)`` pairs."""
     from cutlass import Float32
 
-    cute, host, dtype, w_dtype, vec = _build(*spec)
+    cute, host, dtype, w_dtype, vec = _build(*spec[:5], **dict(spec[5:]))
     N = spec[2]
     rows = cute.sym_int()
     x, y = (cute.runtime.make_fake_tensor(dtype, (rows, N), stride=(cute.sym_int64(divisibility=vec), 1),
@@ -219,11 +234,11 @@ def _compile(spec: tuple, options: str, **kwargs: Any) -> Any:
                         options=options, **kwargs)
 
 
-def compiled(dtype_str: str, w_dtype_str: str, N: int, split: int, threads: int, stage: bool = False,
-             late_w: bool = False) -> Any:
+def compiled(dtype_str: str, w_dtype_str: str, N: int, split: int, threads: int, **variant: Any) -> Any:
     """The compiled launch for one specialization (built once per process): ``f(x, w, y, eps)`` with torch
-    tensors ``x``, ``y`` of shape ``(M, N)`` and ``w`` of ``(N,)``, on the current CUDA stream."""
-    key = (dtype_str, w_dtype_str, N, split, threads, stage, late_w)
+    tensors ``x``, ``y`` of shape ``(M, N)`` and ``w`` of ``(N,)``, on the current CUDA stream.
+    ``variant``: ``_build``'s keyword arguments (``late_w``, ``stage``, ``minctas``, ``stream_x``)."""
+    key = (dtype_str, w_dtype_str, N, split, threads, *sorted(variant.items()))
     fn = _compiled.get(key)
     if fn is None:
         with _lock:
@@ -233,13 +248,12 @@ def compiled(dtype_str: str, w_dtype_str: str, N: int, split: int, threads: int,
     return fn
 
 
-def ptx(dtype_str: str, w_dtype_str: str, N: int, split: int, threads: int, dump_dir: str,
-        stage: bool = False, late_w: bool = False) -> str:
+def ptx(dtype_str: str, w_dtype_str: str, N: int, split: int, threads: int, dump_dir: str, **variant: Any) -> str:
     """The PTX of one specialization for ``sm_90a``, compiled without a GPU or driver (for tests and
     reports): CuTe DSL writes it under ``dump_dir``, which should be empty."""
     import glob
 
-    _compile((dtype_str, w_dtype_str, N, split, threads, stage, late_w),
+    _compile((dtype_str, w_dtype_str, N, split, threads, *sorted(variant.items())),
              f"--enable-tvm-ffi --keep-ptx --gpu-arch sm_90a --dump-dir {dump_dir}", no_jit_engine=True)
     files = sorted(glob.glob(os.path.join(dump_dir, "*.ptx")), key=os.path.getmtime)
     if not files:
