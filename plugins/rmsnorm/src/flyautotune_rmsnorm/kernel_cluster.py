@@ -157,6 +157,8 @@ def _build(dtype_str: str, w_dtype_str: str, N: int, split: int, threads: int, s
             tXsX = staged.get_slice(tidx).partition_D(sX)
             cute.copy(staged, staged.get_slice(tidx).partition_S(gX), tXsX)
             cute.arch.cp_async_commit_group()
+            if cutlass.const_expr(not late_w and not w_after_wait):
+                cute.autovec_copy(tXgW, tXrW)
         else:
             cute.copy(loads, tXgX, tXrX)
             if cutlass.const_expr(not late_w and not w_after_wait):
@@ -173,7 +175,7 @@ def _build(dtype_str: str, w_dtype_str: str, N: int, split: int, threads: int, s
         cute.arch.cluster_wait()  # every peer's mbarrier is initialized
         if lane < split:  # lane r pushes this warp's sum to CTA r
             push(part, red.iterator + (rank * warps + warp), mbar, lane)
-        if cutlass.const_expr((stage or late_w) and not w_after_wait):
+        if cutlass.const_expr(late_w and not w_after_wait):
             cute.autovec_copy(tXgW, tXrW)  # the weight (from L2, mostly) while the sums travel
         cute.arch.mbarrier_wait(mbar, 0)
         if cutlass.const_expr(w_after_wait):
