@@ -35,14 +35,14 @@ def main(argv=None):
     ap.add_argument("--variants", default="", type=lambda v: [c for c in v.split(",") if c],
                     help="more body variants, each flags joined by '+': wait (the weight loaded after the "
                          "mbarrier wait), nc (x through the read-only path, no L1 allocation), mN (registers "
-                         "for N CTAs an SM), late, staged; e.g. wait,wait+nc")
+                         "for N CTAs an SM), late, staged, ca (staged through L1), g2 (a 2-D grid); e.g. wait,wait+nc")
     ap.add_argument("--configs", default="", type=lambda v: {tuple(int(n) for n in c.split("x")) for c in v.split(",")
                                                              if c},
                     help="only these SPLITxTHREADS pairs, e.g. 8x256,16x256 (default: every pair the body takes)")
     args = ap.parse_args(argv)
     variants = [dict(stage=stage, late_w=late) for stage in args.stage for late in args.late]
     flags = {"wait": ("w_after_wait", True), "nc": ("stream_x", True), "late": ("late_w", True),
-             "staged": ("stage", True)}
+             "staged": ("stage", True), "ca": ("stage_l1", True), "g2": ("grid2d", True)}
     for spec in args.variants:
         v = {}
         for flag in spec.split("+"):

@@ -89,13 +89,16 @@ def takes(N: int, split: int, threads: int, elem: int) -> bool:
 
 
 def _build(dtype_str: str, w_dtype_str: str, N: int, split: int, threads: int, stage: bool = False,
-           late_w: bool = False, minctas: int = 0, stream_x: bool = False, w_after_wait: bool = False):
+           late_w: bool = False, minctas: int = 0, stream_x: bool = False, w_after_wait: bool = False,
+           stage_l1: bool = False, grid2d: bool = False):
     """The ``cute.jit`` host function and its kernel for one specialization (CuTe DSL imported here).
 
     Probe variants (``bench/cluster_probe.py``): ``minctas`` asks ptxas for registers that let that many
     CTAs share an SM (0: its own choice); ``stream_x`` reads ``x`` through the read-only path without
     allocating in L1 (``ld.global.nc.L1::no_allocate``); ``w_after_wait`` loads the weight after the
-    mbarrier wait, so only ``x`` is held across it (fewer registers)."""
+    mbarrier wait, so only ``x`` is held across it (fewer registers); ``stage_l1`` stages through L1
+    (``cp.async.ca``, not ``.cg``); ``grid2d`` launches a ``(rows, SPLIT)`` grid of ``(1, SPLIT)``
+    clusters instead of ``rows * SPLIT`` CTAs on one axis."""
     import cutlass
     import cutlass.cute as cute
     from cutlass import Float32, Int32
@@ -130,7 +133,7 @@ def _build(dtype_str: str, w_dtype_str: str, N: int, split: int, threads: int, s
         tidx, _, _ = cute.arch.thread_idx()
         bidx, _, _ = cute.arch.block_idx()
         rank = cute.arch.block_idx_in_cluster()
-        row = bidx // split
+        row = bidx if cutlass.const_expr(grid2d) else bidx // split
         lane, warp = cute.arch.lane_idx(), cute.arch.warp_idx()
 
         smem = cutlass.utils.SmemAllocator()
@@ -207,14 +210,20 @@ def _build(dtype_str: str, w_dtype_str: str, N: int, split: int, threads: int, s
             ld = cute.make_copy_atom(cute.nvgpu.CopyUniversalOp(), dtype, num_bits_per_copy=VECTOR_BYTES * 8,
                                      l1c_evict_priority=cute.nvgpu.CacheEvictionPriority.NO_ALLOCATE, invariant=True)
             loads = cute.make_tiled_copy_tv(ld, cute.make_layout((1, threads)), cute.make_layout((1, vec)))
-        g2s = cute.make_copy_atom(cute.nvgpu.cpasync.CopyG2SOp(cache_mode=cute.nvgpu.cpasync.LoadCacheMode.GLOBAL),
-                                  dtype, num_bits_per_copy=VECTOR_BYTES * 8)
+        mode = cute.nvgpu.cpasync.LoadCacheMode.ALWAYS if stage_l1 else cute.nvgpu.cpasync.LoadCacheMode.GLOBAL
+        g2s = cute.make_copy_atom(cute.nvgpu.cpasync.CopyG2SOp(cache_mode=mode), dtype,
+                                  num_bits_per_copy=VECTOR_BYTES * 8)
         staged = cute.make_tiled_copy_tv(g2s, cute.make_layout((1, threads)), cute.make_layout((1, vec)))
         mW2 = cute.make_tensor(mW.iterator, cute.make_layout((1, N)))
         rows = cute.size(mX, mode=[0])
-        body(mX, mW2, mY, eps, tiled, staged, loads).launch(grid=[rows * split, 1, 1], block=[threads, 1, 1],
-                                                    cluster=[split, 1, 1], stream=stream,
-                                                    min_blocks_per_mp=minctas)
+        if cutlass.const_expr(grid2d):
+            body(mX, mW2, mY, eps, tiled, staged, loads).launch(grid=[rows, split, 1], block=[threads, 1, 1],
+                                                        cluster=[1, split, 1], stream=stream,
+                                                        min_blocks_per_mp=minctas)
+        else:
+            body(mX, mW2, mY, eps, tiled, staged, loads).launch(grid=[rows * split, 1, 1], block=[threads, 1, 1],
+                                                        cluster=[split, 1, 1], stream=stream,
+                                                        min_blocks_per_mp=minctas)
 
     return cute, host, dtype, w_dtype, vec
 
