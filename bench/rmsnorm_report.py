@@ -42,7 +42,8 @@ def markdown(rows, meta):
                 f", chunk {c['CHUNK']}" if c.get("CHUNK") else "") + f", p{c.get('CACHE_POLICY')}" + (
                 ", prefetch" if c.get("PREFETCH") else "") + (
                 f", split {c['SPLIT']}" if c.get("SPLIT", 1) > 1 else "") + (
-                {0: "", 1: ", coop", 2: ", persist", 3: ", cluster"}.get(c.get("COOP") or 0, f", coop {c.get('COOP')}")) + (", hold" if c.get("HOLD") else "") + (
+                {0: "", 1: ", coop", 2: ", persist", 3: ", cluster"}.get(c.get("COOP") or 0, f", coop {c.get('COOP')}")) + (
+                ", hold" if c.get("HOLD") else ", smem" if c.get("COOP") == 3 else "") + (
                 f", vec {c['VEC']}B" if c.get("VEC", 16) != 16 else "")
             ratio_s = f"{ratio:.2f}×" if ratio else "—"
             lines.append(f"| {r['M']} × {r['N']} | {r['dtype']} | " + " | ".join(fmt(vals[n]) for n in IMPLS)

@@ -103,12 +103,24 @@ def _ptxas():
     ("bf16", "bf16", 65536, 8, 256), ("bf16", "fp32", 65536, 4, 512), ("fp16", "fp16", 131072, 8, 256),
     ("fp32", "fp32", 65536, 8, 256), ("bf16", "bf16", 16384, 2, 256), ("bf16", "bf16", 262144, 8, 512),
     ("bf16", "bf16", 262144, 16, 256)])
-def test_cluster_body_cross_compiles_to_a_dsmem_exchange(tmp_path, ds, w_ds, N, split, threads):
-    ptx = kernel_cluster.ptx(ds, w_ds, N, split, threads, str(tmp_path))
+@pytest.mark.parametrize("hold", [1, 0])
+def test_cluster_body_cross_compiles_to_a_dsmem_exchange(tmp_path, ds, w_ds, N, split, threads, hold):
+    L = make_launcher(N, ds, threads, SPLIT=split, COOP=3, CACHE_POLICY=2, HOLD=hold)
+    variant = dict(late_w=False) if hold else dict(stage=True, stage_l1=True)  # what L.function() builds
+    assert L.HOLD == hold
+    ptx = kernel_cluster.ptx(ds, w_ds, N, split, threads, str(tmp_path), **variant)
     assert ".target sm_90a" in ptx
-    # The row is read and written in 16-byte vectors, each thread's share once.
+    # The row is read and written in 16-byte vectors, each thread's share once: into registers
+    # (HOLD=1), or into shared memory by cp.async through L1 and read back twice (HOLD=0).
     per_thread = N // (split * threads) * (4 if ds == "fp32" else 2) // 16
-    assert len(re.findall(r"ld\.global(\.\w+)*\.v4\.[bf]32", ptx)) >= per_thread
+    w_per_thread = per_thread * (4 if w_ds == "fp32" else 2) // (4 if ds == "fp32" else 2)
+    loads = len(re.findall(r"ld\.global(\.\w+)*\.v4\.[bf]32", ptx))
+    if hold:
+        assert loads == per_thread + w_per_thread and "cp.async" not in ptx
+    else:
+        assert loads == w_per_thread and "cp.async.cg" not in ptx
+        assert ptx.count("cp.async.ca.shared.global") == per_thread
+        assert len(re.findall(r"ld\.shared\.v4", ptx)) == 2 * per_thread
     assert len(re.findall(r"st\.global(\.\w+)*\.v4\.[bf]32", ptx)) == per_thread
     # The exchange: an mbarrier set up before the cluster's first barrier, warp sums pushed to every peer
     # through distributed shared memory, completing the peer's transaction; a wait on the own mbarrier.
@@ -189,53 +201,56 @@ CHILD = textwrap.dedent("""
                     torch.cuda.synchronize()
                     check(y, x, w, f"{M}x{N} {ds} {cfg}")
                 ran += 1
-    cfg = _cfg(256, 1, 0, 2, split=8, coop=3)
-    L = make_launcher(65536, "bf16", 256, 1, 0, 2, 0, 8, 16, 3, 0)
-    # strided rows and out= on a side stream; a float32 weight with bf16 rows
-    base = torch.randn(4, 70000, device="cuda", dtype=torch.bfloat16)
-    x = base[:, 96:65632]
-    w = torch.rand(65536, device="cuda", dtype=torch.float32) + 0.5
-    out = torch.full((4, 66000), float("nan"), device="cuda", dtype=torch.bfloat16)[:, :65536]
-    assert L.takes(x, w, out, 70000, 66000)
-    s = torch.cuda.Stream()
-    with torch.cuda.stream(s):
-        launch(x, w, out, 4, 65536, "bf16", 1e-6, 70000, 66000, s, **cfg.kwargs)
-    s.synchronize()
-    check(out, x, w, "strided rows, fp32 weight, side stream")
-    # rows the body cannot take run the two-launch split: an unaligned start, odd N, N = 1
-    x = base[:, 3:65539]
-    assert not L.takes(x, w, x.clone(), 70000, 65536)
-    y = torch.full((4, 65536), float("nan"), device="cuda", dtype=torch.bfloat16)
-    launch(x, w.to(torch.bfloat16), y, 4, 65536, "bf16", 1e-6, 70000, 65536, None, **cfg.kwargs)
-    torch.cuda.synchronize()
-    check(y, x, w.to(torch.bfloat16), "unaligned rows (fallback)")
-    for N in (65537, 1):
-        x = torch.randn(5, N, device="cuda", dtype=torch.float32)
-        w = torch.rand(N, device="cuda", dtype=torch.float32) + 0.5
-        y = torch.full_like(x, float("nan"))
-        launch(x, w, y, 5, N, "fp32", 1e-6, N, N, None, **_cfg(256, 1, 0, 2, split=2, coop=3).kwargs)
+    # both places a CTA keeps its slice: registers (HOLD=1) and shared memory (HOLD=0)
+    for hold in (1, 0):
+        cfg = _cfg(256, 1, 0, 2, split=8, coop=3, hold=hold)
+        L = make_launcher(65536, "bf16", 256, 1, 0, 2, 0, 8, 16, 3, hold)
+        # strided rows and out= on a side stream; a float32 weight with bf16 rows
+        base = torch.randn(4, 70000, device="cuda", dtype=torch.bfloat16)
+        x = base[:, 96:65632]
+        w = torch.rand(65536, device="cuda", dtype=torch.float32) + 0.5
+        out = torch.full((4, 66000), float("nan"), device="cuda", dtype=torch.bfloat16)[:, :65536]
+        assert L.takes(x, w, out, 70000, 66000)
+        s = torch.cuda.Stream()
+        with torch.cuda.stream(s):
+            launch(x, w, out, 4, 65536, "bf16", 1e-6, 70000, 66000, s, **cfg.kwargs)
+        s.synchronize()
+        check(out, x, w, f"strided rows, fp32 weight, side stream, HOLD={hold}")
+        # rows the body cannot take run the two-launch split: an unaligned start, odd N, N = 1
+        x = base[:, 3:65539]
+        assert not L.takes(x, w, x.clone(), 70000, 65536)
+        y = torch.full((4, 65536), float("nan"), device="cuda", dtype=torch.bfloat16)
+        launch(x, w.to(torch.bfloat16), y, 4, 65536, "bf16", 1e-6, 70000, 65536, None, **cfg.kwargs)
         torch.cuda.synchronize()
-        check(y, x, w, f"N={N} (fallback)")
-    # a CUDA graph of back-to-back launches, replayed many times
-    x = torch.randn(64, 65536, device="cuda", dtype=torch.bfloat16)
-    w = torch.rand(65536, device="cuda", dtype=torch.bfloat16) + 0.5
-    ys = [torch.full_like(x, float("nan")) for _ in range(4)]
-    cap = torch.cuda.Stream()
-    cap.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(cap):
-        launch(x, w, ys[0], 64, 65536, "bf16", 1e-6, 65536, 65536, None, **cfg.kwargs)
-    cap.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g, stream=cap):
+        check(y, x, w.to(torch.bfloat16), "unaligned rows (fallback)")
+        for N in (65537, 1):
+            x = torch.randn(5, N, device="cuda", dtype=torch.float32)
+            w = torch.rand(N, device="cuda", dtype=torch.float32) + 0.5
+            y = torch.full_like(x, float("nan"))
+            fallback = _cfg(256, 1, 0, 2, split=2, coop=3, hold=hold)
+            launch(x, w, y, 5, N, "fp32", 1e-6, N, N, None, **fallback.kwargs)
+            torch.cuda.synchronize()
+            check(y, x, w, f"N={N} (fallback)")
+        # a CUDA graph of back-to-back launches, replayed many times
+        x = torch.randn(64, 65536, device="cuda", dtype=torch.bfloat16)
+        w = torch.rand(65536, device="cuda", dtype=torch.bfloat16) + 0.5
+        ys = [torch.full_like(x, float("nan")) for _ in range(4)]
+        cap = torch.cuda.Stream()
+        cap.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(cap):
+            launch(x, w, ys[0], 64, 65536, "bf16", 1e-6, 65536, 65536, None, **cfg.kwargs)
+        cap.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, stream=cap):
+            for y in ys:
+                launch(x, w, y, 64, 65536, "bf16", 1e-6, 65536, 65536, None, **cfg.kwargs)
         for y in ys:
-            launch(x, w, y, 64, 65536, "bf16", 1e-6, 65536, 65536, None, **cfg.kwargs)
-    for y in ys:
-        y.fill_(float("nan"))
-    for _ in range(50):
-        g.replay()
-    torch.cuda.synchronize()
-    for y in ys:
-        check(y, x, w, "graph replay")
+            y.fill_(float("nan"))
+        for _ in range(50):
+            g.replay()
+        torch.cuda.synchronize()
+        for y in ys:
+            check(y, x, w, f"graph replay, HOLD={hold}")
     print("ok", ran)
 """)
 

@@ -35,6 +35,10 @@ class ClusterLauncher(SplitLauncher):
     clusters and CuTe DSL installed; every other call (odd widths, strides, offsets, the CPU, the
     interpreter, older GPUs, no CuTe DSL) runs the two-launch split of the same ``SPLIT``, which
     computes the same rows.
+
+    ``HOLD=1`` holds each CTA's slice in registers (with the weight loaded while the sums travel when
+    the clusters fit the SMs at once); ``HOLD=0`` stages it in shared memory through L1
+    (``cp.async.ca``) and reads it back for the normalize.
     """
 
     def __init__(self, *args: Any, **kwargs: Any):
@@ -53,17 +57,18 @@ class ClusterLauncher(SplitLauncher):
 
     def one_wave(self, M: int, dev: int) -> bool:
         """True when the clusters of ``M`` rows fit the SMs at once: such a launch (a few rows, latency-bound)
-        loads the weight while the sums travel, more rows load it with x (H200: 1 x 262144 +4 %,
-        4 x 131072 +2.5 % the first way; 1024 x 65536 -15 %)."""
+        of ``HOLD=1`` loads the weight while the sums travel, more rows load it with x (H200: 1 x 262144
+        +4 %, 4 x 131072 +2.5 % the first way; 1024 x 65536 -15 %)."""
         return M * self.SPLIT <= sm_count(dev)
 
-    def function(self, w_dtype: Any, late_w: bool = False) -> Any:
+    def function(self, w_dtype: Any, one_wave: bool = False) -> Any:
         """The compiled cluster body for weights of ``w_dtype`` (built on first use, then cached);
-        ``late_w``: the variant that loads the weight while the warp sums travel."""
-        fn = self._fns.get((w_dtype, late_w))
+        ``one_wave``: the launch's clusters fit the SMs at once (see :meth:`one_wave`)."""
+        fn = self._fns.get((w_dtype, one_wave))
         if fn is None:
-            fn = self._fns[(w_dtype, late_w)] = _kc.compiled(self.dtype_str, _TORCH_DS[str(w_dtype)], self.N,
-                                                             self.SPLIT, self.BLOCK_THREADS, late_w=late_w)
+            variant = dict(late_w=one_wave) if self.HOLD else dict(stage=True, stage_l1=True)
+            fn = self._fns[(w_dtype, one_wave)] = _kc.compiled(self.dtype_str, _TORCH_DS[str(w_dtype)], self.N,
+                                                               self.SPLIT, self.BLOCK_THREADS, **variant)
         return fn
 
     def __call__(self, x, w, y, M: int, sx: int, sy: int, eps: float, stream: Any = None,

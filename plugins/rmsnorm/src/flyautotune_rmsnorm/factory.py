@@ -98,11 +98,11 @@ def _check_spec(N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLI
     if COOP == 2 and ROWS_PER_PROGRAM * SPLIT > 128:
         raise ValueError(f"rmsnorm factory: COOP=2 keeps ROWS_PER_PROGRAM * SPLIT <= 128 partial sums per trip, got "
                          f"ROWS_PER_PROGRAM={ROWS_PER_PROGRAM}, SPLIT={SPLIT}")
-    if HOLD not in (0, 1) or (HOLD and (SPLIT != 1 or (CHUNK and CHUNK < next_pow2(N))
-                                         or ELEMENT_SIZE.get(dtype_str) != 2)):
+    if HOLD not in (0, 1) or (HOLD and COOP != 3 and (SPLIT != 1 or (CHUNK and CHUNK < next_pow2(N))
+                                                       or ELEMENT_SIZE.get(dtype_str) != 2)):
         raise ValueError(f"rmsnorm factory: HOLD={HOLD}; accepted: 0, or 1 for a whole row in registers "
-                         f"(SPLIT=1, CHUNK=0) of a 16-bit dtype, got SPLIT={SPLIT}, CHUNK={CHUNK}, "
-                         f"dtype_str={dtype_str!r}")
+                         f"(SPLIT=1, CHUNK=0) of a 16-bit dtype or for a cluster's slice (COOP=3), got "
+                         f"SPLIT={SPLIT}, CHUNK={CHUNK}, COOP={COOP}, dtype_str={dtype_str!r}")
 
 
 def row_vec(sx: int, sy: int, elem: int, vec_bytes: int = VECTOR_BYTES) -> int:

@@ -29,14 +29,19 @@ The body takes rows whose slices are whole tiles: ``N`` a multiple of
 aligned rows; :class:`~flyautotune_rmsnorm.cluster.ClusterLauncher` sends any
 other call to the split-row Triton body, which computes the same rows.
 
-``late_w=True`` loads the weight after pushing the warp sums, while they
-travel: it wins when the grid is one wave of clusters (a few rows, bound by
-latency) and loses when many rows keep the SMs busy (the launcher chooses by
-``M * SPLIT`` against the SM count; ``bench/cluster_probe.py --late 0,1``).
-``stage=True`` builds a variant that stages the slice in shared memory by
-``cp.async`` and reads it back twice; with this exchange it measured slower on
-the H200 (``bench/cluster_probe.py --stage 0,1``), so launches hold the slice
-in registers.
+Where a CTA keeps its slice is the config's ``HOLD`` (the launcher's choice of
+variant): in registers (``HOLD=1``), or staged in shared memory by ``cp.async``
+through L1 (``stage=True, stage_l1=True``: ``HOLD=0``) and read back for the
+sum and again for the normalize. On the H200 the staged body leads with many
+rows (1024 x 65536 bf16: 3855 GB/s at 4 x 256 threads; the best in registers, 8 x 256,
+3712; staged
+through L2 only, ``cp.async.cg``, it was 3547), so the space offers both.
+
+``late_w=True`` (registers only) loads the weight after pushing the warp sums,
+while they travel: it wins when the grid is one wave of clusters (a few rows,
+bound by latency) and loses when many rows keep the SMs busy (the launcher
+chooses by ``M * SPLIT`` against the SM count; ``bench/cluster_probe.py --late
+0,1``). The other keyword variants of :func:`_build` exist for the probe.
 
 Nothing here runs without a GPU, but every binary can be built on a CPU:
 :func:`ptx` compiles the body for ``sm_90a`` with no driver (the tests read it).
