@@ -98,46 +98,9 @@ def build(tuner: Any, args: tuple) -> Optional[Any]:
     same_types = " and ".join(f"type(a{i}) is T{i}" for i in range(n)) or "True"
     zero = "".join(f"    if a{names.index(z)} is not None:\n        a{names.index(z)}.zero_()\n"
                    for z in tuner.reset_to_zero)
-    src = f"""
-def key(args):
-    {unpack} = args
-    try:
-        k = {key_expr}
-        hash(k)
-        return k
-    except TypeError:  # an unhashable key value: such calls keep the general path
-        return None
-
-def fast(args):
-    {unpack} = args
-    if not ({same_types}) or len(environ) != tuner._env_size:
-        return tuner._call(args, {{}})
-    stack = state.stack
-    try:
-        plan = memo.get({fast_key_expr})
-    except TypeError:
-        plan = None
-    if plan is None:
-        return tuner._call(args, {{}})
-    tuner._last = plan.hit
-{zero}    direct = plan.direct
-    if direct is not None and not stack:
-        return direct(*args)
-    if plan.layers or stack:
-        return launch_with(plan.layers, plan.launch, plan.bound, args, plan.bound_kwargs)
-    # No hints on either side: launch_with's common case, inlined (one frame less per call).
-    local = state
-    old = local.launch
-    local.launch = plan.launch
-    try:
-        return plan.bound(*args, **plan.bound_kwargs)
-    finally:
-        local.launch = old
-
-def call(tuner, *args, **kwargs):
-    if kwargs or len(args) != {n}:
-        return tuner._dispatch(args, kwargs)
-    {unpack} = args
+    # One hit body, two entries: ``fast(args)`` (looked up by arity) and ``call`` (the first arity's
+    # ``__call__``, where ``tuner`` is ``self``).
+    body = f"""    {unpack} = args
     if not ({same_types}) or len(environ) != tuner._env_size:
         return tuner._call(args, {{}})
     stack = state.stack
@@ -162,6 +125,22 @@ def call(tuner, *args, **kwargs):
     finally:
         local.launch = old
 """
+    src = f"""
+def key(args):
+    {unpack} = args
+    try:
+        k = {key_expr}
+        hash(k)
+        return k
+    except TypeError:  # an unhashable key value: such calls keep the general path
+        return None
+
+def fast(args):
+{body}
+def call(tuner, *args, **kwargs):
+    if kwargs or len(args) != {n}:
+        return tuner._dispatch(args, kwargs)
+{body}"""
     scope = {
         # len() of os.environ's own dict (C) is len(os.environ) (a Python __len__): the same change signal.
         "environ": getattr(os.environ, "_data", os.environ), **{f"T{i}": t for i, t in enumerate(types)},
