@@ -1,9 +1,12 @@
-"""Fixtures: an isolated tuning store and fresh adopter caches per test."""
+"""Fixtures: an isolated tuning store and fresh adopter caches per test; a GPU child process runner."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
+
 import pytest
-import torch
 
 import flyautotune as fat
 import flyautotune as _fat_caches
@@ -40,3 +43,25 @@ def fresh_pm():
     _fat_caches.clear_caches()
 
 
+
+
+@pytest.fixture
+def gpu_child():
+    """``run(source, timeout, hang)``: run ``source`` in a child Python that can import ``gpu_checks``
+    (this folder); fail the test when it exceeds ``timeout`` seconds (``hang`` says what that means) or
+    exits non-zero. Returns the child's stdout words. A barrier that never opens hangs its kernel: the
+    deadline fails that test, not the whole suite."""
+    here = os.path.dirname(os.path.abspath(__file__))
+
+    def run(source: str, timeout: float, hang: str) -> list:
+        env = dict(os.environ)
+        env["PYTHONPATH"] = here + (os.pathsep + env["PYTHONPATH"] if env.get("PYTHONPATH") else "")
+        try:
+            out = subprocess.run([sys.executable, "-c", source], capture_output=True, text=True,
+                                 timeout=timeout, env=env)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the child did not finish within {timeout} s: {hang}")
+        assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
+        return out.stdout.split()
+
+    return run

@@ -11,7 +11,6 @@ stream, a mixed-dtype weight, graph replay and the fallbacks (odd N, N = 1, unal
 import os
 import re
 import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -177,12 +176,12 @@ pytestmark_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason=(
 
 CHILD = textwrap.dedent("""
     import torch
-    from flyautotune_rmsnorm import cuda_space, kernel_cluster
+    from flyautotune_rmsnorm import cuda_space
     from flyautotune_rmsnorm.api import launch
     from flyautotune_rmsnorm.cluster import cluster_capable
     from flyautotune_rmsnorm.factory import make_launcher
-    from flyautotune_rmsnorm.reference import check_against_reference as check
     from flyautotune_rmsnorm.space import _cfg
+    from gpu_checks import replay_and_check, run_and_check
 
     if not cluster_capable(0):
         print("skip", "no clusters on this GPU or no CuTe DSL")
@@ -196,10 +195,8 @@ CHILD = textwrap.dedent("""
             assert cluster, (M, N, ds)
             for cfg in cluster:
                 for _ in range(2):
-                    y = torch.full_like(x, float("nan"))
-                    launch(x, w, y, M, N, ds, 1e-6, N, N, None, **cfg.kwargs)
-                    torch.cuda.synchronize()
-                    check(y, x, w, f"{M}x{N} {ds} {cfg}")
+                    run_and_check(lambda y: launch(x, w, y, M, N, ds, 1e-6, N, N, None, **cfg.kwargs), x, w,
+                                  f"{M}x{N} {ds} {cfg}")
                 ran += 1
     # both places a CTA keeps its slice: registers (HOLD=1) and shared memory (HOLD=0)
     for hold in (1, 0):
@@ -209,58 +206,42 @@ CHILD = textwrap.dedent("""
         base = torch.randn(4, 70000, device="cuda", dtype=torch.bfloat16)
         x = base[:, 96:65632]
         w = torch.rand(65536, device="cuda", dtype=torch.float32) + 0.5
-        out = torch.full((4, 66000), float("nan"), device="cuda", dtype=torch.bfloat16)[:, :65536]
+        out = torch.empty((4, 66000), device="cuda", dtype=torch.bfloat16)[:, :65536]
         assert L.takes(x, w, out, 70000, 66000)
         s = torch.cuda.Stream()
-        with torch.cuda.stream(s):
-            launch(x, w, out, 4, 65536, "bf16", 1e-6, 70000, 66000, s, **cfg.kwargs)
-        s.synchronize()
-        check(out, x, w, f"strided rows, fp32 weight, side stream, HOLD={hold}")
+
+        def on_side_stream(y):
+            s.wait_stream(torch.cuda.current_stream())  # after the NaN fill
+            with torch.cuda.stream(s):
+                launch(x, w, y, 4, 65536, "bf16", 1e-6, 70000, 66000, s, **cfg.kwargs)
+            s.synchronize()
+
+        run_and_check(on_side_stream, x, w, f"strided rows, fp32 weight, side stream, HOLD={hold}", out=out)
         # rows the body cannot take run the two-launch split: an unaligned start, odd N, N = 1
         x = base[:, 3:65539]
-        assert not L.takes(x, w, x.clone(), 70000, 65536)
-        y = torch.full((4, 65536), float("nan"), device="cuda", dtype=torch.bfloat16)
-        launch(x, w.to(torch.bfloat16), y, 4, 65536, "bf16", 1e-6, 70000, 65536, None, **cfg.kwargs)
-        torch.cuda.synchronize()
-        check(y, x, w.to(torch.bfloat16), "unaligned rows (fallback)")
+        wb = w.to(torch.bfloat16)
+        assert not L.takes(x, wb, x.clone(), 70000, 65536)
+        run_and_check(lambda y: launch(x, wb, y, 4, 65536, "bf16", 1e-6, 70000, 65536, None, **cfg.kwargs),
+                      x, wb, f"unaligned rows (fallback), HOLD={hold}")
+        fallback = _cfg(256, 1, 0, 2, split=2, coop=3, hold=hold)
         for N in (65537, 1):
             x = torch.randn(5, N, device="cuda", dtype=torch.float32)
             w = torch.rand(N, device="cuda", dtype=torch.float32) + 0.5
-            y = torch.full_like(x, float("nan"))
-            fallback = _cfg(256, 1, 0, 2, split=2, coop=3, hold=hold)
-            launch(x, w, y, 5, N, "fp32", 1e-6, N, N, None, **fallback.kwargs)
-            torch.cuda.synchronize()
-            check(y, x, w, f"N={N} (fallback)")
+            run_and_check(lambda y: launch(x, w, y, 5, N, "fp32", 1e-6, N, N, None, **fallback.kwargs), x, w,
+                          f"N={N} (fallback), HOLD={hold}")
         # a CUDA graph of back-to-back launches, replayed many times
         x = torch.randn(64, 65536, device="cuda", dtype=torch.bfloat16)
         w = torch.rand(65536, device="cuda", dtype=torch.bfloat16) + 0.5
-        ys = [torch.full_like(x, float("nan")) for _ in range(4)]
-        cap = torch.cuda.Stream()
-        cap.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(cap):
-            launch(x, w, ys[0], 64, 65536, "bf16", 1e-6, 65536, 65536, None, **cfg.kwargs)
-        cap.synchronize()
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g, stream=cap):
-            for y in ys:
-                launch(x, w, y, 64, 65536, "bf16", 1e-6, 65536, 65536, None, **cfg.kwargs)
-        for y in ys:
-            y.fill_(float("nan"))
-        for _ in range(50):
-            g.replay()
-        torch.cuda.synchronize()
-        for y in ys:
-            check(y, x, w, f"graph replay, HOLD={hold}")
+        replay_and_check(lambda y: launch(x, w, y, 64, 65536, "bf16", 1e-6, 65536, 65536, None, **cfg.kwargs),
+                         x, w, f"graph replay, HOLD={hold}", outputs=4, replays=50)
     print("ok", ran)
 """)
 
 
 @pytest.mark.gpu
 @pytestmark_gpu
-def test_cluster_rows_are_right_on_the_gpu():
-    out = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=600)
-    assert out.returncode == 0, out.stdout[-3000:] + out.stderr[-3000:]
-    words = out.stdout.split()
+def test_cluster_rows_are_right_on_the_gpu(gpu_child):
+    words = gpu_child(CHILD, 600, "a cluster's exchange never completed")
     if words and words[0] == "skip":
         pytest.skip(" ".join(words[1:]))
-    assert words[0] == "ok" and int(words[1]) >= 40, out.stdout
+    assert words[0] == "ok" and int(words[1]) >= 40, words

@@ -1,11 +1,9 @@
 """The cooperative split (COOP=1: one launch, a barrier per row in global memory) on a CUDA GPU.
 
-Everything runs in a child process with a deadline: a barrier that never opens
-hangs its kernel, and a hung kernel must fail this test, not the whole suite.
+Everything runs in a child process with a deadline (conftest's ``gpu_child``): a barrier that never
+opens hangs its kernel, and a hung kernel must fail this test, not the whole suite.
 """
 
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -22,7 +20,7 @@ CHILD = textwrap.dedent("""
     import torch
     from flyautotune_rmsnorm import cuda_space
     from flyautotune_rmsnorm.api import launch
-    from flyautotune_rmsnorm.reference import check_against_reference as check
+    from gpu_checks import replay_and_check, run_and_check
 
     ran = 0
     for M, N in [(1, 65536), (4, 131072), (1, 262144), (3, 40001), (64, 8192), (2, 3000), (1, 4096)]:
@@ -32,68 +30,45 @@ CHILD = textwrap.dedent("""
             coop = [c for c in cuda_space(M, N, ds) if c.kwargs["COOP"] == 1]
             assert coop, (M, N, ds)
             for cfg in coop:
-                what = f"{M}x{N} {ds} {cfg}"
                 for _ in range(3):  # the barrier resets itself between launches
-                    y = torch.full_like(x, float("nan"))
-                    launch(x, w, y, M, N, ds, 1e-6, N, N, None, **cfg.kwargs)
-                    torch.cuda.synchronize()
-                    check(y, x, w, what)
+                    run_and_check(lambda y: launch(x, w, y, M, N, ds, 1e-6, N, N, None, **cfg.kwargs), x, w,
+                                  f"{M}x{N} {ds} {cfg}")
                 ran += 1
     # a 64-way split at 256 threads: the sums' reduction goes through shared memory after the wait, where
     # warps that left a replicated wait apart would pair the CTA barriers wrongly
     wide = dict(BLOCK_THREADS=256, ROWS_PER_PROGRAM=1, CHUNK=0, CACHE_POLICY=2, PREFETCH=0, SPLIT=64, VEC=16,
                 COOP=1, HOLD=0)
-    for M, dtype in [(1, torch.float32), (2, torch.bfloat16)]:
+    for M, dtype, ds in [(1, torch.float32, "fp32"), (2, torch.bfloat16, "bf16")]:
         x = torch.randn(M, 262144, device="cuda", dtype=dtype)
         w = torch.rand(262144, device="cuda", dtype=dtype) + 0.5
         for _ in range(20):
-            y = torch.full_like(x, float("nan"))
-            launch(x, w, y, M, 262144, "fp32" if dtype == torch.float32 else "bf16", 1e-6, 262144, 262144, None,
-                   **wide)
-            torch.cuda.synchronize()
-            check(y, x, w, f"{M}x262144 {dtype} SPLIT=64 at 256 threads")
+            run_and_check(lambda y: launch(x, w, y, M, 262144, ds, 1e-6, 262144, 262144, None, **wide), x, w,
+                          f"{M}x262144 {dtype} SPLIT=64 at 256 threads")
     # strided rows, out= and a side stream (its own barrier)
     base = torch.randn(4, 70000, device="cuda", dtype=torch.bfloat16)
     x = base[:, 100:65636]
     w = torch.rand(65536, device="cuda", dtype=torch.bfloat16) + 0.5
-    out = torch.full((4, 66000), float("nan"), device="cuda", dtype=torch.bfloat16)[:, :65536]
+    out = torch.empty((4, 66000), device="cuda", dtype=torch.bfloat16)[:, :65536]
     cfg = next(c for c in cuda_space(4, 65536, "bf16") if c.kwargs["COOP"] == 1)
     s = torch.cuda.Stream()
-    with torch.cuda.stream(s):
-        launch(x, w, out, 4, 65536, "bf16", 1e-6, 70000, 66000, None, **cfg.kwargs)
-    s.synchronize()
-    check(out, x, w, "strided rows on a side stream")
+
+    def on_side_stream(y):
+        s.wait_stream(torch.cuda.current_stream())  # after the NaN fill
+        with torch.cuda.stream(s):
+            launch(x, w, y, 4, 65536, "bf16", 1e-6, 70000, 66000, None, **cfg.kwargs)
+        s.synchronize()
+
+    run_and_check(on_side_stream, x, w, "strided rows on a side stream", out=out)
     # a CUDA graph of back-to-back launches, replayed many times
     x = torch.randn(2, 131072, device="cuda", dtype=torch.bfloat16)
     w = torch.rand(131072, device="cuda", dtype=torch.bfloat16) + 0.5
-    ys = [torch.full_like(x, float("nan")) for _ in range(4)]
     cfg = next(c for c in cuda_space(2, 131072, "bf16") if c.kwargs["COOP"] == 1)
-    cap = torch.cuda.Stream()
-    cap.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(cap):
-        for y in ys:
-            launch(x, w, y, 2, 131072, "bf16", 1e-6, 131072, 131072, None, **cfg.kwargs)
-    cap.synchronize()
-    for y in ys:
-        y.fill_(float("nan"))
-    torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g, stream=cap):
-        for y in ys:
-            launch(x, w, y, 2, 131072, "bf16", 1e-6, 131072, 131072, None, **cfg.kwargs)
-    for _ in range(50):
-        g.replay()
-    torch.cuda.synchronize()
-    for y in ys:
-        check(y, x, w, "graph replay")
+    replay_and_check(lambda y: launch(x, w, y, 2, 131072, "bf16", 1e-6, 131072, 131072, None, **cfg.kwargs),
+                     x, w, "graph replay", outputs=4, replays=50)
     print("ok", ran)
 """)
 
 
-def test_cooperative_split_rows_are_right_and_never_hang():
-    try:
-        out = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=180)
-    except subprocess.TimeoutExpired:
-        pytest.fail("a cooperative launch did not finish within 180 s: a row's barrier never opened")
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.split()[0] == "ok" and int(out.stdout.split()[1]) >= 21, out.stdout
+def test_cooperative_split_rows_are_right_and_never_hang(gpu_child):
+    words = gpu_child(CHILD, 180, "a row's barrier never opened")
+    assert words[0] == "ok" and int(words[1]) >= 21, words

@@ -1,12 +1,10 @@
 """The persistent split (COOP=2: resident programs loop over the rows, a tagged barrier per row in global
 memory) on a CUDA GPU.
 
-Everything runs in a child process with a deadline: a barrier that never opens hangs its kernel, and a
-hung kernel must fail this test, not the whole suite.
+Everything runs in a child process with a deadline (conftest's ``gpu_child``): a barrier that never opens
+hangs its kernel, and a hung kernel must fail this test, not the whole suite.
 """
 
-import subprocess
-import sys
 import textwrap
 
 import pytest
@@ -25,6 +23,7 @@ CHILD = textwrap.dedent("""
     from flyautotune_rmsnorm.api import launch
     from flyautotune_rmsnorm.reference import check_against_reference as check
     from flyautotune_rmsnorm.space import _cfg, persist_configs
+    from gpu_checks import replay_and_check, run_and_check
 
     ran = 0
     # Many rows (each group of programs loops over rows), odd N, fewer rows than groups, N = 1.
@@ -52,68 +51,41 @@ CHILD = textwrap.dedent("""
     for N in (1, 5):  # rows shorter than the split: empty slices
         x = torch.randn(500, N, device="cuda", dtype=torch.bfloat16)
         w = torch.rand(N, device="cuda", dtype=torch.bfloat16) + 0.5
-        y = torch.full_like(x, float("nan"))
-        launch(x, w, y, 500, N, "bf16", 1e-6, N, N, None, **_cfg(128, 1, 0, 2, split=2, coop=2).kwargs)
-        torch.cuda.synchronize()
-        check(y, x, w, f"500x{N}")
+        run_and_check(lambda y: launch(x, w, y, 500, N, "bf16", 1e-6, N, N, None,
+                                       **_cfg(128, 1, 0, 2, split=2, coop=2).kwargs), x, w, f"500x{N}")
     # strided rows, out= and a side stream (its own barrier words)
     base = torch.randn(600, 70000, device="cuda", dtype=torch.bfloat16)
     x = base[:, 100:65636]
     w = torch.rand(65536, device="cuda", dtype=torch.bfloat16) + 0.5
-    out = torch.full((600, 66000), float("nan"), device="cuda", dtype=torch.bfloat16)[:, :65536]
+    out = torch.empty((600, 66000), device="cuda", dtype=torch.bfloat16)[:, :65536]
     cfg = persist_configs(600, 65536, "bf16")[0]
     s = torch.cuda.Stream()
-    with torch.cuda.stream(s):
-        launch(x, w, out, 600, 65536, "bf16", 1e-6, 70000, 66000, None, **cfg.kwargs)
-    s.synchronize()
-    check(out, x, w, "strided rows on a side stream")
+
+    def on_side_stream(y):
+        s.wait_stream(torch.cuda.current_stream())  # after the NaN fill
+        with torch.cuda.stream(s):
+            launch(x, w, y, 600, 65536, "bf16", 1e-6, 70000, 66000, None, **cfg.kwargs)
+        s.synchronize()
+
+    run_and_check(on_side_stream, x, w, "strided rows on a side stream", out=out)
     # a CUDA graph of back-to-back launches, replayed many times
     x = torch.randn(1024, 65536, device="cuda", dtype=torch.bfloat16)
     w = torch.rand(65536, device="cuda", dtype=torch.bfloat16) + 0.5
-    ys = [torch.full_like(x, float("nan")) for _ in range(3)]
     for cfg in persist_configs(1024, 65536, "bf16"):
-        cap = torch.cuda.Stream()
-        cap.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(cap):
-            for y in ys:
-                launch(x, w, y, 1024, 65536, "bf16", 1e-6, 65536, 65536, None, **cfg.kwargs)
-        cap.synchronize()
-        for y in ys:
-            y.fill_(float("nan"))
-        torch.cuda.synchronize()
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g, stream=cap):
-            for y in ys:
-                launch(x, w, y, 1024, 65536, "bf16", 1e-6, 65536, 65536, None, **cfg.kwargs)
-        for _ in range(20):
-            g.replay()
-        torch.cuda.synchronize()
-        for y in ys:
-            check(y, x, w, f"graph replay {cfg}")
+        replay_and_check(lambda y: launch(x, w, y, 1024, 65536, "bf16", 1e-6, 65536, 65536, None, **cfg.kwargs),
+                         x, w, f"graph replay {cfg}")
     # A capture on a stream that never launched (no barrier memory made outside a capture): the two-launch
     # form runs instead, with the same rows; COOP=1 the same way.
     for cfg, (M, N) in [(persist_configs(1024, 65536, "bf16")[0], (1024, 65536)),
                         (next(c for c in cuda_space(2, 131072, "bf16") if c.kwargs["COOP"] == 1), (2, 131072))]:
         x = torch.randn(M, N, device="cuda", dtype=torch.bfloat16)
         w = torch.rand(N, device="cuda", dtype=torch.bfloat16) + 0.5
-        ys = [torch.full_like(x, float("nan")) for _ in range(3)]
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g, stream=torch.cuda.Stream()):
-            for y in ys:
-                launch(x, w, y, M, N, "bf16", 1e-6, N, N, None, **cfg.kwargs)
-        for _ in range(20):
-            g.replay()
-        torch.cuda.synchronize()
-        for y in ys:
-            check(y, x, w, f"graph replay on a fresh stream {cfg}")
+        replay_and_check(lambda y: launch(x, w, y, M, N, "bf16", 1e-6, N, N, None, **cfg.kwargs), x, w,
+                         f"graph replay on a fresh stream {cfg}", warm=False)
     print("ok", ran)
 """)
 
 
-def test_persistent_split_rows_are_right_and_never_hang():
-    try:
-        out = subprocess.run([sys.executable, "-c", CHILD], capture_output=True, text=True, timeout=240)
-    except subprocess.TimeoutExpired:
-        pytest.fail("a persistent launch did not finish within 240 s: a row's barrier never opened")
-    assert out.returncode == 0, out.stderr[-3000:]
-    assert out.stdout.split()[0] == "ok" and int(out.stdout.split()[1]) >= 55, out.stdout
+def test_persistent_split_rows_are_right_and_never_hang(gpu_child):
+    words = gpu_child(CHILD, 240, "a row's barrier never opened")
+    assert words[0] == "ok" and int(words[1]) >= 55, words
