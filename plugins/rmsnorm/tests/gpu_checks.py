@@ -19,6 +19,22 @@ def run_and_check(run, x, weight, what: str, out=None):
     return y
 
 
+def on_side_stream(run):
+    """``run(y, stream)`` made a ``run(y)`` that launches on a new side stream (current inside it), after
+    the caller's stream's work (the NaN fill), and waits for it."""
+    import torch
+
+    side = torch.cuda.Stream()
+
+    def launch(y):
+        side.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(side):
+            run(y, side)
+        side.synchronize()
+
+    return launch
+
+
 def replay_and_check(run, x, weight, what: str, outputs: int = 3, replays: int = 20, warm: bool = True) -> None:
     """One CUDA graph of ``run(y)`` into ``outputs`` tensors, replayed ``replays`` times with the outputs
     refilled with NaN before the first replay; every output checked against fp64. ``warm``: launch each

@@ -181,7 +181,7 @@ CHILD = textwrap.dedent("""
     from flyautotune_rmsnorm.cluster import cluster_capable
     from flyautotune_rmsnorm.factory import make_launcher
     from flyautotune_rmsnorm.space import _cfg
-    from gpu_checks import replay_and_check, run_and_check
+    from gpu_checks import on_side_stream, replay_and_check, run_and_check
 
     if not cluster_capable(0):
         print("skip", "no clusters on this GPU or no CuTe DSL")
@@ -208,15 +208,10 @@ CHILD = textwrap.dedent("""
         w = torch.rand(65536, device="cuda", dtype=torch.float32) + 0.5
         out = torch.empty((4, 66000), device="cuda", dtype=torch.bfloat16)[:, :65536]
         assert L.takes(x, w, out, 70000, 66000)
-        s = torch.cuda.Stream()
-
-        def on_side_stream(y):
-            s.wait_stream(torch.cuda.current_stream())  # after the NaN fill
-            with torch.cuda.stream(s):
-                launch(x, w, y, 4, 65536, "bf16", 1e-6, 70000, 66000, s, **cfg.kwargs)
-            s.synchronize()
-
-        run_and_check(on_side_stream, x, w, f"strided rows, fp32 weight, side stream, HOLD={hold}", out=out)
+        # the stream passed explicitly
+        run_and_check(on_side_stream(lambda y, s: launch(x, w, y, 4, 65536, "bf16", 1e-6, 70000, 66000, s,
+                                                         **cfg.kwargs)),
+                      x, w, f"strided rows, fp32 weight, side stream, HOLD={hold}", out=out)
         # rows the body cannot take run the two-launch split: an unaligned start, odd N, N = 1
         x = base[:, 3:65539]
         wb = w.to(torch.bfloat16)

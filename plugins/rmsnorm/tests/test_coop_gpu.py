@@ -20,7 +20,7 @@ CHILD = textwrap.dedent("""
     import torch
     from flyautotune_rmsnorm import cuda_space
     from flyautotune_rmsnorm.api import launch
-    from gpu_checks import replay_and_check, run_and_check
+    from gpu_checks import on_side_stream, replay_and_check, run_and_check
 
     ran = 0
     for M, N in [(1, 65536), (4, 131072), (1, 262144), (3, 40001), (64, 8192), (2, 3000), (1, 4096)]:
@@ -50,15 +50,8 @@ CHILD = textwrap.dedent("""
     w = torch.rand(65536, device="cuda", dtype=torch.bfloat16) + 0.5
     out = torch.empty((4, 66000), device="cuda", dtype=torch.bfloat16)[:, :65536]
     cfg = next(c for c in cuda_space(4, 65536, "bf16") if c.kwargs["COOP"] == 1)
-    s = torch.cuda.Stream()
-
-    def on_side_stream(y):
-        s.wait_stream(torch.cuda.current_stream())  # after the NaN fill
-        with torch.cuda.stream(s):
-            launch(x, w, y, 4, 65536, "bf16", 1e-6, 70000, 66000, None, **cfg.kwargs)
-        s.synchronize()
-
-    run_and_check(on_side_stream, x, w, "strided rows on a side stream", out=out)
+    run_and_check(on_side_stream(lambda y, s: launch(x, w, y, 4, 65536, "bf16", 1e-6, 70000, 66000, None,
+                                                     **cfg.kwargs)), x, w, "strided rows on a side stream", out=out)
     # a CUDA graph of back-to-back launches, replayed many times
     x = torch.randn(2, 131072, device="cuda", dtype=torch.bfloat16)
     w = torch.rand(131072, device="cuda", dtype=torch.bfloat16) + 0.5

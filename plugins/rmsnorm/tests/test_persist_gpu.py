@@ -23,7 +23,7 @@ CHILD = textwrap.dedent("""
     from flyautotune_rmsnorm.api import launch
     from flyautotune_rmsnorm.reference import check_against_reference as check
     from flyautotune_rmsnorm.space import _cfg, persist_configs
-    from gpu_checks import replay_and_check, run_and_check
+    from gpu_checks import on_side_stream, replay_and_check, run_and_check
 
     ran = 0
     # Many rows (each group of programs loops over rows), odd N, fewer rows than groups, N = 1.
@@ -59,15 +59,8 @@ CHILD = textwrap.dedent("""
     w = torch.rand(65536, device="cuda", dtype=torch.bfloat16) + 0.5
     out = torch.empty((600, 66000), device="cuda", dtype=torch.bfloat16)[:, :65536]
     cfg = persist_configs(600, 65536, "bf16")[0]
-    s = torch.cuda.Stream()
-
-    def on_side_stream(y):
-        s.wait_stream(torch.cuda.current_stream())  # after the NaN fill
-        with torch.cuda.stream(s):
-            launch(x, w, y, 600, 65536, "bf16", 1e-6, 70000, 66000, None, **cfg.kwargs)
-        s.synchronize()
-
-    run_and_check(on_side_stream, x, w, "strided rows on a side stream", out=out)
+    run_and_check(on_side_stream(lambda y, s: launch(x, w, y, 600, 65536, "bf16", 1e-6, 70000, 66000, None,
+                                                     **cfg.kwargs)), x, w, "strided rows on a side stream", out=out)
     # a CUDA graph of back-to-back launches, replayed many times
     x = torch.randn(1024, 65536, device="cuda", dtype=torch.bfloat16)
     w = torch.rand(65536, device="cuda", dtype=torch.bfloat16) + 0.5
