@@ -162,6 +162,26 @@ def test_the_space_tries_16_ctas_only_for_rows_of_128k_and_more():
     assert 16 in splits and 16 not in {c.kwargs["SPLIT"] for c in cluster_configs(1024, 65536, "bf16")}
 
 
+def test_the_space_holds_64_element_slices_in_registers_only_for_a_few_rows():
+    if not kernel_cluster.available():
+        pytest.skip("needs nvidia-cutlass-dsl (the test extra installs it)")
+
+    def holds(M, N):
+        out = {}
+        for c in cluster_configs(M, N, "bf16"):
+            per_thread = N // (c.kwargs["SPLIT"] * c.kwargs["BLOCK_THREADS"])
+            out.setdefault(per_thread, set()).add((c.kwargs["SPLIT"], c.kwargs["HOLD"]))
+        return out
+
+    few, many = holds(1, 262144), holds(1024, 65536)
+    assert {h for _, h in few[32]} == {h for _, h in many[32]} == {0, 1}  # 32 a thread: both, always
+    assert (16, 1) in few[64] and all(h == 1 for _, h in few[64])  # 1 x 262144 at 16 x 256: registers
+    assert all(h == 0 for _, h in many[64])  # 1024 rows: staged
+    # "a few rows" is M * SPLIT against FEW_CLUSTERS, not the row count alone
+    edge = holds(space_mod.FEW_CLUSTERS // 4, 65536)[64]
+    assert (4, 1) in edge and (2, 1) in edge and (4, 0) not in edge
+
+
 def test_cluster_launcher_takes_only_what_the_body_takes():
     L = make_launcher(65536, "bf16", 256, SPLIT=8, COOP=3, CACHE_POLICY=2)
     assert type(L).__name__ == "ClusterLauncher" and L.cluster_ok and not L.uses_coop(1, 0)

@@ -74,6 +74,9 @@ CLUSTER_PER_THREAD = (32, 64)
 #: Rows at least this long also try 16 CTAs a row (a non-portable cluster): on the H200 they beat 8 at
 #: 4 x 131072 (726 against 666 GB/s) and 1 x 262144 (422 against 324).
 CLUSTER_16_MIN_N = 131072
+#: At most this many CTAs (``M * SPLIT``) is "a few rows" for the cluster body's candidates: below the SM
+#: count of every Hopper part, so the clusters run in one wave (where the slice in registers leads).
+FEW_CLUSTERS = 64
 
 
 def _cfg(bt: int, rows: int = 1, chunk: int = 0, policy: int = 1, prefetch: int = 0, split: int = 1,
@@ -143,9 +146,10 @@ def split_configs(M: int, N: int, dtype_str: str, block_threads=(128, 256, 1024)
 def cluster_configs(M: int, N: int, dtype_str: str) -> list:
     """Long rows across a Hopper cluster (``COOP=3``, the CuTe DSL body), where CuTe DSL is installed:
     ``SPLIT`` 2, 4 or 8 CTAs (and 16 for rows of 128 K elements and more) of 128-512 threads, each thread
-    holding 32 or 64 elements of the row, staged in shared memory through L1 (``HOLD=0``), and for 32, in
-    registers too (``HOLD=1``; H200, 1024 x 65536 bf16: 3855 GB/s staged at 4 x 256, 3712 in registers at
-    8 x 256). Only widths the body takes whole (a multiple of ``SPLIT * BLOCK_THREADS`` vectors): other widths would run
+    holding 32 or 64 elements of the row, staged in shared memory through L1 (``HOLD=0``) or in registers
+    (``HOLD=1``): both at 32 elements a thread; at 64, registers when ``M * SPLIT <= FEW_CLUSTERS`` (the
+    clusters fit the SMs at once), else staged (H200, 1024 x 65536 bf16: 3855 GB/s staged at 4 x 256,
+    3712 in registers at 8 x 256; 1 x 262144: 423 in registers at 16 x 256). Only widths the body takes whole (a multiple of ``SPLIT * BLOCK_THREADS`` vectors): other widths would run
     its two-launch fallback, which the space's own split configs already cover."""
     from . import kernel_cluster
 
@@ -157,8 +161,10 @@ def cluster_configs(M: int, N: int, dtype_str: str) -> list:
         for per_thread in CLUSTER_PER_THREAD:
             threads = N // (split * per_thread)
             if threads in (128, 256, 512) and kernel_cluster.takes(N, split, threads, elem):
-                # in registers only at 32 elements a thread: 64 lost to 32 on every shape measured
-                holds = (0, 1) if per_thread == 32 else (0,)
+                # 32 elements a thread: both. 64: in registers for a few rows (their clusters fit the SMs at
+                # once; 1 x 262144 at 16 x 256: 423 GB/s, staged 380), staged for many (1024 x 65536 at
+                # 4 x 256: 3855 staged, 3513 in registers)
+                holds = (0, 1) if per_thread == 32 else (1,) if M * split <= FEW_CLUSTERS else (0,)
                 out += [_cfg(threads, 1, 0, 2, split=split, coop=3, hold=hold) for hold in holds]
     return out
 
