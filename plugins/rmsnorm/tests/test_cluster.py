@@ -105,9 +105,7 @@ def _ptxas():
 @pytest.mark.parametrize("hold", [1, 0])
 def test_cluster_body_cross_compiles_to_a_dsmem_exchange(tmp_path, ds, w_ds, N, split, threads, hold):
     L = make_launcher(N, ds, threads, SPLIT=split, COOP=3, CACHE_POLICY=2, HOLD=hold)
-    variant = dict(late_w=False) if hold else dict(stage=True, stage_l1=True)  # what L.function() builds
-    assert L.HOLD == hold
-    ptx = kernel_cluster.ptx(ds, w_ds, N, split, threads, str(tmp_path), **variant)
+    ptx = kernel_cluster.ptx(ds, w_ds, N, split, threads, str(tmp_path), **L.variant())  # what launches build
     assert ".target sm_90a" in ptx
     # The row is read and written in 16-byte vectors, each thread's share once: into registers
     # (HOLD=1), or into shared memory by cp.async through L1 and read back twice (HOLD=0).

@@ -323,7 +323,8 @@ def compile_spec(shape, dtype, config, target=None) -> tuple:
     if kw.get("COOP") == 3:
         raise fat.IncompatibleConfigError(
             f"rmsnorm: {config} is the cluster body (COOP=3), a CuTe DSL kernel with no Triton kernel to "
-            f"compile here; kernel_cluster.ptx() gives its PTX")
+            f"compile here; kernel_cluster.ptx(..., **make_launcher(N, dtype, **config.kwargs).variant()) "
+            f"gives its PTX")
     launcher = make_launcher(N, ds, **kw)
     from .factory import _CONST_NAMES, row_vec
 

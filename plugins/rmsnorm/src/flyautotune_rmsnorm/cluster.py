@@ -61,14 +61,20 @@ class ClusterLauncher(SplitLauncher):
         +4 %, 4 x 131072 +2.5 % the first way; 1024 x 65536 -15 %)."""
         return M * self.SPLIT <= sm_count(dev)
 
+    def variant(self, one_wave: bool = False) -> dict:
+        """The body variant this config launches (``kernel_cluster.compiled``'s and ``ptx``'s keywords):
+        ``HOLD=1`` the slice in registers (the weight loaded while the sums travel when ``one_wave``),
+        ``HOLD=0`` staged in shared memory through L1."""
+        return dict(late_w=one_wave) if self.HOLD else dict(stage=True, stage_l1=True)
+
     def function(self, w_dtype: Any, one_wave: bool = False) -> Any:
         """The compiled cluster body for weights of ``w_dtype`` (built on first use, then cached);
         ``one_wave``: the launch's clusters fit the SMs at once (see :meth:`one_wave`)."""
         fn = self._fns.get((w_dtype, one_wave))
         if fn is None:
-            variant = dict(late_w=one_wave) if self.HOLD else dict(stage=True, stage_l1=True)
             fn = self._fns[(w_dtype, one_wave)] = _kc.compiled(self.dtype_str, _TORCH_DS[str(w_dtype)], self.N,
-                                                               self.SPLIT, self.BLOCK_THREADS, **variant)
+                                                               self.SPLIT, self.BLOCK_THREADS,
+                                                               **self.variant(one_wave))
         return fn
 
     def __call__(self, x, w, y, M: int, sx: int, sy: int, eps: float, stream: Any = None,
