@@ -197,8 +197,7 @@ def _build(dtype_str: str, w_dtype_str: str, N: int, split: int, threads: int, s
         rstd = cute.math.rsqrt(total / N + eps, fastmath=True)
         if cutlass.const_expr(stage):
             cute.autovec_copy(tXsX, tXrX)  # read again rather than held across the wait
-        # converted again rather than held in fp32 across the wait: half the registers live there
-        x = tXrX.load().to(Float32)
+            x = tXrX.load().to(Float32)
         y = x * rstd * tXrW.load().to(Float32)
         tXrY = cute.make_fragment_like(tXgY)
         tXrY.store(y.to(dtype))
