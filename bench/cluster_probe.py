@@ -55,7 +55,7 @@ def main(argv=None):
         variants.append(v)
 
     import torch
-    from rmsnorm import graph_time, load_quack, nbytes, rotating_inputs, torch_dtype
+    from rmsnorm import graph_time, load_quack, nbytes, rotating_inputs, shape_spec, torch_dtype
 
     from flyautotune_rmsnorm import kernel_cluster as kc
     from flyautotune_rmsnorm import rmsnorm
@@ -68,8 +68,7 @@ def main(argv=None):
         print(f"QuACK not measured: {why}")
     results = []
     for spec in args.shapes.split(","):
-        shape, ds = spec.split(":")
-        M, N = (int(v) for v in shape.split("x"))
+        M, N, ds = shape_spec(spec)
         dt = torch_dtype(ds)
         torch.manual_seed(0)
         x = torch.randn(M, N, dtype=dt, device="cuda")

@@ -45,7 +45,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
 
     import torch
-    from rmsnorm import graph_time, load_quack, rotating_inputs
+    from rmsnorm import graph_time, load_quack, rotating_inputs, shape_spec
     from stability import graph_ms
 
     from flyautotune_rmsnorm.space import cuda_space, default_config
@@ -55,8 +55,7 @@ def main(argv=None):
         print(f"QuACK not measured: {why}")
     rows = []
     for spec in args.shapes.split(","):
-        shape, ds = spec.split(":")
-        M, N = (int(v) for v in shape.split("x"))
+        M, N, ds = shape_spec(spec)
         default = default_config(M, N, ds, "cuda")
         configs = [default] + [c for c in cuda_space(M, N, ds) if c != default] + extra_configs(M, N, ds)
         times = graph_ms(M, N, ds, configs, rounds=3)

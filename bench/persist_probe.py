@@ -18,14 +18,14 @@ def main(argv=None):
     ap.add_argument("--shape", default="1024x65536:bf16")
     args = ap.parse_args(argv)
     import torch
+    from rmsnorm import shape_spec, torch_dtype
     from stability import graph_ms
 
     from flyautotune_rmsnorm import make_launcher, split
     from flyautotune_rmsnorm.space import _cfg, persist_configs
 
-    shape, ds = args.shape.split(":")
-    M, N = (int(v) for v in shape.split("x"))
-    dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[ds]
+    M, N, ds = shape_spec(args.shape)
+    dt = torch_dtype(ds)
     x = torch.randn(M, N, device="cuda", dtype=dt)
     w = torch.rand(N, device="cuda", dtype=dt) + 0.5
     y = torch.empty_like(x)

@@ -51,6 +51,13 @@ EPS = 1e-6
 ROTATE_BYTES = 200e6
 
 
+def shape_spec(spec):
+    """``"1024x65536:bf16"`` -> ``(1024, 65536, "bf16")``: how the GPU probes name a shape."""
+    shape, ds = spec.split(":")
+    M, N = (int(v) for v in shape.split("x"))
+    return M, N, ds
+
+
 def torch_dtype(ds):
     import torch
 

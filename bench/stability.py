@@ -130,12 +130,13 @@ def wins(specs, out):
     """Does the search keep real wins? Per shape: one forced search (a fresh process), then every
     config of the space and the default timed in graph replay, interleaved over rounds. A challenger
     >= 3% faster than the default must be what the search picked (or one as fast)."""
+    from rmsnorm import shape_spec
+
     from flyautotune_rmsnorm.space import cuda_space, default_config
 
     rows = []
     for spec in specs:
-        shape, ds = spec.split(":")
-        M, N = (int(v) for v in shape.split("x"))
+        M, N, ds = shape_spec(spec)
         run = run_child(M, N, ds, tempfile.mkdtemp(prefix="triton-"), tempfile.mkdtemp(prefix="fat-"))
         default = default_config(M, N, ds, "cuda")
         space = [c for c in cuda_space(M, N, ds) if c != default]
@@ -175,18 +176,19 @@ def main(argv=None):
     args = ap.parse_args(argv)
     if args.wins:
         return wins(args.wins.split(","), args.out)
+    from rmsnorm import shape_spec
+
     from flyautotune_rmsnorm.space import default_config
 
     results = []
     for spec in args.shapes.split(","):
-        shape, ds = spec.split(":")
-        M, N = (int(v) for v in shape.split("x"))
+        M, N, ds = shape_spec(spec)
         cache = tempfile.mkdtemp(prefix="triton-")
         runs = []
         for i in range(args.runs):
             store = tempfile.mkdtemp(prefix="fat-")
             # run 0: an empty Triton cache; run 1 (warm) is profiled, run 2 is not (profiling slows it)
-            prof = os.path.join(args.out, f"profile_{shape}_{ds}.txt") if i == 1 and args.profile else None
+            prof = os.path.join(args.out, f"profile_{M}x{N}_{ds}.txt") if i == 1 and args.profile else None
             runs.append(run_child(M, N, ds, cache, store, prof))
             print(f"{spec} run {i}: {runs[-1]}", flush=True)
         warm = [r for i, r in enumerate(runs) if i >= 1 and not (args.profile and i == 1)]  # profiling slows
