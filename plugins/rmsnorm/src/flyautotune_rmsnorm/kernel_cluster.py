@@ -99,8 +99,8 @@ def _build(dtype_str: str, w_dtype_str: str, N: int, split: int, threads: int, s
     """The ``cute.jit`` host function and its kernel for one specialization (CuTe DSL imported here).
 
     Probe variants (``bench/cluster_probe.py``): ``minctas`` asks ptxas for registers that let that many
-    CTAs share an SM (0: its own choice); ``stream_x`` reads ``x`` through the read-only path without
-    allocating in L1 (``ld.global.nc.L1::no_allocate``); ``w_after_wait`` loads the weight after the
+    CTAs share an SM (0: its own choice); ``stream_x`` reads ``x`` through the read-only path (CuTe's
+    ``NO_ALLOCATE`` priority with ``invariant``; 4.4.2 emits a plain ``ld.global.nc``); ``w_after_wait`` loads the weight after the
     mbarrier wait, so only ``x`` is held across it (fewer registers); ``stage_l1`` stages through L1
     (``cp.async.ca``, not ``.cg``); ``grid2d`` launches a ``(rows, SPLIT)`` grid of ``(1, SPLIT)``
     clusters instead of ``rows * SPLIT`` CTAs on one axis."""
@@ -221,13 +221,11 @@ def _build(dtype_str: str, w_dtype_str: str, N: int, split: int, threads: int, s
         mW2 = cute.make_tensor(mW.iterator, cute.make_layout((1, N)))
         rows = cute.size(mX, mode=[0])
         if cutlass.const_expr(grid2d):
-            body(mX, mW2, mY, eps, tiled, staged, loads).launch(grid=[rows, split, 1], block=[threads, 1, 1],
-                                                        cluster=[1, split, 1], stream=stream,
-                                                        min_blocks_per_mp=minctas)
+            grid, cluster = [rows, split, 1], [1, split, 1]
         else:
-            body(mX, mW2, mY, eps, tiled, staged, loads).launch(grid=[rows * split, 1, 1], block=[threads, 1, 1],
-                                                        cluster=[split, 1, 1], stream=stream,
-                                                        min_blocks_per_mp=minctas)
+            grid, cluster = [rows * split, 1, 1], [split, 1, 1]
+        body(mX, mW2, mY, eps, tiled, staged, loads).launch(grid=grid, block=[threads, 1, 1], cluster=cluster,
+                                                            stream=stream, min_blocks_per_mp=minctas)
 
     return cute, host, dtype, w_dtype, vec
 
@@ -252,7 +250,7 @@ def _compile(spec: tuple, options: str, **kwargs: Any) -> Any:
 def compiled(dtype_str: str, w_dtype_str: str, N: int, split: int, threads: int, **variant: Any) -> Any:
     """The compiled launch for one specialization (built once per process): ``f(x, w, y, eps)`` with torch
     tensors ``x``, ``y`` of shape ``(M, N)`` and ``w`` of ``(N,)``, on the current CUDA stream.
-    ``variant``: ``_build``'s keyword arguments (``late_w``, ``stage``, ``minctas``, ``stream_x``)."""
+    ``variant``: ``_build``'s keyword arguments."""
     key = (dtype_str, w_dtype_str, N, split, threads, *sorted(variant.items()))
     fn = _compiled.get(key)
     if fn is None:
