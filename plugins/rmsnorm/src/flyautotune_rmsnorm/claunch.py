@@ -139,38 +139,41 @@ static int range_error(Py_ssize_t pos, char code, const char *what) {
   return -1;
 }
 
-/* An int (or an object with __index__) as a signed 64-bit value. */
-static int as_i64(PyObject *obj, Py_ssize_t pos, char code, const char *what, long long *out) {
+/* An integer argument as its 64 bits: a Python int (or an object with __index__) within [lo, hi] for a
+   signed code, [0, uhi] for an unsigned one; out of range raises OverflowError naming ``what``. */
+static int as_int(PyObject *obj, Py_ssize_t pos, char code, int is_signed, long long lo, long long hi,
+                  unsigned long long uhi, const char *what, uint64_t *bits) {
+  PyObject *n;
+  int failed;
   if (PyLong_Check(obj)) {
-    *out = PyLong_AsLongLong(obj);
+    Py_INCREF(obj);
+    n = obj;
   } else if (PyIndex_Check(obj)) {
-    PyObject *idx = PyNumber_Index(obj);
-    if (idx == NULL)
+    n = PyNumber_Index(obj);
+    if (n == NULL)
       return -1;
-    *out = PyLong_AsLongLong(idx);
-    Py_DECREF(idx);
-  } else {
-    return type_error(pos, code, "an int", obj);
-  }
-  if (*out == -1 && PyErr_Occurred())
-    return PyErr_ExceptionMatches(PyExc_OverflowError) ? range_error(pos, code, what) : -1;
-  return 0;
-}
-
-/* An int (or an object with __index__) as an unsigned 64-bit value. */
-static int as_u64(PyObject *obj, Py_ssize_t pos, char code, const char *what, unsigned long long *out) {
-  if (PyLong_Check(obj)) {
-    *out = PyLong_AsUnsignedLongLong(obj);
-  } else if (PyIndex_Check(obj)) {
-    PyObject *idx = PyNumber_Index(obj);
-    if (idx == NULL)
-      return -1;
-    *out = PyLong_AsUnsignedLongLong(idx);
-    Py_DECREF(idx);
   } else {
     return type_error(pos, code, code == 'p' ? "an int (a device pointer) or None" : "an int", obj);
   }
-  if (*out == (unsigned long long)-1 && PyErr_Occurred())
+  if (is_signed) {
+    long long v = PyLong_AsLongLong(n);
+    failed = v == -1 && PyErr_Occurred();
+    if (!failed && (v < lo || v > hi)) {
+      Py_DECREF(n);
+      return range_error(pos, code, what);
+    }
+    *bits = (uint64_t)v;
+  } else {
+    unsigned long long u = PyLong_AsUnsignedLongLong(n);
+    failed = u == (unsigned long long)-1 && PyErr_Occurred();
+    if (!failed && u > uhi) {
+      Py_DECREF(n);
+      return range_error(pos, code, what);
+    }
+    *bits = (uint64_t)u;
+  }
+  Py_DECREF(n);
+  if (failed)
     return PyErr_ExceptionMatches(PyExc_OverflowError) ? range_error(pos, code, what) : -1;
   return 0;
 }
@@ -192,48 +195,38 @@ static int as_double(PyObject *obj, Py_ssize_t pos, char code, double *out) {
 }
 
 static int convert(PyObject *obj, Py_ssize_t pos, char code, slot_t *slot) {
-  long long v;
-  unsigned long long u;
+  uint64_t bits;
   double d;
   slot->u64 = 0;
   switch (code) {
   case 'p':
     if (obj == Py_None)
       return 0;
-    if (as_u64(obj, pos, code, "a 64-bit pointer", &u) < 0)
+    if (as_int(obj, pos, code, 0, 0, 0, UINT64_MAX, "a 64-bit pointer", &bits) < 0)
       return -1;
-    slot->u64 = (uint64_t)u;
+    slot->u64 = bits;
     return 0;
   case 'i':
-    if (as_i64(obj, pos, code, "int32", &v) < 0)
+    if (as_int(obj, pos, code, 1, INT32_MIN, INT32_MAX, 0, "int32", &bits) < 0)
       return -1;
-    if (v < INT32_MIN || v > INT32_MAX)
-      return range_error(pos, code, "int32");
-    slot->i32 = (int32_t)v;
+    slot->i32 = (int32_t)(int64_t)bits;
     return 0;
   case 'I':
-    if (as_u64(obj, pos, code, "uint32", &u) < 0)
+    if (as_int(obj, pos, code, 0, 0, 0, UINT32_MAX, "uint32", &bits) < 0)
       return -1;
-    if (u > UINT32_MAX)
-      return range_error(pos, code, "uint32");
-    slot->u32 = (uint32_t)u;
+    slot->u32 = (uint32_t)bits;
     return 0;
   case 'l':
-    if (as_i64(obj, pos, code, "int64", &v) < 0)
-      return -1;
-    slot->i64 = (int64_t)v;
-    return 0;
   case 'L':
-    if (as_u64(obj, pos, code, "uint64", &u) < 0)
+    if (as_int(obj, pos, code, code == 'l', INT64_MIN, INT64_MAX, UINT64_MAX, code == 'l' ? "int64" : "uint64",
+               &bits) < 0)
       return -1;
-    slot->u64 = (uint64_t)u;
+    slot->u64 = bits;
     return 0;
   case 'c':
-    if (as_i64(obj, pos, code, "int8", &v) < 0)
+    if (as_int(obj, pos, code, 1, INT8_MIN, INT8_MAX, 0, "int8", &bits) < 0)
       return -1;
-    if (v < INT8_MIN || v > INT8_MAX)
-      return range_error(pos, code, "int8");
-    slot->i8 = (int8_t)v;
+    slot->i8 = (int8_t)(int64_t)bits;
     return 0;
   case 'f':
     if (as_double(obj, pos, code, &d) < 0)
