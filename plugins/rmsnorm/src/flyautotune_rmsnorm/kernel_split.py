@@ -54,12 +54,10 @@ def _split_sumsq(
     x_row = X + row * sx_vec * ROW_VEC
     cols = tl.arange(0, BLOCK_N)
     acc = tl.full([BLOCK_N], 0.0, tl.float32)
+    fill = None if EVEN_N else 0.0  # no masks (and so no fill value) when N is a multiple of the slice
     for t in range(TILES):
         offs = (s * TILES + t) * BLOCK_N + cols
-        if EVEN_N:
-            x = tl.load(x_row + offs, eviction_policy=X_KEEP)
-        else:
-            x = tl.load(x_row + offs, mask=offs < N, other=0.0, eviction_policy=X_KEEP)
+        x = tl.load(x_row + offs, mask=None if EVEN_N else offs < N, other=fill, eviction_policy=X_KEEP)
         xf = x.to(tl.float32)
         acc += xf * xf
     # tl.reduce with tl.sum's combine: the form the interpreter runs too (see kernel.py).
@@ -93,21 +91,15 @@ def _split_normalize(
     x_row = X + row * sx_vec * ROW_VEC
     y_row = Y + row * sy_vec * ROW_VEC
     cols = tl.arange(0, BLOCK_N)
+    fill = None if EVEN_N else 0.0  # no masks (and so no fill value) when N is a multiple of the slice
     # Newest tile first: the re-read hits what L2 kept last.
     for i in range(TILES):
         offs = (s * TILES + TILES - 1 - i) * BLOCK_N + cols
-        if EVEN_N:
-            x = tl.load(x_row + offs, eviction_policy=X_LAST)
-            w = tl.load(W + offs, eviction_policy=W_POLICY)
-        else:
-            ok = offs < N
-            x = tl.load(x_row + offs, mask=ok, other=0.0, eviction_policy=X_LAST)
-            w = tl.load(W + offs, mask=ok, other=0.0, eviction_policy=W_POLICY)
+        ok = None if EVEN_N else offs < N
+        x = tl.load(x_row + offs, mask=ok, other=fill, eviction_policy=X_LAST)
+        w = tl.load(W + offs, mask=ok, other=fill, eviction_policy=W_POLICY)
         y = (x.to(tl.float32) * rstd * w.to(tl.float32)).to(Y.dtype.element_ty)
-        if EVEN_N:
-            tl.store(y_row + offs, y, eviction_policy=Y_POLICY)
-        else:
-            tl.store(y_row + offs, y, mask=offs < N, eviction_policy=Y_POLICY)
+        tl.store(y_row + offs, y, mask=ok, eviction_policy=Y_POLICY)
 
 
 def _split_coop(
@@ -139,12 +131,10 @@ def _split_coop(
     s = tl.program_id(1)
     offs = s * BLOCK_N + tl.arange(0, BLOCK_N)
     x_row = X + row * sx_vec * ROW_VEC
-    if EVEN_N:
-        x = tl.load(x_row + offs, eviction_policy=X_LAST)
-        w = tl.load(W + offs, eviction_policy=W_POLICY)
-    else:
-        x = tl.load(x_row + offs, mask=offs < N, other=0.0, eviction_policy=X_LAST)
-        w = tl.load(W + offs, mask=offs < N, other=0.0, eviction_policy=W_POLICY)
+    ok = None if EVEN_N else offs < N  # no masks (and so no fill value) when N is a multiple of the slice
+    fill = None if EVEN_N else 0.0
+    x = tl.load(x_row + offs, mask=ok, other=fill, eviction_policy=X_LAST)
+    w = tl.load(W + offs, mask=ok, other=fill, eviction_policy=W_POLICY)
     xf = x.to(tl.float32)
     slots = P + row * SPLIT_POW2
     count = C + row
@@ -160,11 +150,7 @@ def _split_coop(
     p = tl.load(slots + parts, mask=mine, other=0.0, volatile=True)
     total = tl.reduce(tl.where(mine, p, 0.0), 0, tl.standard._sum_combine)
     y = (xf * tl.rsqrt(total / N + eps) * w.to(tl.float32)).to(Y.dtype.element_ty)
-    y_row = Y + row * sy_vec * ROW_VEC
-    if EVEN_N:
-        tl.store(y_row + offs, y, eviction_policy=Y_POLICY)
-    else:
-        tl.store(y_row + offs, y, mask=offs < N, eviction_policy=Y_POLICY)
+    tl.store(Y + row * sy_vec * ROW_VEC + offs, y, mask=ok, eviction_policy=Y_POLICY)
     # The row's last program out resets the count for the next launch (every program of the row has left
     # the wait by then).
     if tl.atomic_add(count, 1, sem="acq_rel") == 2 * SPLIT - 1:
@@ -231,10 +217,8 @@ def _split_persist(
                          eviction_policy=X_LAST)
         # The weight's slice is read again each trip (from L2): held across trips it costs the registers
         # that keep 1024-thread programs from spilling.
-        if EVEN_N:
-            w = tl.load(W + cols, eviction_policy=W_POLICY)
-        else:
-            w = tl.load(W + cols, mask=cols < N, other=0.0, eviction_policy=W_POLICY)
+        w = tl.load(W + cols, mask=None if EVEN_N else cols < N, other=None if EVEN_N else 0.0,
+                    eviction_policy=W_POLICY)
         target = (it + 1) * SPLIT
         while tl.atomic_add(arrived, 0, sem="acquire") < target:  # one thread, broadcast: a uniform loop
             pass

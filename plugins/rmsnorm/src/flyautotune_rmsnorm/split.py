@@ -34,19 +34,10 @@ def workspace(dev: int, handle: int) -> Optional[tuple]:
     same rows (a workspace made inside the capture would need its fill captured too, two more nodes per
     launch: measured slower than the two launches, 5.8 against 3.3 µs at 1 x 65536). Capture on a stream
     that has launched once to record the one-launch form."""
-    key = (dev, handle)
-    ws = _workspaces.get(key)
+    ws = _workspaces.get((dev, handle))
     if ws is None:
-        torch = _torch()
-        if torch.cuda.is_current_stream_capturing():
-            return None
         rows = sm_count(dev)  # M * SPLIT <= SMs and SPLIT >= 2
-        with torch.cuda.device(dev):
-            p = torch.zeros(rows * MAX_SPLIT, dtype=torch.float32, device=f"cuda:{dev}")  # the count says when filled
-            c = torch.zeros(rows, dtype=torch.int32, device=f"cuda:{dev}")
-            torch.cuda.current_stream(dev).synchronize()  # the zeros are in place before any launch
-        with _workspace_lock:
-            ws = _workspaces.setdefault(key, (p, c))
+        ws = _zeroed_workspace(_workspaces, dev, handle, rows * MAX_SPLIT, rows)  # the count says when filled
     return ws
 
 
@@ -55,20 +46,25 @@ def persist_workspace(dev: int, handle: int) -> Optional[tuple]:
     grid of resident programs can hold (at most 32 programs per SM, two or more per group) and two zeroed
     counters per group. Like :func:`workspace`: one per stream, None while capturing before the first
     launch on it."""
-    key = (dev, handle)
-    ws = _persist_workspaces.get(key)
+    ws = _persist_workspaces.get((dev, handle))
     if ws is None:
-        torch = _torch()
         groups = sm_count(dev) * 16
-        if torch.cuda.is_current_stream_capturing():
-            return None
-        with torch.cuda.device(dev):
-            p = torch.zeros(groups * 2 * MAX_SPLIT, dtype=torch.float32, device=f"cuda:{dev}")  # ROWS * SPLIT <= 128
-            d = torch.zeros(groups * 2, dtype=torch.int32, device=f"cuda:{dev}")
-            torch.cuda.current_stream(dev).synchronize()
-        with _workspace_lock:
-            ws = _persist_workspaces.setdefault(key, (p, d))
+        ws = _zeroed_workspace(_persist_workspaces, dev, handle, groups * 2 * MAX_SPLIT, groups * 2)  # ROWS * SPLIT <= 128
     return ws
+
+
+def _zeroed_workspace(cache: dict, dev: int, handle: int, slots: int, counters: int) -> Optional[tuple]:
+    """``(fp32 slots, int32 counters)``, zeroed on device ``dev`` and kept in ``cache`` for ``(dev, handle)``;
+    None while the current stream is capturing a graph."""
+    torch = _torch()
+    if torch.cuda.is_current_stream_capturing():
+        return None
+    with torch.cuda.device(dev):
+        p = torch.zeros(slots, dtype=torch.float32, device=f"cuda:{dev}")
+        c = torch.zeros(counters, dtype=torch.int32, device=f"cuda:{dev}")
+        torch.cuda.current_stream(dev).synchronize()  # the zeros are in place before any launch
+    with _workspace_lock:
+        return cache.setdefault((dev, handle), (p, c))
 
 
 def resident_programs(compiled, threads: int, dev: int) -> int:
@@ -147,8 +143,7 @@ class SplitLauncher(RMSNormLauncher):
         if interpret is None:
             interpret = not x.is_cuda or _INTERPRET
         if not interpret and self.uses_coop(M, x.get_device()):
-            run = self._persist if self.COOP == 2 else self._coop
-            if run(x, w, y, M, S, rv, sx, sy, eps, stream, options):
+            if self._one_launch(x, w, y, M, S, rv, sx, sy, eps, stream, options):
                 return
         c1, c2 = self.constexprs(rv)
         if interpret:
@@ -175,59 +170,47 @@ class SplitLauncher(RMSNormLauncher):
         pair[0].call(M, S, handle, xp, pp, sx // rv, *c1.values())
         pair[1].call(M, S, handle, xp, wp, yp, pp, sx // rv, sy // rv, eps, *c2.values())
 
-    def _coop(self, x, w, y, M, S, rv, sx, sy, eps, stream, options) -> bool:
-        """One launch, every program resident (the caller checked ``M * S`` against the SMs); False when
-        no workspace can be made now (a graph capture on a new stream)."""
+    def _one_launch(self, x, w, y, M, S, rv, sx, sy, eps, stream, options) -> bool:
+        """One launch of the one-launch body: with ``COOP=1`` every program resident (the caller checked
+        ``M * S`` against the SMs), with ``COOP=2`` ``R * S`` resident programs looping over the rows.
+        False when no workspace can be made now (a graph capture on a new stream)."""
+        persist = self.COOP == 2
         dev = x.get_device()
         handle = stream_handle(stream, dev)
-        ws = workspace(dev, handle)
+        ws = (persist_workspace if persist else workspace)(dev, handle)
         if ws is None:
             return False
         p, c = ws
         xp, wp, yp = x.data_ptr(), w.data_ptr(), y.data_ptr()
-        key = launch_key(dev, ("coop", rv), xp, yp, wp, w.dtype, options)
-        launch = self._launches.get(key)
-        consts = self.coop_constexprs(rv)
-        if launch is None:
-            torch = _torch()
-            opts = self.compile_options(dict(options))
-            with torch.cuda.device(dev), torch.cuda.stream(torch_stream(stream, x.device)):
-                k = _ks.coop_kernel()[(M, S)](x, w, y, p, c, sx // rv, sy // rv, eps, **consts, **opts)
-            with self._lock:
-                self._launches[key] = Launch(_direct_call(k), k)
-            return True
-        launch.call(M, S, handle, xp, wp, yp, p.data_ptr(), c.data_ptr(), sx // rv, sy // rv, eps, *consts.values())
-        return True
-
-    def _persist(self, x, w, y, M, S, rv, sx, sy, eps, stream, options) -> bool:
-        """One persistent launch: ``R * S`` resident programs loop over the rows; False when no workspace
-        can be made now (a graph capture on a new stream)."""
-        dev = x.get_device()
-        handle = stream_handle(stream, dev)
-        ws = persist_workspace(dev, handle)
-        if ws is None:
-            return False
-        p, d = ws
-        xp, wp, yp = x.data_ptr(), w.data_ptr(), y.data_ptr()
-        key = launch_key(dev, ("persist", rv), xp, yp, wp, w.dtype, options)
+        sxv, syv = sx // rv, sy // rv
+        key = launch_key(dev, ("persist" if persist else "coop", rv), xp, yp, wp, w.dtype, options)
         got = self._launches.get(key)
-        consts = self.persist_constexprs(rv)
         if got is None:
-            torch = _torch()
-            with torch.cuda.device(dev):
-                k = self._persist_compiled(x, w, y, p, d, M, sx // rv, sy // rv, consts, options)
-            got = (Launch(_direct_call(k), k), resident_programs(k, self.BLOCK_THREADS, dev) // S)
+            with _torch().cuda.device(dev):
+                k = self._one_launch_compiled(x, w, y, p, c, M, sxv, syv, rv, options)
+            # a persistent grid holds as many row groups as the GPU keeps resident
+            got = (Launch(_direct_call(k), k), resident_programs(k, self.BLOCK_THREADS, dev) // S if persist else 0)
             with self._lock:
                 self._launches[key] = got
         launch, groups = got
-        R = row_groups(-(-M // self.ROWS_PER_PROGRAM), groups)
-        launch.call(R * S, 1, handle, xp, wp, yp, p.data_ptr(), d.data_ptr(), M, sx // rv, sy // rv, eps, R,
-                    *consts.values())
+        if persist:
+            R = row_groups(-(-M // self.ROWS_PER_PROGRAM), groups)
+            launch.call(R * S, 1, handle, xp, wp, yp, p.data_ptr(), c.data_ptr(), M, sxv, syv, eps, R,
+                        *self.persist_constexprs(rv).values())
+        else:
+            launch.call(M, S, handle, xp, wp, yp, p.data_ptr(), c.data_ptr(), sxv, syv, eps,
+                        *self.coop_constexprs(rv).values())
         return True
 
-    def _persist_compiled(self, x, w, y, p, d, M, sxv, syv, consts, options):
-        k = _ks.persist_kernel().warmup(x, w, y, p, d, M, sxv, syv, 1e-6, 1, grid=(1,), **consts,
-                                        **self.compile_options(dict(options)))
+    def _one_launch_compiled(self, x, w, y, p, c, M, sxv, syv, rv, options):
+        """The loaded binary of the one-launch body (``COOP=1`` or ``2``), compiled without launching."""
+        opts = self.compile_options(dict(options))
+        if self.COOP == 2:
+            k = _ks.persist_kernel().warmup(x, w, y, p, c, M, sxv, syv, 1e-6, 1, grid=(1,),
+                                            **self.persist_constexprs(rv), **opts)
+        else:
+            k = _ks.coop_kernel().warmup(x, w, y, p, c, sxv, syv, 1e-6, grid=(M, self.programs),
+                                         **self.coop_constexprs(rv), **opts)
         k.run  # loading the binary fills n_regs and the function handle
         return k
 
@@ -272,21 +255,15 @@ class SplitLauncher(RMSNormLauncher):
         opts = self.compile_options(dict(options))
         grid = (M, self.programs)
         with torch.cuda.device(dev):
-            if self.uses_coop(M, dev) and self.COOP == 2:
-                p = torch.empty(2 * MAX_SPLIT, dtype=torch.float32, device=x.device)  # ROWS * SPLIT <= 128
-                d = torch.empty(2, dtype=torch.int32, device=x.device)
-                return self._persist_compiled(x, w, y, p, d, M, sx // rv, sy // rv, self.persist_constexprs(rv),
-                                              options)
             if self.uses_coop(M, dev):
-                p = torch.empty(self.programs, dtype=torch.float32, device=x.device)
-                c = torch.empty(1, dtype=torch.int32, device=x.device)
-                k = _ks.coop_kernel().warmup(x, w, y, p, c, sx // rv, sy // rv, 1e-6, grid=grid,
-                                             **self.coop_constexprs(rv), **opts)
-            else:
-                c1, c2 = self.constexprs(rv)
-                p = torch.empty(M * self.programs, dtype=torch.float32, device=x.device)
-                k1, k2 = _ks.kernels(False)
-                k1.warmup(x, p, sx // rv, grid=grid, **c1, **opts).run
-                k = k2.warmup(x, w, y, p, sx // rv, sy // rv, 1e-6, grid=grid, **c2, **opts)
+                # workspaces of the right kinds; their contents do not matter to a compile
+                p = torch.empty(2 * MAX_SPLIT, dtype=torch.float32, device=x.device)  # ROWS * SPLIT <= 128
+                c = torch.empty(2, dtype=torch.int32, device=x.device)
+                return self._one_launch_compiled(x, w, y, p, c, M, sx // rv, sy // rv, rv, options)
+            c1, c2 = self.constexprs(rv)
+            p = torch.empty(M * self.programs, dtype=torch.float32, device=x.device)
+            k1, k2 = _ks.kernels(False)
+            k1.warmup(x, p, sx // rv, grid=grid, **c1, **opts).run
+            k = k2.warmup(x, w, y, p, sx // rv, sy // rv, 1e-6, grid=grid, **c2, **opts)
             k.run  # loading the binary fills n_regs / n_spills
         return k
