@@ -62,3 +62,28 @@ def replay_and_check(run, x, weight, what: str, outputs: int = 3, replays: int =
     torch.cuda.synchronize()
     for y in ys:
         check_against_reference(y, x, weight, what)
+
+
+def check_space_configs(shapes, coop: int, launches: int) -> int:
+    """Every config of the CUDA space with this ``COOP``, for each ``(M, N)`` of ``shapes`` in bf16, fp16
+    and fp32: ``launches`` launches each (a barrier or an exchange must reset itself between them), every
+    one into a NaN-filled output checked against fp64. Each shape must have such configs; returns how many
+    configs ran."""
+    import torch
+
+    from flyautotune_rmsnorm import cuda_space
+    from flyautotune_rmsnorm.api import launch
+
+    ran = 0
+    for M, N in shapes:
+        for dtype, ds in [(torch.bfloat16, "bf16"), (torch.float16, "fp16"), (torch.float32, "fp32")]:
+            x = torch.randn(M, N, device="cuda", dtype=dtype) * 2
+            w = torch.rand(N, device="cuda", dtype=dtype) + 0.5
+            configs = [c for c in cuda_space(M, N, ds) if c.kwargs["COOP"] == coop]
+            assert configs, f"no COOP={coop} config for {M}x{N} {ds}"
+            for cfg in configs:
+                for _ in range(launches):
+                    run_and_check(lambda y: launch(x, w, y, M, N, ds, 1e-6, N, N, None, **cfg.kwargs), x, w,
+                                  f"{M}x{N} {ds} {cfg}")
+                ran += 1
+    return ran

@@ -194,28 +194,17 @@ pytestmark_gpu = pytest.mark.skipif(not torch.cuda.is_available(), reason=(
 
 CHILD = textwrap.dedent("""
     import torch
-    from flyautotune_rmsnorm import cuda_space
     from flyautotune_rmsnorm.api import launch
     from flyautotune_rmsnorm.cluster import cluster_capable
     from flyautotune_rmsnorm.factory import make_launcher
     from flyautotune_rmsnorm.space import _cfg
-    from gpu_checks import on_side_stream, replay_and_check, run_and_check
+    from gpu_checks import check_space_configs, on_side_stream, replay_and_check, run_and_check
 
     if not cluster_capable(0):
         print("skip", "no clusters on this GPU or no CuTe DSL")
         raise SystemExit(0)
-    ran = 0
-    for M, N in [(1, 65536), (4, 131072), (1024, 65536), (3, 16384), (1, 262144), (300, 32768), (64, 131072)]:
-        for dtype, ds in [(torch.bfloat16, "bf16"), (torch.float16, "fp16"), (torch.float32, "fp32")]:
-            x = torch.randn(M, N, device="cuda", dtype=dtype) * 2
-            w = torch.rand(N, device="cuda", dtype=dtype) + 0.5
-            cluster = [c for c in cuda_space(M, N, ds) if c.kwargs["COOP"] == 3]
-            assert cluster, (M, N, ds)
-            for cfg in cluster:
-                for _ in range(2):
-                    run_and_check(lambda y: launch(x, w, y, M, N, ds, 1e-6, N, N, None, **cfg.kwargs), x, w,
-                                  f"{M}x{N} {ds} {cfg}")
-                ran += 1
+    ran = check_space_configs([(1, 65536), (4, 131072), (1024, 65536), (3, 16384), (1, 262144), (300, 32768),
+                               (64, 131072)], coop=3, launches=2)
     # both places a CTA keeps its slice: registers (HOLD=1) and shared memory (HOLD=0)
     for hold in (1, 0):
         cfg = _cfg(256, 1, 0, 2, split=8, coop=3, hold=hold)

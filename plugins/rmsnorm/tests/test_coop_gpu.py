@@ -20,20 +20,11 @@ CHILD = textwrap.dedent("""
     import torch
     from flyautotune_rmsnorm import cuda_space
     from flyautotune_rmsnorm.api import launch
-    from gpu_checks import on_side_stream, replay_and_check, run_and_check
+    from gpu_checks import check_space_configs, on_side_stream, replay_and_check, run_and_check
 
-    ran = 0
-    for M, N in [(1, 65536), (4, 131072), (1, 262144), (3, 40001), (64, 8192), (2, 3000), (1, 4096)]:
-        for dtype, ds in [(torch.bfloat16, "bf16"), (torch.float16, "fp16"), (torch.float32, "fp32")]:
-            x = torch.randn(M, N, device="cuda", dtype=dtype) * 2
-            w = torch.rand(N, device="cuda", dtype=dtype) + 0.5
-            coop = [c for c in cuda_space(M, N, ds) if c.kwargs["COOP"] == 1]
-            assert coop, (M, N, ds)
-            for cfg in coop:
-                for _ in range(3):  # the barrier resets itself between launches
-                    run_and_check(lambda y: launch(x, w, y, M, N, ds, 1e-6, N, N, None, **cfg.kwargs), x, w,
-                                  f"{M}x{N} {ds} {cfg}")
-                ran += 1
+    # the barrier resets itself between launches
+    ran = check_space_configs([(1, 65536), (4, 131072), (1, 262144), (3, 40001), (64, 8192), (2, 3000), (1, 4096)],
+                              coop=1, launches=3)
     # a 64-way split at 256 threads: the sums' reduction goes through shared memory after the wait, where
     # warps that left a replicated wait apart would pair the CTA barriers wrongly
     wide = dict(BLOCK_THREADS=256, ROWS_PER_PROGRAM=1, CHUNK=0, CACHE_POLICY=2, PREFETCH=0, SPLIT=64, VEC=16,
