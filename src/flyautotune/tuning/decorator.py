@@ -240,7 +240,7 @@ class Autotuner:
         if plan.kwargs and (len(args) > plan.min_pos or not plan.kwargs.keys().isdisjoint(kwargs)):
             check_caller(self.name, self.sig, [plan.config], call)  # the same answer as on a cold key
         if not kwargs and self._fast_ok:
-            fastpath.remember(self, args, plan)
+            fastpath.remember(self, args, plan, call.named)
         # An omitted stream stays None: the launch's own current stream, where the zeroing below runs too.
         stream = launch_stream(self.sig, call)
         with streams.on_stream(stream):

@@ -31,8 +31,9 @@ log = logging.getLogger("flyautotune")
 MAX_ENTRIES = 4096
 
 
-def remember(tuner: Any, args: tuple, plan: Any) -> None:
-    """Make later calls with this arity, these types and this key take the fast path."""
+def remember(tuner: Any, args: tuple, plan: Any, named: dict) -> None:
+    """Make later calls with this arity, these types and this key take the fast path (``named``: the
+    call's arguments by name, as the general path bound them; ``specialize=`` receives them)."""
     if plan.config.pre_hook is not None or len(args) > plan.min_pos:
         return
     n = len(args)
@@ -50,8 +51,7 @@ def remember(tuner: Any, args: tuple, plan: Any) -> None:
         bound = None
         if tuner.specialize is not None:
             try:  # inside the launch context: it may resolve what depends on the target and the hints
-                bound = context.launch_with(plan.layers, plan.launch, tuner.specialize, (plan.config,),
-                                            tuner.sig.bind(args, {}).named)
+                bound = context.launch_with(plan.layers, plan.launch, tuner.specialize, (plan.config,), named)
             except Exception as exc:  # the launch itself serves this key's hits (said once per tuner)
                 if not tuner._specialize_warned:
                     tuner._specialize_warned = True
