@@ -1,6 +1,9 @@
-"""Long rows, config by config: every CUDA-space candidate of a shape and the configs outside the
-space that hold the row narrow in registers (HOLD) or split it across persistent programs (COOP=2),
-against QuACK, in CUDA-graph replay over inputs rotated past L2, in one process (one CUDA GPU).
+"""Config by config: every CUDA-space candidate of a shape and configs outside the space, against
+QuACK and torch.compile, in CUDA-graph replay over inputs rotated past L2, in one process (one CUDA GPU).
+
+Outside the space: for long rows (the default shapes) the row held narrow in registers (HOLD) or split
+across persistent programs (COOP=2); for short rows (any ``--shapes``) up to 4 vectors a thread and both
+cache policies of short rows.
 
     python bench/long_rows.py --out DIR [--shapes 1024x65536:bf16,2048x32768:bf16,8192x16384:bf16]
 
@@ -27,6 +30,8 @@ def extra_configs(M, N, ds):
     from flyautotune_rmsnorm.space import _cfg, persist_configs
 
     npad = next_pow2(N)
+    if npad <= 2048:
+        return short_extras(npad, ds)
     # The persistent split (COOP=2), with 1, 2 or 4 rows per trip (one barrier for all of them).
     persist = [_cfg(c.kwargs["BLOCK_THREADS"], rows, 0, 2, split=c.kwargs["SPLIT"], coop=2)
                for c in persist_configs(max(M, 132), N, ds) for rows in (1, 2, 4)]
@@ -36,6 +41,22 @@ def extra_configs(M, N, ds):
     if npad == 32768:
         out.append(_cfg(1024, 1, 0, 2, hold=1, maxnreg=32))
     return out + persist
+
+
+def short_extras(npad, ds):
+    """Rows of at most 2048 elements: 1, 2 or 4 16-byte vectors a thread, 64-512 threads, as many rows
+    per program as that takes (up to 64), cache policies 0 and 1."""
+    from flyautotune_rmsnorm.space import _cfg
+
+    v = 16 // {"bf16": 2, "fp16": 2, "fp32": 4}[ds]
+    out = []
+    for policy in (0, 1):
+        for per_thread in (v, 2 * v, 4 * v):
+            for bt in (64, 128, 256, 512):
+                rows = per_thread * bt // npad
+                if 1 <= rows <= 64 and rows * npad == per_thread * bt:
+                    out.append(_cfg(bt, rows, policy=policy))
+    return out
 
 
 def main(argv=None):
@@ -50,31 +71,41 @@ def main(argv=None):
 
     from flyautotune_rmsnorm.space import cuda_space, default_config
 
+    import torch.nn.functional as F
+
     quack, why = load_quack()
     if quack is None:
         print(f"QuACK not measured: {why}")
+    peers = {} if quack is None else {"QuACK rmsnorm_fwd": lambda x, w: quack(x, w, eps=1e-6)[0]}
     rows = []
     for spec in args.shapes.split(","):
         M, N, ds = shape_spec(spec)
         default = default_config(M, N, ds, "cuda")
-        configs = [default] + [c for c in cuda_space(M, N, ds) if c != default] + extra_configs(M, N, ds)
+        space = cuda_space(M, N, ds)
+        configs = [default] + [c for c in space if c != default]
+        configs += [c for c in extra_configs(M, N, ds) if c not in configs]
         times = graph_ms(M, N, ds, configs, rounds=3)
         elem = {"bf16": 2, "fp16": 2, "fp32": 4}[ds]
         nbytes = (2 * M * N + N) * elem
         res = [{"config": repr(c), "ms": t, "GBs": nbytes / (t * 1e-3) / 1e9, "default": c == default}
                for c, t in zip(configs, times)]
-        if quack is not None:
-            dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[ds]
-            x = torch.randn(M, N, device="cuda", dtype=dt)
-            w = torch.rand(N, device="cuda", dtype=dt) + 0.5
-            ms = graph_time(lambda x, w: quack(x, w, eps=1e-6)[0], rotating_inputs(x, M, N, ds), w)
-            res.append({"config": "QuACK rmsnorm_fwd", "ms": ms, "GBs": nbytes / (ms * 1e-3) / 1e9, "default": False})
-            del x
-            torch.cuda.empty_cache()
+        torch._dynamo.reset()  # a fresh compile per shape (dynamo stops recompiling after 8)
+        peers["torch.compile"] = torch.compile(lambda x, w, N=N: F.rms_norm(x, (N,), w, 1e-6), dynamic=False)
+        dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[ds]
+        x = torch.randn(M, N, device="cuda", dtype=dt)
+        w = torch.rand(N, device="cuda", dtype=dt) + 0.5
+        for name, fn in peers.items():
+            ms = graph_time(fn, rotating_inputs(x, M, N, ds), w)
+            res.append({"config": name, "ms": ms, "GBs": nbytes / (ms * 1e-3) / 1e9, "default": False})
+        del x
+        torch.cuda.empty_cache()
+        for r in res:
+            r["in_space"] = r["config"] in {repr(c) for c in space}
         res.sort(key=lambda r: r["ms"])
         print(f"\n### {M} × {N} {ds}\n\n| config | µs | GB/s |\n|---|---|---|")
         for r in res:
-            print(f"| {r['config']}{' (default)' if r['default'] else ''} | {r['ms'] * 1e3:.2f} | {r['GBs']:.0f} |")
+            tag = " (default)" if r["default"] else " (in the space)" if r["in_space"] else ""
+            print(f"| {r['config']}{tag} | {r['ms'] * 1e3:.2f} | {r['GBs']:.0f} |")
         rows.append({"shape": spec, "results": res})
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "long_rows.json"), "w") as f:
