@@ -63,20 +63,21 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=".")
     ap.add_argument("--shapes", default=SHAPES)
+    ap.add_argument("--rounds", type=int, default=3, help="interleaved timing rounds (the median is kept)")
     args = ap.parse_args(argv)
 
     import torch
-    from rmsnorm import graph_time, load_quack, rotating_inputs, shape_spec
-    from stability import graph_ms
-
-    from flyautotune_rmsnorm.space import cuda_space, default_config
-
     import torch.nn.functional as F
+    from rmsnorm import graph_times, load_quack, nbytes, rotating_inputs, shape_spec, torch_dtype
+
+    import flyautotune as fat
+    from flyautotune_rmsnorm.api import launch
+    from flyautotune_rmsnorm.reference import check_against_reference
+    from flyautotune_rmsnorm.space import cuda_space, default_config
 
     quack, why = load_quack()
     if quack is None:
         print(f"QuACK not measured: {why}")
-    peers = {} if quack is None else {"QuACK rmsnorm_fwd": lambda x, w: quack(x, w, eps=1e-6)[0]}
     rows = []
     for spec in args.shapes.split(","):
         M, N, ds = shape_spec(spec)
@@ -84,23 +85,26 @@ def main(argv=None):
         space = cuda_space(M, N, ds)
         configs = [default] + [c for c in space if c != default]
         configs += [c for c in extra_configs(M, N, ds) if c not in configs]
-        times = graph_ms(M, N, ds, configs, rounds=3)
-        elem = {"bf16": 2, "fp16": 2, "fp32": 4}[ds]
-        nbytes = (2 * M * N + N) * elem
-        res = [{"config": repr(c), "ms": t, "GBs": nbytes / (t * 1e-3) / 1e9, "default": c == default}
-               for c, t in zip(configs, times)]
         torch._dynamo.reset()  # a fresh compile per shape (dynamo stops recompiling after 8)
-        peers["torch.compile"] = torch.compile(lambda x, w, N=N: F.rms_norm(x, (N,), w, 1e-6), dynamic=False)
-        dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[ds]
-        x = torch.randn(M, N, device="cuda", dtype=dt)
-        w = torch.rand(N, device="cuda", dtype=dt) + 0.5
-        for name, fn in peers.items():
-            ms = graph_time(fn, rotating_inputs(x, M, N, ds), w)
-            res.append({"config": name, "ms": ms, "GBs": nbytes / (ms * 1e-3) / 1e9, "default": False})
+        fns = {"torch.compile": torch.compile(lambda x, w: F.rms_norm(x, (N,), w, 1e-6), dynamic=False)}
+        if quack is not None:
+            fns["QuACK rmsnorm_fwd"] = lambda x, w: quack(x, w, eps=1e-6)[0]
+        for cfg in configs:
+            def run(x, w, kw=cfg.kwargs, hints=cfg.hints):
+                y = torch.empty_like(x)  # every implementation allocates its output: the same memory traffic
+                with fat.compile_hints(**hints):
+                    launch(x, w, y, M, N, ds, 1e-6, N, N, None, **kw)
+                return y
+            fns[repr(cfg)] = run
+        x = torch.randn(M, N, device="cuda", dtype=torch_dtype(ds))
+        w = torch.rand(N, device="cuda", dtype=x.dtype) + 0.5
+        for name, fn in fns.items():
+            check_against_reference(fn(x, w), x, w, name)
+        times = graph_times(fns, rotating_inputs(x, M, N, ds), w, args.rounds)
+        res = [{"config": name, "ms": times[name], "GBs": nbytes(M, N, ds) / (times[name] * 1e-3) / 1e9,
+                "default": name == repr(default), "in_space": name in {repr(c) for c in space}} for name in fns]
         del x
         torch.cuda.empty_cache()
-        for r in res:
-            r["in_space"] = r["config"] in {repr(c) for c in space}
         res.sort(key=lambda r: r["ms"])
         print(f"\n### {M} × {N} {ds}\n\n| config | µs | GB/s |\n|---|---|---|")
         for r in res:

@@ -131,6 +131,18 @@ def graph_time(fn, xs, w, reps_ms=100):
     return ms / len(xs)
 
 
+def graph_times(fns, xs, w, rounds=3):
+    """``{name: ms per call}`` of each ``fns[name](x, w)``, timed by :func:`graph_time` in ``rounds``
+    interleaved rounds (the median is kept): slow drifts of the GPU's clocks hit every one alike."""
+    import statistics
+
+    samples = {name: [] for name in fns}
+    for _ in range(rounds):
+        for name, fn in fns.items():
+            samples[name].append(graph_time(fn, xs, w, reps_ms=max(40, 100 // rounds)))
+    return {name: statistics.median(v) for name, v in samples.items()}
+
+
 def rotating_inputs(x, M, N, ds):
     per_call = nbytes(M, N, ds)
     count = max(1, min(32, math.ceil(ROTATE_BYTES / per_call)))
