@@ -153,14 +153,21 @@ def test_the_few_rows_variant_loads_the_weight_while_the_sums_travel(tmp_path):
         assert len(re.findall(r"ld\.global(\.\w+)*\.v4", after)) == loads_after_push
 
 
-def test_the_space_tries_16_ctas_only_for_rows_of_128k_and_more():
+def test_the_space_tries_16_ctas_for_rows_of_128k_and_more_or_a_few_rows():
     if not kernel_cluster.available():
         pytest.skip("needs nvidia-cutlass-dsl (the test extra installs it)")
-    splits = {c.kwargs["SPLIT"] for c in cluster_configs(4, 131072, "bf16")}
-    assert 16 in splits and 16 not in {c.kwargs["SPLIT"] for c in cluster_configs(1024, 65536, "bf16")}
+
+    def splits(M, N):
+        return {c.kwargs["SPLIT"] for c in cluster_configs(M, N, "bf16")}
+
+    assert 16 in splits(4, 131072) and 16 in splits(1024, 131072)
+    # 64 K rows: 16 CTAs while 16 * M clusters' CTAs fit the SMs at once
+    few = space_mod.FEW_CLUSTERS // 16
+    assert 16 in splits(1, 65536) and 16 in splits(few, 65536)
+    assert 16 not in splits(few + 1, 65536) and 16 not in splits(1024, 65536)
 
 
-def test_the_space_holds_64_element_slices_in_registers_only_for_a_few_rows():
+def test_the_space_holds_slices_in_registers_for_a_few_rows_and_stages_them_for_many():
     if not kernel_cluster.available():
         pytest.skip("needs nvidia-cutlass-dsl (the test extra installs it)")
 
@@ -172,12 +179,14 @@ def test_the_space_holds_64_element_slices_in_registers_only_for_a_few_rows():
         return out
 
     few, many = holds(1, 262144), holds(1024, 65536)
-    assert {h for _, h in few[32]} == {h for _, h in many[32]} == {0, 1}  # 32 a thread: both, always
-    assert (16, 1) in few[64] and all(h == 1 for _, h in few[64])  # 1 x 262144 at 16 x 256: registers
-    assert all(h == 0 for _, h in many[64])  # 1024 rows: staged
+    # one wave of clusters: registers only (1 x 262144 at 16 x 256 and 16 x 512)
+    assert (16, 1) in few[64] and (16, 1) in few[32] and {h for p in few.values() for _, h in p} == {1}
+    assert {h for _, h in many[32]} == {0, 1}  # many rows at 32 a thread: both
+    assert all(h == 0 for _, h in many[64])  # and staged at 64
     # "a few rows" is M * SPLIT against FEW_CLUSTERS, not the row count alone
-    edge = holds(space_mod.FEW_CLUSTERS // 4, 65536)[64]
-    assert (4, 1) in edge and (2, 1) in edge and (4, 0) not in edge
+    edge = holds(space_mod.FEW_CLUSTERS // 4, 65536)
+    assert (4, 1) in edge[64] and (2, 1) in edge[64] and (4, 0) not in edge[64]
+    assert (4, 1) in edge[32] and (4, 0) not in edge[32] and {(8, 0), (8, 1)} <= edge[32]
 
 
 def test_cluster_launcher_takes_only_what_the_body_takes():

@@ -72,7 +72,9 @@ CLUSTER_MIN_N = 16384
 #: Elements per thread of the cluster body's candidates (4-16 vectors of 16 bytes in registers).
 CLUSTER_PER_THREAD = (32, 64)
 #: Rows at least this long also try 16 CTAs a row (a non-portable cluster): on the H200 they beat 8 at
-#: 4 x 131072 (726 against 666 GB/s) and 1 x 262144 (422 against 324).
+#: 4 x 131072 (726 against 666 GB/s) and 1 x 262144 (422 against 324). Shorter rows try 16 CTAs when the
+#: clusters fit the SMs at once (``M * 16 <= FEW_CLUSTERS``): 1 x 65536 160 against 153 at 8 CTAs,
+#: 4 x 65536 440 against 425.
 CLUSTER_16_MIN_N = 131072
 #: At most this many CTAs (``M * SPLIT``) is "a few rows" for the cluster body's candidates: below the SM
 #: count of every Hopper part, so the clusters run in one wave (where the slice in registers leads).
@@ -145,26 +147,30 @@ def split_configs(M: int, N: int, dtype_str: str, block_threads=(128, 256, 1024)
 
 def cluster_configs(M: int, N: int, dtype_str: str) -> list:
     """Long rows across a Hopper cluster (``COOP=3``, the CuTe DSL body), where CuTe DSL is installed:
-    ``SPLIT`` 2, 4 or 8 CTAs (and 16 for rows of 128 K elements and more) of 128-512 threads, each thread
-    holding 32 or 64 elements of the row, staged in shared memory through L1 (``HOLD=0``) or in registers
-    (``HOLD=1``): both at 32 elements a thread; at 64, registers when ``M * SPLIT <= FEW_CLUSTERS`` (the
-    clusters fit the SMs at once), else staged (H200, 1024 x 65536 bf16: 3855 GB/s staged at 4 x 256,
-    3712 in registers at 8 x 256; 1 x 262144: 423 in registers at 16 x 256). Only widths the body takes whole (a multiple of ``SPLIT * BLOCK_THREADS`` vectors): other widths would run
-    its two-launch fallback, which the space's own split configs already cover."""
+    ``SPLIT`` 2, 4 or 8 CTAs (and 16 for rows of 128 K elements and more, or for a few rows) of 128-512
+    threads, each thread holding 32 or 64 elements of the row.
+
+    A few rows (``M * SPLIT <= FEW_CLUSTERS``: the clusters fit the SMs at once) keep the slice in
+    registers (``HOLD=1``); more rows also stage it in shared memory through L1 (``HOLD=0``) at 32 elements
+    a thread, and only stage it at 64. H200, bf16, GB/s: 1024 x 65536 3855 staged at 4 x 256 against 3712
+    in registers at 8 x 256; in one wave registers led staged at every (SPLIT, threads) of six shapes of
+    1-4 rows of 64-256 K elements, by 4-16 % (1 x 65536 at 16 x 128: 160 against 149).
+
+    Only widths the body takes whole (a multiple of ``SPLIT * BLOCK_THREADS`` vectors): other widths
+    would run its two-launch fallback, which the space's own split configs already cover."""
     from . import kernel_cluster
 
     if N < CLUSTER_MIN_N or not kernel_cluster.available():
         return []
     elem = ELEMENT_SIZE[dtype_str]
     out = []
-    for split in (2, 4, 8, 16) if N >= CLUSTER_16_MIN_N else (2, 4, 8):
+    for split in (2, 4, 8, 16) if N >= CLUSTER_16_MIN_N or M * 16 <= FEW_CLUSTERS else (2, 4, 8):
         for per_thread in CLUSTER_PER_THREAD:
             threads = N // (split * per_thread)
             if threads in (128, 256, 512) and kernel_cluster.takes(N, split, threads, elem):
-                # 32 elements a thread: both. 64: in registers for a few rows (their clusters fit the SMs at
-                # once; 1 x 262144 at 16 x 256: 423 GB/s, staged 380), staged for many (1024 x 65536 at
-                # 4 x 256: 3855 staged, 3513 in registers)
-                holds = (0, 1) if per_thread == 32 else (1,) if M * split <= FEW_CLUSTERS else (0,)
+                # one wave of clusters: registers. More: both at 32 elements a thread, staged at 64
+                # (1024 x 65536 at 4 x 256: 3855 staged, 3513 in registers)
+                holds = (1,) if M * split <= FEW_CLUSTERS else (0, 1) if per_thread == 32 else (0,)
                 out += [_cfg(threads, 1, 0, 2, split=split, coop=3, hold=hold) for hold in holds]
     return out
 
