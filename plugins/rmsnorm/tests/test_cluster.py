@@ -245,6 +245,30 @@ CHILD = textwrap.dedent("""
         w = torch.rand(65536, device="cuda", dtype=torch.bfloat16) + 0.5
         replay_and_check(lambda y: launch(x, w, y, 64, 65536, "bf16", 1e-6, 65536, 65536, None, **cfg.kwargs),
                          x, w, f"graph replay, HOLD={hold}", outputs=4, replays=50)
+    # the tuner's specialized hit (api.specialize -> ClusterLauncher.bind): the body itself for the calls it
+    # was bound to, the launcher for every other call
+    from flyautotune_rmsnorm import api
+    for hold in (1, 0):
+        cfg = _cfg(128, 1, 0, 2, split=16, coop=3, hold=hold)
+        x = torch.randn(4, 65536, device="cuda", dtype=torch.bfloat16)
+        w = torch.rand(65536, device="cuda", dtype=torch.bfloat16) + 0.5
+        run = api.specialize(cfg, x, w, None, 4, 65536, "bf16", 1e-6, 65536, 65536)
+        assert run is not None, "no specialized launch for a cluster config"
+        for _ in range(3):
+            run_and_check(lambda y: run(x, w, y, 4, 65536, "bf16", 1e-6, 65536, 65536), x, w,
+                          f"specialized hit, HOLD={hold}")
+        x3 = x.view(2, 2, 65536)  # leading dims that collapse to one row stride
+        run_and_check(lambda y: run(x3, w, y, 4, 65536, "bf16", 1e-6, 65536, 65536), x3, w,
+                      f"specialized hit, 3-D rows, HOLD={hold}")
+        run_and_check(lambda y: run(x[:2], w, y, 2, 65536, "bf16", 1e-6, 65536, 65536), x[:2], w,
+                      f"specialized launch, other M, HOLD={hold}")
+        xm = torch.randn(4 * 65536 + 1, device="cuda", dtype=torch.bfloat16)[1:].view(4, 65536)  # 2-byte offset
+        run_and_check(lambda y: run(xm, w, y, 4, 65536, "bf16", 1e-6, 65536, 65536), xm, w,
+                      f"specialized launch, unaligned rows, HOLD={hold}")
+        run_and_check(on_side_stream(lambda y, s: run(x, w, y, 4, 65536, "bf16", 1e-6, 65536, 65536, stream=s)),
+                      x, w, f"specialized launch, side stream, HOLD={hold}")
+        replay_and_check(lambda y: run(x, w, y, 4, 65536, "bf16", 1e-6, 65536, 65536), x, w,
+                         f"specialized hit, graph replay, HOLD={hold}", outputs=4, replays=20)
     print("ok", ran)
 """)
 

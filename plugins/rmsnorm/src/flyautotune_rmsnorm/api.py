@@ -216,10 +216,12 @@ def precompile(config: fat.Config, x, weight, out, M, N, dtype, eps, sx, sy, **_
 
 def specialize(config: fat.Config, x, weight, out, M, N, dtype, eps, sx, sy, stream=None, **_: Any) -> Any:
     """``specialize=`` of the tuner: what a cache hit calls for this config and key, with the factory
-    lookup, the compile options and the binary resolved once (None on CPU and for split rows: the
-    launch itself serves them). It runs inside the launch context, so the compile options are lowered
-    here for the call's target and hints; hits then call the result with no context around it."""
-    if not x.is_cuda or _factory_mod._INTERPRET or config.kwargs.get("SPLIT", 1) != 1:
+    lookup, the compile options and the binary resolved once (None on CPU and for split rows other than
+    the cluster body's: the launch itself serves them). It runs inside the launch context, so the compile
+    options are lowered here for the call's target and hints; hits then call the result with no context
+    around it."""
+    kw = config.kwargs
+    if not x.is_cuda or _factory_mod._INTERPRET or (kw.get("SPLIT", 1) != 1 and kw.get("COOP") != 3):
         return None
     launcher = make_launcher(N, dtype, **config.kwargs)
     dev = x.get_device()

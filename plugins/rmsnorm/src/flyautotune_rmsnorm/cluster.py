@@ -98,6 +98,37 @@ class ClusterLauncher(SplitLauncher):
         with torch.cuda.device(dev), torch.cuda.stream(torch_stream(stream, x.device)):
             fn(xv, w, yv, eps)
 
+    def bind(self, M: int, sx: int, sy: int, dev: int, w_dtype: Any, options: tuple) -> Any:
+        """A launch for calls like ``self(x, w, y, M, sx, sy, eps, None, options)`` with these ``M``, row
+        strides, device and weight dtype: ``run(x, w, y, M, N, dtype, eps, sx, sy, stream=None)`` (the
+        tuner's ``specialize=``). Calls with 16-byte aligned pointers, the same integers, no stream and
+        ``dev`` current go straight to the compiled cluster body, with 2-D rows passed as they are;
+        anything else takes :meth:`__call__`."""
+        torch = _torch()
+        vec = self.vec
+        whole = self.cluster_ok and not (sx | sy) & (vec - 1) and str(w_dtype) in _TORCH_DS
+        if not whole or not cluster_capable(dev):
+            def run(x, w, y, M_, N_, dtype_, eps, sx_, sy_, stream=None):
+                self(x, w, y, M_, sx_, sy_, eps, stream, options)
+                return y
+            return run
+        fn = self.function(w_dtype, self.one_wave(M, dev))
+        N = self.N
+        current = getattr(torch._C, "_cuda_getDevice", torch.cuda.current_device)
+
+        def run(x, w, y, M_, N_, dtype_, eps, sx_, sy_, stream=None):
+            if (stream is None and M_ == M and sx_ == sx and sy_ == sy and w.dtype is w_dtype
+                    and not (x.data_ptr() | y.data_ptr() | w.data_ptr()) & 15 and x.get_device() == dev
+                    and current() == dev):
+                xv = x if x.dim() == 2 and x.stride(0) == sx else x.as_strided((M, N), (sx, 1))
+                yv = y if y.dim() == 2 and y.stride(0) == sy else y.as_strided((M, N), (sy, 1))
+                fn(xv, w, yv, eps)  # on the current stream
+                return y
+            self(x, w, y, M_, sx_, sy_, eps, stream, options)
+            return y
+
+        return run
+
     def compiled(self, x, w, y, M: int, sx: int, sy: int, options: tuple = ()):
         """The compiled cluster body where it takes these arguments (built, not launched), else the
         two-launch split's normalize kernel. Off the main thread (a search's precompile pool) the cluster
