@@ -101,7 +101,7 @@ def _ptxas():
 @pytest.mark.parametrize("ds,w_ds,N,split,threads", [
     ("bf16", "bf16", 65536, 8, 256), ("bf16", "fp32", 65536, 4, 512), ("fp16", "fp16", 131072, 8, 256),
     ("fp32", "fp32", 65536, 8, 256), ("bf16", "bf16", 16384, 2, 256), ("bf16", "bf16", 262144, 8, 512),
-    ("bf16", "bf16", 262144, 16, 256)])
+    ("bf16", "bf16", 262144, 16, 256), ("bf16", "bf16", 65536, 16, 128)])
 @pytest.mark.parametrize("hold", [1, 0])
 def test_cluster_body_cross_compiles_to_a_dsmem_exchange(tmp_path, ds, w_ds, N, split, threads, hold):
     L = make_launcher(N, ds, threads, SPLIT=split, COOP=3, CACHE_POLICY=2, HOLD=hold)
