@@ -121,6 +121,8 @@ class Launch:
     kernel: Any  # triton CompiledKernel: .asm, .n_regs, .n_spills, .metadata
     #: runtime(grid_x, grid_y, stream_handle, *runtime_args): the same launch without the constexprs, or None
     runtime: Any = None
+    #: a persistent split body's row groups the GPU holds at once (``COOP=2``; 0 for other bodies)
+    groups: int = 0
 
 
 def _runtime_call(compiled) -> Any:

@@ -184,17 +184,17 @@ class SplitLauncher(RMSNormLauncher):
         xp, wp, yp = x.data_ptr(), w.data_ptr(), y.data_ptr()
         sxv, syv = sx // rv, sy // rv
         key = launch_key(dev, ("persist" if persist else "coop", rv), xp, yp, wp, w.dtype, options)
-        got = self._launches.get(key)
-        if got is None:
+        launch = self._launches.get(key)
+        if launch is None:
             with _torch().cuda.device(dev):
                 k = self._one_launch_compiled(x, w, y, p, c, M, sxv, syv, rv, options)
             # a persistent grid holds as many row groups as the GPU keeps resident
-            got = (Launch(_direct_call(k), k), resident_programs(k, self.BLOCK_THREADS, dev) // S if persist else 0)
+            groups = resident_programs(k, self.BLOCK_THREADS, dev) // S if persist else 0
+            launch = Launch(_direct_call(k), k, groups=groups)
             with self._lock:
-                self._launches[key] = got
-        launch, groups = got
+                self._launches[key] = launch
         if persist:
-            R = row_groups(-(-M // self.ROWS_PER_PROGRAM), groups)
+            R = row_groups(-(-M // self.ROWS_PER_PROGRAM), launch.groups)
             launch.call(R * S, 1, handle, xp, wp, yp, p.data_ptr(), c.data_ptr(), M, sxv, syv, eps, R,
                         *self.persist_constexprs(rv).values())
         else:
