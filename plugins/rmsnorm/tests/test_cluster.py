@@ -280,3 +280,19 @@ def test_cluster_rows_are_right_on_the_gpu(gpu_child):
     if words and words[0] == "skip":
         pytest.skip(" ".join(words[1:]))
     assert words[0] == "ok" and int(words[1]) >= 40, words
+
+
+def test_a_bound_cluster_launch_of_rows_the_body_cannot_take_runs_the_split_rows_on_cpu():
+    """``ClusterLauncher.bind`` (what a cache hit calls) for a width the body does not take whole: every call
+    goes through the launcher, which runs the two-launch split under the interpreter on a CPU."""
+    from flyautotune_rmsnorm.reference import check_against_reference
+
+    N = 4104  # not a multiple of SPLIT * BLOCK_THREADS 16-byte vectors
+    L = make_launcher(N, "fp32", 128, SPLIT=2, COOP=3, CACHE_POLICY=2)
+    assert not L.cluster_ok
+    run = L.bind(3, N, N, -1, torch.float32, ())
+    x = torch.randn(3, N)
+    w = torch.rand(N) + 0.5
+    y = torch.full_like(x, float("nan"))
+    assert run(x, w, y, 3, N, "fp32", 1e-6, N, N) is y
+    check_against_reference(y, x, w, "bound cluster launch, split rows")
