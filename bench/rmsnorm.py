@@ -31,6 +31,7 @@ import math
 import multiprocessing
 import os
 import platform
+import statistics
 import sys
 import tempfile
 import time
@@ -134,8 +135,6 @@ def graph_time(fn, xs, w, reps_ms=100):
 def graph_times(fns, xs, w, rounds=3):
     """``{name: ms per call}`` of each ``fns[name](x, w)``, timed by :func:`graph_time` in ``rounds``
     interleaved rounds (the median is kept): slow drifts of the GPU's clocks hit every one alike."""
-    import statistics
-
     samples = {name: [] for name in fns}
     for _ in range(rounds):
         for name, fn in fns.items():
@@ -250,7 +249,7 @@ def kernel_report(cfg, N, ds):
     return out
 
 
-def bench_shape(M, N, ds, impls, explore, log):
+def bench_shape(M, N, ds, impls, explore, log, rounds=1):
     import torch
     import triton
 
@@ -290,6 +289,7 @@ def bench_shape(M, N, ds, impls, explore, log):
     row["space_size"] = len(cuda_space(M, N, ds))
 
     xs = rotating_inputs(x, M, N, ds)
+    samples = {}  # graph-replay ms per implementation, one per round
     for name in IMPLS:
         fn = impls.get(name)
         if fn is None:
@@ -303,10 +303,16 @@ def bench_shape(M, N, ds, impls, explore, log):
                 log(f"  {name}: relative error {err:.3g} (tolerance {tolerance(dt):.1g})")
             row["eager_ms"][name] = triton.testing.do_bench(lambda: fn(x, w), warmup=25, rep=100,
                                                             return_mode="median")
-            row["graph_ms"][name] = graph_time(fn, xs, w)
+            samples[name] = [graph_time(fn, xs, w)]
         except Exception as exc:  # a peer that fails on a shape is reported, not fatal
             row.setdefault("failed", {})[name] = f"{type(exc).__name__}: {exc}"[:300]
             log(f"  {name} failed: {exc!r}"[:300])
+    for _ in range(rounds - 1):  # more rounds over every implementation in turn: the median is kept
+        for name in samples:
+            samples[name].append(graph_time(impls[name], xs, w))
+    row["graph_ms"] = {name: statistics.median(v) for name, v in samples.items()}
+    if rounds > 1:
+        row["graph_rounds"] = {name: v for name, v in samples.items()}
     row["kernels"] = {"default": kernel_report(row["default_config"], N, ds),
                       "tuned": kernel_report(row["tuned_config"], N, ds)}
 
@@ -357,6 +363,8 @@ def main(argv=None):
     ap.add_argument("--shapes", default="all", help="comma list of indices into SHAPES, or 'all'")
     ap.add_argument("--budget-s", type=float, default=480.0, help="stop starting new shapes after this")
     ap.add_argument("--workers", type=int, default=min(14, os.cpu_count() or 1))
+    ap.add_argument("--rounds", type=int, default=1,
+                    help="graph-replay rounds over every implementation of a shape (the median is kept)")
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     t_start = time.perf_counter()
@@ -405,7 +413,7 @@ def main(argv=None):
             continue
         impls = impl_cache.get(N) or impl_cache.setdefault(N, make_impls(N, liger is not None, quack_fwd))
         t0 = time.perf_counter()
-        row = bench_shape(M, N, ds, impls, args.explore, log)
+        row = bench_shape(M, N, ds, impls, args.explore, log, args.rounds)
         row["device"] = meta["device"]
         rows.append(row)
         vals = {n: gbps(row, "eager", n) for n in IMPLS}
