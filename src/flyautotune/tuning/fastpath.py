@@ -89,10 +89,9 @@ def build(tuner: Any, args: tuple) -> Optional[Any]:
         parts.append(f"a{i}.stride()")
     if tensors:
         parts.append(f"a{tensors[0]}.device")
-    # The open compile_hints block's key leads: hints are part of every key (``current_hint_key``, inlined
-    # in ``fast`` below, where the stack is read once).
-    key_expr = "(" + ", ".join(["hint_key()"] + parts) + ",)"
-    fast_key_expr = "(" + ", ".join(["stack[-1].key if stack else ()"] + parts) + ",)"
+    # The open compile_hints block's key leads: hints are part of every key (``current_hint_key``, inlined:
+    # both generated functions read the stack once, into ``stack``).
+    key_expr = "(" + ", ".join(["stack[-1].key if stack else ()"] + parts) + ",)"
     unpack = (", ".join(f"a{i}" for i in range(n)) + ("," if n == 1 else "")) if n else "_"
     # one identity test per argument: cheaper than building and comparing a tuple of types
     same_types = " and ".join(f"type(a{i}) is T{i}" for i in range(n)) or "True"
@@ -105,7 +104,7 @@ def build(tuner: Any, args: tuple) -> Optional[Any]:
         return tuner._call(args, {{}})
     stack = state.stack
     try:
-        plan = memo.get({fast_key_expr})
+        plan = memo.get({key_expr})
     except TypeError:
         plan = None
     if plan is None:
@@ -128,6 +127,7 @@ def build(tuner: Any, args: tuple) -> Optional[Any]:
     src = f"""
 def key(args):
     {unpack} = args
+    stack = state.stack
     try:
         k = {key_expr}
         hash(k)
@@ -144,8 +144,7 @@ def call(tuner, *args, **kwargs):
     scope = {
         # len() of os.environ's own dict (C) is len(os.environ) (a Python __len__): the same change signal.
         "environ": getattr(os.environ, "_data", os.environ), **{f"T{i}": t for i, t in enumerate(types)},
-        "tuner": tuner, "memo": tuner._fast_memo, "hint_key": context.current_hint_key,
-        "launch_with": context.launch_with, "state": context._local,
+        "tuner": tuner, "memo": tuner._fast_memo, "launch_with": context.launch_with, "state": context._local,
     }
     exec(compile(src, f"<flyautotune fast path of {tuner.name}>", "exec"), scope)
     fast = scope["fast"]
