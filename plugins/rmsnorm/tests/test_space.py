@@ -160,6 +160,16 @@ def test_compile_spec_cross_compiles_for_sm90_without_spills(M, N, split):
         r"ld\.global[\w:.]*\.v4", k.asm["ptx"]), "rows are not read with 16-byte loads"
 
 
+def _assert_one_thread_polls_for_the_cta(wait: str) -> None:
+    """The body of a wait loop polls the count with acquire semantics from one thread and shares what it
+    read with the CTA through shared memory (so every warp leaves the wait together)."""
+    import re
+
+    assert re.search(r"@%p\d+ (ld\.global\.gpu\.acquire|atom\.global\.gpu\.acquire)", wait), \
+        "the wait does not poll the count with acquire semantics from one thread"
+    assert "st.shared" in wait and "ld.shared" in wait, "the count is not shared by the CTA"
+
+
 @needs_ptxas
 @pytest.mark.parametrize("M,N,forced", [(1, 65536, None), (4, 131072, None), (1, 262144, None), (3, 40001, None),
                                         (1, 65536, (256, 64)), (1, 65536, (1024, 8))])
@@ -185,9 +195,7 @@ def test_cooperative_split_cross_compiles_to_one_uniform_wait_per_row(M, N, forc
             "the sum is not written by one thread and released after a CTA barrier"
         wait = re.search(r"(\$L__BB\d+_\d+):[^\n]*Loop Header(.*?)bra(\.uni)?\s+\1;", ptx, re.S)
         assert wait, "no wait loop"
-        assert re.search(r"@%p\d+ (ld\.global\.gpu\.acquire|atom\.global\.gpu\.acquire)", wait.group(2)), \
-            "the wait does not poll the count with acquire semantics from one thread"
-        assert "st.shared" in wait.group(2) and "ld.shared" in wait.group(2), "the count is not shared by the CTA"
+        _assert_one_thread_polls_for_the_cta(wait.group(2))
         assert re.search(rf"setp\.lt\.s32\s+%p\d+, %r\d+, {split};", wait.group(2)), "the wait is not on SPLIT arrivals"
         assert "ld.volatile" not in wait.group(2), "the wait polls the slots"
         if forced == (256, 64):
@@ -336,9 +344,7 @@ def test_persistent_split_cross_compiles_to_one_uniform_wait_per_trip(M, N, ds):
             "the arrival is not released by one thread after a CTA barrier"
         wait = re.search(r"(\$L__BB\d+_\d+):[^\n]*(\n\s*//[^\n]*)?Inner Loop Header(.*?)bra(\.uni)?\s+\1;", ptx, re.S)
         assert wait, "no wait loop inside the row loop"
-        assert re.search(r"@%p\d+ (ld\.global\.gpu\.acquire|atom\.global\.gpu\.acquire)", wait.group(3)), \
-            "the wait does not poll the count with acquire semantics from one thread"
-        assert "st.shared" in wait.group(3) and "ld.shared" in wait.group(3), "the count is not shared by the CTA"
+        _assert_one_thread_polls_for_the_cta(wait.group(3))
         assert len(re.findall(r"atom\.global\.gpu\.acq_rel\.add\.u32", ptx)) == 1, "departures are not counted once"
         stack_and_local, report = _stack_and_local(k, f"rmsnorm_persist_{N}")
         assert stack_and_local == (0, 0), f"{cfg} spills: {report}"
