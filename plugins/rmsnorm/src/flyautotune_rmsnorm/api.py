@@ -223,7 +223,7 @@ def specialize(config: fat.Config, x, weight, out, M, N, dtype, eps, sx, sy, str
     kw = config.kwargs
     if not x.is_cuda or _factory_mod._INTERPRET or (kw.get("SPLIT", 1) != 1 and kw.get("COOP") != 3):
         return None
-    launcher = make_launcher(N, dtype, **config.kwargs)
+    launcher = make_launcher(N, dtype, **kw)
     dev = x.get_device()
     opts = _compile_options(fat.current_target() or _target(dev), launcher.BLOCK_THREADS)
     return launcher.bind(M, sx, sy, dev, weight.dtype, opts)

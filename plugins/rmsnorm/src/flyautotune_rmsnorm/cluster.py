@@ -51,9 +51,13 @@ class ClusterLauncher(SplitLauncher):
 
     def takes(self, x, w, y, sx: int, sy: int) -> bool:
         """True when the cluster body runs this call (else the two-launch split does)."""
-        vec = self.vec
-        return (self.cluster_ok and not (sx | sy) & (vec - 1) and not (x.data_ptr() | y.data_ptr() | w.data_ptr()) & 15
-                and cluster_capable(x.get_device()) and str(w.dtype) in _TORCH_DS)
+        return (self._takes_rows(sx, sy, w.dtype) and not (x.data_ptr() | y.data_ptr() | w.data_ptr()) & 15
+                and cluster_capable(x.get_device()))
+
+    def _takes_rows(self, sx: int, sy: int, w_dtype: Any) -> bool:
+        """What :meth:`takes` asks of the call that does not depend on its tensors' addresses or device:
+        a width the body takes whole, row strides of whole vectors, a weight dtype it was built for."""
+        return self.cluster_ok and not (sx | sy) & (self.vec - 1) and str(w_dtype) in _TORCH_DS
 
     def one_wave(self, M: int, dev: int) -> bool:
         """True when the clusters of ``M`` rows fit the SMs at once: such a launch (a few rows, latency-bound)
@@ -105,9 +109,7 @@ class ClusterLauncher(SplitLauncher):
         ``dev`` current go straight to the compiled cluster body, with 2-D rows passed as they are;
         anything else takes :meth:`__call__`."""
         torch = _torch()
-        vec = self.vec
-        whole = self.cluster_ok and not (sx | sy) & (vec - 1) and str(w_dtype) in _TORCH_DS
-        if not whole or not cluster_capable(dev):
+        if not self._takes_rows(sx, sy, w_dtype) or not cluster_capable(dev):
             def run(x, w, y, M_, N_, dtype_, eps, sx_, sy_, stream=None):
                 self(x, w, y, M_, sx_, sy_, eps, stream, options)
                 return y
