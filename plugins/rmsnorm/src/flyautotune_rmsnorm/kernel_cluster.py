@@ -34,8 +34,8 @@ variant): in registers (``HOLD=1``), or staged in shared memory by ``cp.async``
 through L1 (``stage=True, stage_l1=True``: ``HOLD=0``) and read back for the
 sum and again for the normalize. On the H200 the staged body leads with many
 rows (1024 x 65536 bf16: 3855 GB/s at 4 x 256 threads; the best in registers, 8 x 256,
-3712; staged
-through L2 only, ``cp.async.cg``, it was 3547), so the space offers both.
+3712; staged through L2 only, ``cp.async.cg``, it was 3547) and registers lead in
+one wave of clusters, so the space offers staging only for many rows.
 
 ``late_w=True`` (registers only) loads the weight after pushing the warp sums,
 while they travel: it wins when the grid is one wave of clusters (a few rows,
