@@ -4,6 +4,18 @@ import pytest
 import torch
 
 import flyautotune as fat
+from flyautotune.tuning import fastpath
+
+
+@pytest.fixture(autouse=True, params=["torch checks", "key reads"])
+def tensor_checks(request, monkeypatch):
+    """Every test runs twice: hits checked by torch's C tensor checks (where torch has them) and by the
+    attribute-read key that serves a torch without them."""
+    if request.param == "key reads":
+        monkeypatch.setattr(fastpath, "_guards", False)
+    else:
+        assert fastpath.tensor_guards() is not None, "this torch should offer its C tensor checks"
+    return request.param
 
 
 def primed(pm, counting_bench, **kw):
@@ -241,3 +253,51 @@ def test_each_arity_keeps_its_generated_path_and_clear_resets_them(pm, counting_
     assert launch(x, 4) == (2, 1) and other(x, 4) == 5 and launch(x, 4, 3) == (2, 3) and len(binds) == 2
     assert launch(x, 4) == (2, 1) and launch(x, 4, 3) == (2, 3) and len(binds) == 2
     assert isinstance(launch, fat.Autotuner) and type(launch) is not type(other)
+
+
+def _stride_tuned(pm, name):
+    """A tuner whose winner depends on the stride pattern: B=1 for contiguous rows, B=2 for columns."""
+    picks = {}
+
+    @fat.autotune(configs=[fat.Config(B=1), fat.Config(B=2)], key=["n"], plugin_manager=pm, name=name,
+                  default=lambda x, n, **_: fat.Config(B=1 if x.stride(-1) == 1 else 2))
+    def launch(x, n, B=None):
+        picks.setdefault(x.stride(), set()).add(B)
+        return B
+
+    return launch, picks
+
+
+def test_alternating_layouts_of_one_key_each_get_their_own_winner(pm):
+    """The same key values with two stride patterns, called in turn: each call runs its own layout's
+    config, on the fast path after the first of each."""
+    launch, picks = _stride_tuned(pm, "t_fast_layouts")
+    rows, cols = torch.zeros(4, 4), torch.zeros(4, 4).t()
+    got = [(launch(rows, 4), launch(cols, 4)) for _ in range(5)]
+    assert got == [(1, 2)] * 5 and picks == {(4, 1): {1}, (1, 4): {2}}
+    assert launch.last_source == "memory"
+
+
+def test_requires_grad_and_inference_mode_keep_their_hits(pm, counting_bench, monkeypatch):
+    """Tensor state the key ignores (requires_grad, the thread's inference mode) gives the same winner and,
+    after one call, the fast path again."""
+    launch, seen, _ = primed(pm, counting_bench, name="t_fast_modes")
+    binds = []
+    real_bind = launch.sig.bind
+    monkeypatch.setattr(launch.sig, "bind", lambda *a: binds.append(a) or real_bind(*a))
+    assert launch(torch.zeros(4, requires_grad=True), 4) == 2
+    with torch.inference_mode():
+        assert [launch(torch.zeros(4), 4) for _ in range(3)] == [2, 2, 2]
+    assert [launch(torch.zeros(4), 4) for _ in range(3)] == [2, 2, 2]
+    assert binds == [] and launch.last_source == "memory"
+
+
+def test_generated_parameters_are_positional_only(pm, counting_bench):
+    """The first arity's ``__call__`` names its parameters a0, a1...; a keyword of that name is still an
+    unknown keyword of the tuned function, and a short call still reaches its own path."""
+    launch, _, _ = primed(pm, counting_bench, name="t_fast_posonly")
+    with pytest.raises(TypeError, match="a0"):
+        launch(a0=torch.zeros(4), a1=4)
+    assert launch(torch.zeros(4), n=4) == 2
+    with pytest.raises(TypeError):
+        launch(torch.zeros(4))

@@ -3,25 +3,30 @@
 A cache hit in the general path binds every argument by name and builds the
 sorted key: microseconds of Python. For the common spelling (positional
 arguments only, the same argument types as before) a function generated for
-that arity checks the types, builds a key of the key values, each tensor's
-dtype and raw strides (finer than the stored key, so never wrong) and the open
-compile_hints block's key, and launches the prepared plan. Anything unusual
-(keywords, other types, a changed environment) takes the general path, which
-also fills this one.
+that arity checks the types, looks up the key values and the open
+compile_hints block's key, checks the call's tensors with one C call (torch's
+own tensor checks, see :func:`tensor_guards`), and launches the prepared plan.
+A tensor that fails its check falls back to the full key: the key values, each
+tensor's dtype and raw strides and the first one's device (finer than the
+stored key, so never wrong), which also serves every hit where torch has no
+such checks. Anything unusual (keywords, other types, a changed environment)
+takes the general path, which also fills this one.
 
 The first arity a tuner sees becomes its ``__call__`` (each tuner is an
-instance of its own subclass, see ``Autotuner.__new__``): a hit runs in one
-Python frame over the launch's. A plan whose launch ``specialize=`` made, with
-no hints on either side, is called directly: ``specialize`` ran inside the
-launch context (target and hints current), so what it returned needs none.
-Other arities keep a generated function of their own, looked up by arity.
+instance of its own subclass, see ``Autotuner.__new__``), with positional-only
+parameters: a hit runs in one Python frame over the launch's and builds no
+argument tuple. A plan whose launch ``specialize=`` made, with no hints on
+either side, is called directly: ``specialize`` ran inside the launch context
+(target and hints current), so what it returned needs none. Other arities keep
+a generated function of their own, looked up by arity.
 """
 
 from __future__ import annotations
 
 import logging
 import os
-from typing import Any, Optional
+import sys
+from typing import Any, Callable, Optional, Sequence
 
 from .. import context, keys
 
@@ -64,7 +69,44 @@ def remember(tuner: Any, args: tuple, plan: Any, named: dict) -> None:
     if key is not None:
         if len(tuner._fast_memo) > MAX_ENTRIES:
             tuner._fast_memo.clear()
-        tuner._fast_memo[key] = plan
+        entry = (fast.guard(args), plan)  # (the check of these tensors or None, the plan)
+        tuner._fast_memo[key] = entry
+        if fast.short is not None:
+            tuner._fast_memo[fast.short(args)] = entry
+
+
+_guards: Any = None
+
+
+def tensor_guards() -> Optional[Callable[..., Any]]:
+    """A maker of torch's C tensor checks (``TensorGuards``, what ``torch.compile`` checks its inputs
+    with), or None where torch lacks them or they do not behave as this module relies on.
+
+    ``make(tensors)`` returns ``check(*tensors) -> bool``: True only for tensors of the same count,
+    dtypes, devices, dispatch keys (so device types), ``requires_grad``, dimensions and strides as
+    ``tensors`` (sizes free), False for anything else, non-tensors included. That is finer than the
+    fast key's tensor parts (dtype and strides of each, the first one's device), so a passing check
+    stands in for them: one C call instead of seven attribute reads.
+    """
+    global _guards
+    if _guards is None:
+        _guards = False
+        torch = sys.modules.get("torch")
+        try:
+            cls = torch._C._dynamo.guards.TensorGuards
+
+            def make(tensors: Sequence[Any]) -> Callable[..., bool]:
+                return cls(*tensors, dynamic_dims_sizes=[[None] * t.dim() for t in tensors],
+                           dynamic_dims_strides=[list(t.stride()) for t in tensors]).check
+
+            a, b = torch.zeros(2, 3), torch.zeros(3, dtype=torch.float64)
+            check = make((a, b))
+            if (check(torch.ones(5, 3), b) and not check(a.t(), b) and not check(a, b.float())
+                    and not check(a, 1.0) and not check(torch.zeros(2, 6)[:, :3], b)):
+                _guards = make
+        except Exception:  # noqa: BLE001 - any torch without them keeps the attribute-read key
+            pass
+    return _guards or None
 
 
 def build(tuner: Any, args: tuple) -> Optional[Any]:
@@ -83,47 +125,93 @@ def build(tuner: Any, args: tuple) -> Optional[Any]:
         key_idx.append(names.index(k))
     if sum(z in names for z in tuner.reset_to_zero) != len(tuner.reset_to_zero):
         return None
-    parts = [f"a{i}.shape" if i in tensors else f"a{i}" for i in key_idx]
-    for i in tensors:
-        parts.append(f"a{i}.dtype")
-        parts.append(f"a{i}.stride()")
+    make_guard = tensor_guards() if tensors else None
+    # The open compile_hints block's key leads: hints are part of every key (``current_hint_key``, inlined:
+    # every generated function reads the stack once, into ``stack``).
+    values = ["stack[-1].key if stack else ()"] + [f"a{i}.shape" if i in tensors else f"a{i}" for i in key_idx]
+    parts = [f"a{i}.{what}" for i in tensors for what in ("dtype", "stride()")]
     if tensors:
         parts.append(f"a{tensors[0]}.device")
-    # The open compile_hints block's key leads: hints are part of every key (``current_hint_key``, inlined:
-    # both generated functions read the stack once, into ``stack``).
-    key_expr = "(" + ", ".join(["stack[-1].key if stack else ()"] + parts) + ",)"
-    unpack = (", ".join(f"a{i}" for i in range(n)) + ("," if n == 1 else "")) if n else "_"
-    # one identity test per argument: cheaper than building and comparing a tuple of types
-    same_types = " and ".join(f"type(a{i}) is T{i}" for i in range(n)) or "True"
+    key_expr = "(" + ", ".join(values + parts) + ",)"
+    # With torch's tensor checks, a hit looks up the key values alone (no tensor attribute read; a shorter
+    # tuple than any full key, so the two never meet in the memo) and one C call checks the tensors.
+    short_expr = "(" + ", ".join(values) + ",)" if make_guard else None
+    names_t = ", ".join(f"a{i}" for i in tensors)
+    pos = ", ".join(f"a{i}" for i in range(n))
+    args_t = f"({pos}{',' if n == 1 else ''})"
+    unpack = f"{pos}{',' if n == 1 else ''}" if n else "_"
+    # one identity test per argument: cheaper than building and comparing a tuple of types; a tensor's is
+    # left to the check where there is one (False for a non-tensor)
+    same_types = " and ".join(f"type(a{i}) is T{i}" for i in range(n) if not (make_guard and i in tensors))
     zero = "".join(f"    if a{names.index(z)} is not None:\n        a{names.index(z)}.zero_()\n"
                    for z in tuner.reset_to_zero)
-    # One hit body, two entries: ``fast(args)`` (looked up by arity) and ``call`` (the first arity's
-    # ``__call__``, where ``tuner`` is ``self``).
-    body = f"""    {unpack} = args
-    if not ({same_types}) or len(environ) != tuner._env_size:
-        return tuner._call(args, {{}})
-    stack = state.stack
-    try:
-        plan = memo.get({key_expr})
+    if make_guard:
+        lookup = f"""    try:
+        entry = memo.get({short_expr})
+        if entry is None or not entry[0]({names_t}):
+            entry = refill({args_t})
     except TypeError:
-        plan = None
-    if plan is None:
-        return tuner._call(args, {{}})
+        entry = None"""
+    else:
+        lookup = f"""    try:
+        entry = memo.get({key_expr})
+    except TypeError:
+        entry = None"""
+    # One hit body, two entries: ``fast(args)`` (looked up by arity) and ``call`` (the first arity's
+    # ``__call__``, where ``tuner`` is ``self`` and the arguments arrive as positional-only parameters:
+    # no tuple or dict is built for them).
+    body = f"""    if {"not (" + same_types + ") or " if same_types else ""}len(environ) != tuner._env_size:
+        return tuner._call({args_t}, {{}})
+    stack = state.stack
+{lookup}
+    if entry is None:
+        return tuner._call({args_t}, {{}})
+    plan = entry[1]
     tuner._last = plan.hit
 {zero}    direct = plan.direct
     if direct is not None and not stack:
-        return direct(*args)
+        return direct({pos})
     if plan.layers or stack:
-        return launch_with(plan.layers, plan.launch, plan.bound, args, plan.bound_kwargs)
+        return launch_with(plan.layers, plan.launch, plan.bound, {args_t}, plan.bound_kwargs)
     # No hints on either side: launch_with's common case, inlined (one frame less per call).
     local = state
     old = local.launch
     local.launch = plan.launch
     try:
-        return plan.bound(*args, **plan.bound_kwargs)
+        return plan.bound({pos}{", " if n else ""}**plan.bound_kwargs)
     finally:
         local.launch = old
 """
+    # Only where torch's tensor checks serve the hits (``make_guard``): the short key, the check of a
+    # call's tensors, and the way back to the full key when a check misses.
+    checked = f"""
+def short(args):
+    {unpack} = args
+    stack = state.stack
+    return {short_expr}
+
+def guard(args):
+    {unpack} = args
+    return make_guard(({names_t},))
+
+def refill(args):
+    # The check missed: the full key decides. A hit there serves this call; its check is remade when
+    # these tensors fail it too (another thread-local dispatch state, e.g. inference mode).
+    {unpack} = args
+    if not ({" and ".join(f"type(a{i}) is T{i}" for i in tensors)}):
+        return None
+    stack = state.stack
+    full = {key_expr}
+    entry = memo.get(full)
+    if entry is None:
+        return None
+    if not entry[0]({names_t}):
+        entry = memo[full] = (make_guard(({names_t},)), entry[1])
+    memo[{short_expr}] = entry
+    return entry
+""" if make_guard else ""
+    params = "".join(f", a{i}=_MISSING" for i in range(n)) + (", /" if n else "")
+    given = f"tuple(a for a in {args_t} if a is not _MISSING) + " if n else ""
     src = f"""
 def key(args):
     {unpack} = args
@@ -135,19 +223,32 @@ def key(args):
     except TypeError:  # an unhashable key value: such calls keep the general path
         return None
 
+{checked}
 def fast(args):
+    {unpack} = args
 {body}
-def call(tuner, *args, **kwargs):
-    if kwargs or len(args) != {n}:
-        return tuner._dispatch(args, kwargs)
+def call(tuner{params}, *rest, **kwargs):
+    if kwargs or rest{f" or a{n - 1} is _MISSING" if n else ""}:
+        return tuner._dispatch({given}rest, kwargs)
 {body}"""
     scope = {
         # len() of os.environ's own dict (C) is len(os.environ) (a Python __len__): the same change signal.
         "environ": getattr(os.environ, "_data", os.environ), **{f"T{i}": t for i, t in enumerate(types)},
         "tuner": tuner, "memo": tuner._fast_memo, "launch_with": context.launch_with, "state": context._local,
+        "make_guard": make_guard, "_MISSING": _MISSING,
     }
     exec(compile(src, f"<flyautotune fast path of {tuner.name}>", "exec"), scope)
     fast = scope["fast"]
     fast.key = scope["key"]
+    fast.short = scope.get("short")
+    fast.guard = scope.get("guard", _no_guard)
     fast.call = scope["call"]
     return fast
+
+
+def _no_guard(args: tuple) -> None:
+    return None
+
+
+#: Fills the first arity's ``__call__`` parameters a call did not give (never a user's value).
+_MISSING = object()
