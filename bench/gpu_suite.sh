@@ -2,7 +2,7 @@
 # Everything that needs an NVIDIA GPU, in one go: install the packages, run the
 # plugin tests with CUDA, then the RMSNorm benchmark and the dispatch benchmark.
 #
-#   bash bench/gpu_suite.sh OUT_DIR [coop] [persist] [claunch] [cluster] [tests] [coretests] [bench] [explore] [stability] [wins] [longrows] [agree] [plan] [dispatch] [overhead]
+#   bash bench/gpu_suite.sh OUT_DIR [coop] [persist] [claunch] [cluster] [tests] [coretests] [bench] [explore] [stability] [wins] [longrows] [inductor] [agree] [plan] [dispatch] [overhead]
 #
 # No network is needed: the three packages are built from this checkout
 # (setuptools must be installed); wheels under .whl/ (e.g. liger-kernel) are
@@ -73,6 +73,10 @@ for stage in $STAGES; do
     cluster)
       echo "== the cluster body (COOP=3, CuTe DSL): every SPLIT x threads it takes, against QuACK and the space"
       "$PY" "$ROOT/bench/cluster_probe.py" --out "$OUT_DIR" ${CLUSTER_ARGS:-} | tee "$OUT_DIR/cluster_probe.md" || status=1 ;;
+    inductor)
+      echo "== torch.compile's generated kernels and launch configs for short-row shapes"
+      "$PY" "$ROOT/bench/inductor_code.py" --out "$OUT_DIR" ${INDUCTOR_SHAPES:+--shapes "$INDUCTOR_SHAPES"} \
+        | tee "$OUT_DIR/inductor.md" || status=1 ;;
     longrows)
       echo "== long rows: every candidate of the space against QuACK, graph replay"
       "$PY" "$ROOT/bench/long_rows.py" --out "$OUT_DIR" ${LONG_ROWS_SHAPES:+--shapes "$LONG_ROWS_SHAPES"} \
