@@ -72,8 +72,9 @@ def main(argv=None):
     L = make_launcher(N, ds, **cfg)
     opts = _compile_options(_target(x.get_device()), cfg["BLOCK_THREADS"])
     L(x, w, y, M, N, N, eps, None, opts)
-    consts = L._constexprs(M, 8)
-    from flyautotune_rmsnorm.factory import _CONST_NAMES
+    from flyautotune_rmsnorm.factory import _CONST_NAMES, pdl_for
+
+    consts = L._constexprs(M, 8, pdl_for(x.get_device()))
 
     kw = dict(zip(_CONST_NAMES, consts))
     bound = specialize(_tuned_launch.last_config, x, w, y, M, N, ds, eps, N, N)
@@ -100,11 +101,11 @@ def main(argv=None):
         "launch(prepared, config)": lambda: launch(x, w, y, M, N, ds, eps, N, N, None, **cfg),
         "specialized launch": lambda: bound(x, w, y, M, N, ds, eps, N, N),
         "launcher": lambda: L(x, w, y, M, N, N, eps, None, opts),
-        "triton jit": lambda: jit[grid](x, w, y, M, N // 8, N // 8, eps, **kw, **dict(opts)),
+        "triton jit": lambda: jit[grid](x, w, y, M, N // 8, N // 8, eps, **kw, **L.compile_options(dict(opts), kw["PDL"])),
         "x.add_(0)": lambda: x.add_(0.0),
     }
     if triton_raw is not None and type(run).__name__ == "CudaLauncher":
-        paths["raw: Triton's C launcher"] = lambda: triton_raw(L.grid(M), 1, 1, stream, fn_handle, False, False, None,
+        paths["raw: Triton's C launcher"] = lambda: triton_raw(L.grid(M), 1, 1, stream, fn_handle, False, run.launch_pdl, None,
                                                                 None, meta_packed, None, None, None, *raw_args)
     if ours_raw is not None:
         paths["raw: claunch"] = lambda: ours_raw(L.grid(M), 1, stream, *raw_args)

@@ -156,7 +156,7 @@ def _precompile_one(job):
     import torch
 
     from flyautotune_rmsnorm import make_launcher
-    from flyautotune_rmsnorm.factory import _CONST_NAMES, row_vec
+    from flyautotune_rmsnorm.factory import _CONST_NAMES, pdl_for, row_vec
     from flyautotune_rmsnorm.kernel import jit_kernel
     from flyautotune_rmsnorm.kernel_split import kernels
 
@@ -172,8 +172,9 @@ def _precompile_one(job):
         k1.warmup(dt, torch.float32, N // rv, grid=(1,), num_warps=nw, **c1)
         k2.warmup(dt, dt, dt, torch.float32, N // rv, N // rv, EPS, grid=(1,), num_warps=nw, **c2)
     else:
-        kw = dict(zip(_CONST_NAMES, L._constexprs(M, rv)))
-        jit_kernel().warmup(dt, dt, dt, M, N // rv, N // rv, EPS, grid=(1,), num_warps=nw, **kw)
+        pdl = pdl_for(torch.cuda.current_device())  # the binary the launch will ask for
+        kw = dict(zip(_CONST_NAMES, L._constexprs(M, rv, pdl)))
+        jit_kernel().warmup(dt, dt, dt, M, N // rv, N // rv, EPS, grid=(1,), **L.compile_options(None, pdl), **kw)
     return time.perf_counter() - t0
 
 

@@ -234,3 +234,50 @@ def test_weight_on_another_device_is_rejected():
     x, w = _inputs(4, 64, torch.float32)
     with pytest.raises(ValueError, match="weight is on cpu"):
         rmsnorm(x, w.cpu())
+
+
+@pytest.mark.parametrize("M,N", [(1, 4096), (32, 4096), (4096, 1000), (256, 8192)])
+def test_a_chain_of_pdl_launches_reads_each_previous_output(M, N):
+    """On Hopper the one-launch body runs with programmatic dependent launch, so each call may start
+    before the call ahead has finished. In a chain where every call reads the buffer the call ahead
+    writes (NaN until then), no output holds a NaN or a wrong row: each call waited for its input.
+    Eager, and replayed from a CUDA graph."""
+    from flyautotune_rmsnorm.factory import _launchers, pdl_for
+
+    dev = torch.cuda.current_device()
+    if torch.cuda.get_device_capability(dev)[0] < 9:
+        pytest.skip("programmatic dependent launch needs Hopper or newer")
+    assert pdl_for(dev) == 1
+    x, w = _inputs(M, N, torch.bfloat16)
+    bufs = [x] + [torch.empty_like(x) for _ in range(24)]
+
+    def chain():
+        for a, b in zip(bufs, bufs[1:]):
+            rmsnorm(a, w, 1e-6, out=b)
+
+    def check(what):
+        for i, (a, b) in enumerate(zip(bufs, bufs[1:])):
+            assert not torch.isnan(b).any(), f"{what}: call {i} read its input before the call ahead wrote it"
+            err = relative_error(b, rmsnorm_reference(a, w))
+            assert err <= tolerance(torch.bfloat16), f"{what}: call {i}: relative error {err:.3g}"
+
+    def poison():
+        for b in bufs[1:]:
+            b.fill_(float("nan"))
+
+    poison()
+    chain()
+    torch.cuda.synchronize()
+    check("eager")
+    ours = [L for L in _launchers.values() if getattr(L, "N", None) == N and L.SPLIT == 1 and L._launches]
+    assert ours and all(launch.kernel.metadata.launch_pdl for L in ours for launch in L._launches.values())
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=s):
+        chain()
+    for _ in range(3):
+        poison()
+        g.replay()
+        torch.cuda.synchronize()
+        check("graph replay")

@@ -328,7 +328,7 @@ def compile_spec(shape, dtype, config, target=None) -> tuple:
             f"compile here; kernel_cluster.ptx(..., **make_launcher(N, dtype, **config.kwargs).variant()) "
             f"gives its PTX")
     launcher = make_launcher(N, ds, **kw)
-    from .factory import _CONST_NAMES, row_vec
+    from .factory import _CONST_NAMES, pdl_for_arch, row_vec
 
     rv = row_vec(N, N, launcher.elem, launcher.VEC)
     warp = getattr(target, "warp_size", None) or 32
@@ -358,10 +358,13 @@ def compile_spec(shape, dtype, config, target=None) -> tuple:
                "eps": "fp32"}
         sig.update({k: "constexpr" for k in consts})
         return kernels()[1], sig, consts, {"options": options, "values": {"sx_vec": N // rv, "sy_vec": N // rv}}
-    consts = dict(zip(_CONST_NAMES, launcher._constexprs(M, rv)))
+    pdl = pdl_for_arch(target.arch) if getattr(target, "backend", None) == "cuda" else 0
+    consts = dict(zip(_CONST_NAMES, launcher._constexprs(M, rv, pdl)))
     sig = {"X": f"*{ds}", "W": f"*{ds}", "Y": f"*{ds}", "M": "i32", "sx_vec": "i32", "sy_vec": "i32",
            "eps": "fp32"}
     sig.update({k: "constexpr" for k in consts})
+    if pdl:
+        options["launch_pdl"] = True
     extra = {"options": options,
              "values": {"M": M, "sx_vec": N // rv, "sy_vec": N // rv}}
     return jit_kernel(), sig, consts, extra

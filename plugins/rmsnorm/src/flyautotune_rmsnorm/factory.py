@@ -37,9 +37,44 @@ CACHE_POLICIES = {
     2: ("evict_first", "evict_last", "evict_last", "evict_first"),  # ... and stream y out
 }
 _CONST_NAMES = ("N", "BLOCK_N", "ROWS", "NUM_CHUNKS", "EVEN_N", "EVEN_M", "ROW_VEC",
-                "X_LAST", "X_KEEP", "W_POLICY", "Y_POLICY", "PREFETCH", "HOLD")
+                "X_LAST", "X_KEEP", "W_POLICY", "Y_POLICY", "PREFETCH", "HOLD", "PDL")
 #: TRITON_INTERPRET=1 runs GPU tensors through the interpreter too (debugging).
 _INTERPRET = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "yes", "on")
+
+
+_OFF = ("0", "false", "no", "off")
+_pdl_devices: dict = {}
+
+
+def pdl_enabled() -> bool:
+    """False when ``FLYAUTOTUNE_RMSNORM_PDL`` is 0 (or false/no/off); read once per device by
+    :func:`pdl_for`, and by the cache key of every tuned call."""
+    return os.environ.get("FLYAUTOTUNE_RMSNORM_PDL", "1").strip().lower() not in _OFF
+
+
+def pdl_for_arch(arch: str) -> int:
+    """1 where the one-launch body runs with programmatic dependent launch on a CUDA ``arch``
+    (``"sm_90"``, ``"sm_100a"`` ...): Hopper or newer, a Triton that has ``gdc_wait``, not switched off."""
+    digits = "".join(ch for ch in str(arch).split("_")[-1] if ch.isdigit())
+    if not digits or int(digits) < 90 or not pdl_enabled():
+        return 0
+    import triton.language as tl
+
+    return int(hasattr(getattr(tl.extra, "cuda", None), "gdc_wait"))
+
+
+def pdl_for(dev: int) -> int:
+    """:func:`pdl_for_arch` of CUDA device ``dev`` (0 on HIP), decided once per device and process."""
+    on = _pdl_devices.get(dev)
+    if on is None:
+        torch = _torch()
+        if torch.version.hip:
+            on = 0
+        else:
+            major, minor = torch.cuda.get_device_capability(dev)
+            on = pdl_for_arch(f"sm_{major}{minor}")
+        _pdl_devices[dev] = on
+    return on
 
 
 def next_pow2(n: int) -> int:
@@ -212,23 +247,27 @@ class RMSNormLauncher:
                 f"HOLD={self.HOLD})")
 
     # -- options ---------------------------------------------------------------
-    def compile_options(self, lowered: Optional[Mapping[str, Any]] = None) -> dict:
-        """Triton compile options: ``num_warps`` from BLOCK_THREADS, then the lowered hints."""
+    def compile_options(self, lowered: Optional[Mapping[str, Any]] = None, pdl: int = 0) -> dict:
+        """Triton compile options: ``num_warps`` from BLOCK_THREADS, then the lowered hints; with ``pdl``
+        (the one-launch body's ``PDL`` constexpr, which waits for the kernel ahead) ``launch_pdl``."""
         opts = {"num_warps": self.num_warps}
         if lowered:
             opts.update(lowered)
+        if pdl:
+            opts["launch_pdl"] = True
         return opts
 
     def grid(self, M: int) -> int:
         return -(-M // self.ROWS_PER_PROGRAM)
 
-    def _constexprs(self, M: int, rv: int) -> tuple:
+    def _constexprs(self, M: int, rv: int, pdl: int = 0) -> tuple:
+        """The body's constexprs, in ``_CONST_NAMES`` order (``PDL`` last: ``pdl``, see :func:`pdl_for`)."""
         even_m = M % self.ROWS_PER_PROGRAM == 0
-        consts = self._consts.get((even_m, rv))
+        consts = self._consts.get((even_m, rv, pdl))
         if consts is None:
-            consts = self._consts[(even_m, rv)] = (
+            consts = self._consts[(even_m, rv, pdl)] = (
                 self.N, self.BLOCK_N, self.ROWS_PER_PROGRAM, self.NUM_CHUNKS, self.EVEN_N, even_m, rv,
-                *CACHE_POLICIES[self.CACHE_POLICY], self._prefetch, self.HOLD)
+                *CACHE_POLICIES[self.CACHE_POLICY], self._prefetch, self.HOLD, pdl)
         return consts
 
     # -- launching -------------------------------------------------------------
@@ -247,14 +286,16 @@ class RMSNormLauncher:
             return
         vec = self.vec
         rv = vec if not (sx | sy) & (vec - 1) else row_vec(sx, sy, self.elem, self.VEC)
-        consts = self._constexprs(M, rv)
         if interpret is None:
             interpret = not x.is_cuda or _INTERPRET
         if interpret:
+            consts = self._constexprs(M, rv)
             _kernel.interpreted_kernel()[(self.grid(M),)](x, w, y, M, sx // rv, sy // rv, eps, *consts)
             return
+        dev = x.get_device()
+        consts = self._constexprs(M, rv, pdl_for(dev))
         xp, wp, yp = x.data_ptr(), w.data_ptr(), y.data_ptr()
-        key = launch_key(x.get_device(), consts, xp, yp, wp, w.dtype, options)
+        key = launch_key(dev, consts, xp, yp, wp, w.dtype, options)
         launch = self._launches.get(key)
         if launch is None:
             self._first_launch(key, x, w, y, M, sx // rv, sy // rv, eps, consts, options, stream)
@@ -277,7 +318,7 @@ class RMSNormLauncher:
         ``options`` are the lowered compile options (the tuner's ``specialize=`` lowers
         them inside the launch context, where the target and the hints are current)."""
         rv = row_vec(sx, sy, self.elem, self.VEC)
-        consts = self._constexprs(M, rv) if M else ()
+        consts = self._constexprs(M, rv, pdl_for(dev)) if M else ()
         sxv, syv, grid = sx // rv, sy // rv, self.grid(M)
         state: list = [None, consts]  # the binary's direct call, its constexprs
 
@@ -301,7 +342,7 @@ class RMSNormLauncher:
         torch = _torch()
         dev = key[0]
         kw = dict(zip(_CONST_NAMES, consts))
-        opts = self.compile_options(dict(options))
+        opts = self.compile_options(dict(options), kw["PDL"])
         with torch.cuda.device(dev), torch.cuda.stream(torch_stream(stream, x.device)):
             compiled = _kernel.jit_kernel()[(self.grid(M),)](x, w, y, M, sxv, syv, eps, **kw, **opts)
             launch = Launch(_direct_call(compiled), compiled, _runtime_call(compiled))
@@ -314,11 +355,12 @@ class RMSNormLauncher:
         For reports: ``.n_regs``, ``.n_spills``, ``.asm["ptx"]``, ``.asm["sass"]``.
         """
         rv = row_vec(sx, sy, self.elem, self.VEC)
-        kw = dict(zip(_CONST_NAMES, self._constexprs(M, rv)))
+        pdl = pdl_for(x.get_device())
+        kw = dict(zip(_CONST_NAMES, self._constexprs(M, rv, pdl)))
         torch = _torch()
         with torch.cuda.device(x.get_device()):
             k = _kernel.jit_kernel().warmup(x, w, y, M, sx // rv, sy // rv, 1e-6, grid=(self.grid(M),),
-                                            **kw, **self.compile_options(dict(options)))
+                                            **kw, **self.compile_options(dict(options), pdl))
             k.run  # loading the binary fills n_regs / n_spills
         return k
 

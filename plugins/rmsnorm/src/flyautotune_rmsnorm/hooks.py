@@ -26,11 +26,17 @@ def flyautotune_register_adopters(register):
 
 @fat.hookimpl
 def flyautotune_cache_key(target):
-    """The CuTe DSL version on CUDA, where it is installed: the cluster body (``COOP=3``) is built by it,
-    so a winner timed with one version is not reused with another."""
+    """On CUDA: the CuTe DSL version, where it is installed (the cluster body, ``COOP=3``, is built by
+    it, so a winner timed with one version is not reused with another), and whether the one-launch body
+    runs with programmatic dependent launch (``FLYAUTOTUNE_RMSNORM_PDL``; it changes every small
+    shape's timing, so a winner timed with it is not reused without it)."""
     if target.backend != "cuda":
         return None
     from . import kernel_cluster
+    from .factory import pdl_for_arch
 
+    key = {"rmsnorm.pdl": pdl_for_arch(target.arch)}
     version = kernel_cluster.version()
-    return {"rmsnorm.cutlass_dsl": version} if version else None
+    if version:
+        key["rmsnorm.cutlass_dsl"] = version
+    return key

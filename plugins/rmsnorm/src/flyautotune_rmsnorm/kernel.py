@@ -16,6 +16,12 @@ One body serves every configuration; the structural knobs are constexprs:
   row's sum is reduced (half the registers of the fp32 values the compiler
   would otherwise keep from the sum of squares), so rows up to 64K elements
   are read once at 1024 threads without spilling.
+* ``PDL``: the body is launched with programmatic dependent launch (Hopper+):
+  it may start before the kernel ahead of it on the stream has finished, so it
+  first waits for that kernel's memory (``griddepcontrol.wait``) and then lets
+  the kernel behind it launch (``griddepcontrol.launch_dependents``); launches
+  and block scheduling overlap the neighbours' tails. Not a tuned knob: the
+  factory sets it with the launch option it needs (``factory.pdl_for``).
 
 Compile hints (``num_warps``, ``num_stages``, ``maxnreg`` ...) never appear
 here: the backend lowers them into Triton compile options at launch.
@@ -48,7 +54,13 @@ def _rmsnorm_fwd(
     Y_POLICY: tl.constexpr,
     PREFETCH: tl.constexpr,  # two-pass rows: load the next chunk before summing this one
     HOLD: tl.constexpr,  # whole 16-bit rows: keep x narrow across the reduction
+    PDL: tl.constexpr,  # launched with programmatic dependent launch (needs launch_pdl=True)
 ):
+    if PDL:
+        # Nothing of the kernel ahead is visible before the wait (x, the weight, and y, which it may still
+        # read); once every program is past it the kernel behind may launch (it waits the same way).
+        tl.extra.cuda.gdc_wait()
+        tl.extra.cuda.gdc_launch_dependents()
     pid = tl.program_id(0)
     rows = pid * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_N)
