@@ -56,8 +56,9 @@ def test_codes_for_names_the_unsupported_argument(ty):
 
 def test_pack_state_layout():
     state = claunch.pack_state(0xABCDEF, 8, 1024, "pi-f")
-    assert state == struct.pack("=QIIIIi", 0xABCDEF, 256, 1024, 4, 2, 0) + b"pi-f"
+    assert state == struct.pack("=QIIIIiI", 0xABCDEF, 256, 1024, 4, 2, 0, 0) + b"pi-f"
     assert claunch.pack_state(1, 1, 0, "p", device=3)[24:28] == struct.pack("=i", 3)
+    assert claunch.pack_state(1, 1, 0, "p", pdl=True)[28:32] == struct.pack("=I", claunch.FLAG_PDL)
     assert claunch.pack_state(1, 1, 0, "", extra_null_params=0)[8:24] == struct.pack("=IIII", 32, 0, 0, 0)
 
 
@@ -176,6 +177,21 @@ CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned
   fake_calls += 1 + (extra != 0) * 1000;
   return fake_rc;
 }
+typedef struct { int id; char pad[4]; union { char pad[64]; int allowed; } value; } attr_t;
+typedef struct { unsigned dims[7]; void *stream; attr_t *attrs; unsigned n_attrs; } config_t;
+int fake_ex_calls;
+int fake_ex_attr[3]; /* number of attributes, the first one's id and value */
+CUresult cuLaunchKernelEx(const config_t *c, void *f, void **params, void **extra) {
+  memcpy(fake_dims, c->dims, sizeof fake_dims);
+  fake_function = (uint64_t)(uintptr_t)f;
+  fake_stream = (uint64_t)(uintptr_t)c->stream;
+  for (int k = 0; k < fake_nparams; k++) memcpy(&fake_vals[k], params[k], 8);
+  fake_ex_attr[0] = (int)c->n_attrs;
+  fake_ex_attr[1] = c->n_attrs ? c->attrs[0].id : -1;
+  fake_ex_attr[2] = c->n_attrs ? c->attrs[0].value.allowed : -1;
+  fake_ex_calls += 1 + (extra != 0) * 1000;
+  return fake_rc;
+}
 """
 
 FAKE_RUN = r"""
@@ -219,6 +235,23 @@ on_dev2 = claunch.pack_state(0xF00D, 8, 4096, "pciIlL-fdhbp", device=2)
 launch(on_dev2, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 0)
 assert ctypes.c_int.in_dll(lib, "fake_device").value == 102
 assert ctypes.c_int.in_dll(lib, "fake_noctx").value == 0
+# A kernel compiled for programmatic dependent launch: cuLaunchKernelEx with that one attribute (id 6).
+pdl = claunch.pack_state(0xCAFE, 4, 128, "pciIlL-fdhbp", pdl=True)
+launch(pdl, 9, 2, 0xD00D, 0x7F00DEAD0000, -3, -7, 2**32 - 1, -2**40, 2**64 - 1, "cx", 1.5, 0.1, 2.5, 3.0, None)
+assert ctypes.c_int.in_dll(lib, "fake_ex_calls").value == 1
+assert ctypes.c_int.in_dll(lib, "fake_calls").value == 3  # the two launches above, none here
+assert list((ctypes.c_int * 3).in_dll(lib, "fake_ex_attr")) == [1, 6, 1]
+assert list((ctypes.c_uint * 7).in_dll(lib, "fake_dims")) == [9, 2, 1, 128, 1, 1, 128]
+assert ctypes.c_uint64.in_dll(lib, "fake_function").value == 0xCAFE
+assert ctypes.c_uint64.in_dll(lib, "fake_stream").value == 0xD00D
+assert struct.unpack("<i", struct.pack("<Q", vals[2])[:4])[0] == -7
+ctypes.c_int.in_dll(lib, "fake_rc").value = 701
+try:
+    launch(pdl, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 0)
+except RuntimeError as e:
+    assert "cuLaunchKernelEx failed: fake failure" in str(e), e
+else:
+    sys.exit("no error from cuLaunchKernelEx")
 print("fake driver ok")
 """
 
@@ -293,13 +326,23 @@ def test_direct_launcher_reads_the_signature_from_metadata_without_src(launch):
 
 
 @pytest.mark.parametrize("change", [
-    dict(num_ctas=2), dict(launch_cooperative_grid=True), dict(launch_pdl=True), dict(global_scratch_size=128),
+    dict(num_ctas=2), dict(launch_cooperative_grid=True), dict(global_scratch_size=128),
     dict(profile_scratch_size=64), dict(cluster_dims=(2, 1, 1)),
     dict(signature={"X": "*fp32", "d": "tensordesc<fp32[16]>"}), dict(signature={"X": "*fp32", "t": ("i32",)}),
 ], ids=lambda d: next(iter(d)))
 def test_direct_launcher_declines_what_it_cannot_launch(change, launch):
     meta = {k: v for k, v in change.items() if k != "signature"}
     assert claunch.direct_launcher(_fake_compiled(signature=change.get("signature"), **meta)) is None
+
+
+def test_direct_launcher_packs_a_pdl_kernel_for_cuLaunchKernelEx(launch):
+    """A kernel compiled with ``launch_pdl`` stays on the direct path; its state asks for the launch
+    attribute (the fake-driver test checks what the driver then receives)."""
+    call = claunch.direct_launcher(_fake_compiled(launch_pdl=True))
+    assert call.args[0] == claunch.pack_state(0x5000, 4, 0, "pppiiif----", pdl=True)
+    assert call.args[0] != claunch.pack_state(0x5000, 4, 0, "pppiiif----")
+    with pytest.raises(ValueError, match="pdl=1 must be a bool"):
+        claunch.pack_state(0x5000, 4, 0, "p", pdl=1)
 
 
 def test_direct_launcher_accepts_unit_cluster_dims(launch):

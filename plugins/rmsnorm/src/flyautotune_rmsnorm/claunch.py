@@ -4,7 +4,9 @@ Triton 3.5/3.6's generated launcher parses ~13 fixed arguments, every kernel
 argument and a metadata tuple on each call. Here a tiny CPython extension
 launches with ``cuLaunchKernel`` from a ``bytes`` state packed once per binary:
 ``launch(state, gx, gy, stream, *args)`` converts each argument by its one-byte
-type code and appends Triton's two (null) scratch pointer parameters.
+type code and appends Triton's two (null) scratch pointer parameters. A kernel
+compiled for programmatic dependent launch (``launch_pdl``) is launched with
+``cuLaunchKernelEx`` and that one launch attribute, as Triton's launcher does.
 
 The extension is built on first use by Triton's ``compile_module_from_src``
 (cached by source hash); it includes no CUDA header and loads ``libcuda.so.1``
@@ -34,9 +36,11 @@ _TYPE_CODES = {
     "i1": "c", "i8": "c", "i32": "i", "u32": "I", "i64": "l", "u64": "L",
     "fp16": "h", "bf16": "b", "fp32": "f", "f32": "f", "fp64": "d", "constexpr": "-",
 }
-#: ``state`` header: CUfunction, block_x, shared bytes, n_args, n_extra_null_params, device ordinal (native
-#: order, no padding).
-_HEADER = struct.Struct("=QIIIIi")
+#: ``state`` header: CUfunction, block_x, shared bytes, n_args, n_extra_null_params, device ordinal, flags
+#: (native order, no padding).
+_HEADER = struct.Struct("=QIIIIiI")
+#: ``flags`` bit: launch with programmatic stream serialization (PDL).
+FLAG_PDL = 1
 #: The ``__call__`` parameters of Triton 3.5/3.6's ``CudaLauncher``.
 _TRITON_36_CALL = ["self", "gridX", "gridY", "gridZ", "stream", "function", "args"]
 _OFF = ("0", "false", "no", "off")
@@ -64,9 +68,29 @@ typedef CUresult (*cuDeviceGet_t)(CUdevice *device, int ordinal);
 typedef CUresult (*cuDevicePrimaryCtxRetain_t)(CUcontext *pctx, CUdevice device);
 typedef CUresult (*cuCtxSetCurrent_t)(CUcontext ctx);
 typedef CUresult (*cuGetErrorString_t)(CUresult error, const char **pStr);
+/* cuLaunchKernelEx's configuration, laid out as in cuda.h (CUDA 12+). */
+typedef union {
+  char pad[64];
+  int programmaticStreamSerializationAllowed;
+} CUlaunchAttributeValue;
+typedef struct {
+  int id;
+  char pad[8 - sizeof(int)];
+  CUlaunchAttributeValue value;
+} CUlaunchAttribute;
+typedef struct {
+  unsigned int gridDimX, gridDimY, gridDimZ, blockDimX, blockDimY, blockDimZ, sharedMemBytes;
+  CUstream hStream;
+  CUlaunchAttribute *attrs;
+  unsigned int numAttrs;
+} CUlaunchConfig;
+typedef CUresult (*cuLaunchKernelEx_t)(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
+                                       void **extra);
+#define CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION 6
 
 #define MAX_PARAMS 64
-#define HEADER_BYTES 28 /* uint64 function, uint32 block_x, shared, n_args, n_extra, int32 device */
+#define HEADER_BYTES 32 /* uint64 function, uint32 block_x, shared, n_args, n_extra, int32 device, uint32 flags */
+#define FLAG_PDL 1u
 
 static cuLaunchKernel_t p_cuLaunchKernel = NULL;
 static cuCtxGetCurrent_t p_cuCtxGetCurrent = NULL;
@@ -74,6 +98,7 @@ static cuDeviceGet_t p_cuDeviceGet = NULL;
 static cuDevicePrimaryCtxRetain_t p_cuDevicePrimaryCtxRetain = NULL;
 static cuCtxSetCurrent_t p_cuCtxSetCurrent = NULL;
 static cuGetErrorString_t p_cuGetErrorString = NULL;
+static cuLaunchKernelEx_t p_cuLaunchKernelEx = NULL; /* NULL: a driver without it (PDL states fail) */
 
 typedef union {
   uint64_t u64;
@@ -114,6 +139,7 @@ static int load_driver(void) {
   p_cuCtxSetCurrent = (cuCtxSetCurrent_t)set;
   p_cuGetErrorString = (cuGetErrorString_t)err;
   p_cuCtxGetCurrent = (cuCtxGetCurrent_t)ctx;
+  p_cuLaunchKernelEx = (cuLaunchKernelEx_t)dlsym(lib, "cuLaunchKernelEx");
   p_cuLaunchKernel = (cuLaunchKernel_t)launch;
   return 0;
 }
@@ -286,7 +312,7 @@ static int as_dim(PyObject *obj, const char *name, unsigned int *out) {
 
 static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs) {
   uint64_t function;
-  uint32_t block_x, shared, n_args, n_extra;
+  uint32_t block_x, shared, n_args, n_extra, flags;
   int32_t device;
   unsigned int gx, gy;
   unsigned long long stream = 0;
@@ -316,6 +342,7 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
   memcpy(&n_args, buf + 16, 4);
   memcpy(&n_extra, buf + 20, 4);
   memcpy(&device, buf + 24, 4);
+  memcpy(&flags, buf + 28, 4);
   if ((Py_ssize_t)n_args != size - HEADER_BYTES || n_extra > MAX_PARAMS) {
     PyErr_SetString(PyExc_ValueError, "claunch: state is malformed (not made by pack_state)");
     return NULL;
@@ -383,6 +410,24 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if ((rc = p_cuCtxSetCurrent(ctx)) != 0)
       return cuda_error("cuCtxSetCurrent", rc);
   }
+  if (flags & FLAG_PDL) {
+    if (p_cuLaunchKernelEx == NULL) {
+      PyErr_SetString(PyExc_RuntimeError, "claunch: this libcuda.so.1 lacks cuLaunchKernelEx, which a "
+                                          "programmatic dependent launch needs");
+      return NULL;
+    }
+    CUlaunchAttribute attr;
+    memset(&attr, 0, sizeof attr);
+    attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+    attr.value.programmaticStreamSerializationAllowed = 1;
+    CUlaunchConfig config = {gx, gy, 1, block_x, 1, 1, shared, (CUstream)(uintptr_t)stream, &attr, 1};
+    Py_BEGIN_ALLOW_THREADS;
+    rc = p_cuLaunchKernelEx(&config, (CUfunction)(uintptr_t)function, params, NULL);
+    Py_END_ALLOW_THREADS;
+    if (rc != 0)
+      return cuda_error("cuLaunchKernelEx", rc);
+    Py_RETURN_NONE;
+  }
   Py_BEGIN_ALLOW_THREADS;
   rc = p_cuLaunchKernel((CUfunction)(uintptr_t)function, gx, gy, 1, block_x, 1, 1, shared,
                         (CUstream)(uintptr_t)stream, params, NULL);
@@ -435,10 +480,11 @@ def _check_int(name: str, value: Any, lo: int, hi: int) -> None:
 
 
 def pack_state(function: int, num_warps: int, shared: int, codes: str, extra_null_params: int = 2,
-               device: int = 0) -> bytes:
+               device: int = 0, pdl: bool = False) -> bytes:
     """The ``state`` argument of ``launch``: the kernel handle, ``32 * num_warps`` threads, the shared
-    memory bytes, the argument codes, how many null pointer parameters follow the kernel's own, and the
-    device the kernel is loaded on (its primary context is made current on a thread that has none)."""
+    memory bytes, the argument codes, how many null pointer parameters follow the kernel's own, the
+    device the kernel is loaded on (its primary context is made current on a thread that has none), and
+    whether the kernel is launched with programmatic dependent launch (``cuLaunchKernelEx``)."""
     _check_int("function", function, 1, 2**64 - 1)
     _check_int("device", device, 0, 2**31 - 1)
     _check_int("num_warps", num_warps, 1, 32)
@@ -452,8 +498,10 @@ def pack_state(function: int, num_warps: int, shared: int, codes: str, extra_nul
     n_params = len(codes) - codes.count("-") + extra_null_params
     if n_params > MAX_PARAMS:
         raise ValueError(f"claunch: {n_params} kernel parameters; at most {MAX_PARAMS}")
-    return (_HEADER.pack(function, 32 * num_warps, shared, len(codes), extra_null_params, device)
-            + codes.encode("ascii"))
+    if not isinstance(pdl, bool):
+        raise ValueError(f"claunch: pdl={pdl!r} must be a bool")
+    return (_HEADER.pack(function, 32 * num_warps, shared, len(codes), extra_null_params, device,
+                         FLAG_PDL if pdl else 0) + codes.encode("ascii"))
 
 
 def module() -> Any:
@@ -526,9 +574,8 @@ def _why_not(compiled: Any, run: Any, md: Any) -> Optional[str]:
     cluster = getattr(md, "cluster_dims", None)
     if cluster is not None and tuple(cluster) != (1, 1, 1):
         return f"cluster_dims {tuple(cluster)}"
-    for name in ("launch_cooperative_grid", "launch_pdl"):
-        if getattr(md, name, False) or getattr(run, name, False):
-            return f"{name} is set"
+    if getattr(md, "launch_cooperative_grid", False) or getattr(run, "launch_cooperative_grid", False):
+        return "launch_cooperative_grid is set"
     for name in ("global_scratch_size", "profile_scratch_size"):
         if getattr(md, name, 0) or getattr(run, name, 0):
             return f"{name} is nonzero"
@@ -540,7 +587,7 @@ def _why_not(compiled: Any, run: Any, md: Any) -> Optional[str]:
 def direct_launcher(compiled: Any, runtime_only: bool = False) -> Optional[Callable[..., None]]:
     """``call(gx, gy, stream, *args)`` launching the loaded Triton ``CompiledKernel`` ``compiled`` through
     the C module, or None when the kernel is outside this path (another launcher or Triton version,
-    clusters, cooperative or PDL launches, scratch memory, an argument type without a code), when the
+    clusters, cooperative launches, scratch memory, an argument type without a code), when the
     module cannot be built, or when ``FLYAUTOTUNE_RMSNORM_CLAUNCH=0``.
 
     ``args`` are the kernel's arguments in signature order, constexprs included, pointers as ints; with
@@ -560,8 +607,9 @@ def direct_launcher(compiled: Any, runtime_only: bool = False) -> Optional[Calla
             codes = codes_for(sig)
             if runtime_only:
                 codes = codes.replace("-", "")
+            pdl = bool(getattr(md, "launch_pdl", False) or getattr(run, "launch_pdl", False))
             state = pack_state(getattr(compiled, "function", None), getattr(md, "num_warps", None),
-                               getattr(md, "shared", None), codes, device=_current_device())
+                               getattr(md, "shared", None), codes, device=_current_device(), pdl=pdl)
         except ValueError as e:
             why = str(e)
     if why is not None:
