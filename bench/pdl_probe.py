@@ -10,11 +10,13 @@ ways in CUDA-graph replay over rotating inputs, as ``bench/rmsnorm.py`` times it
 * ``pdl`` — launched with PDL, waiting before its first load (the predecessor triggers at exit);
 * ``pdl+early`` — the same, and it lets its own dependents launch once its loads are issued.
 
-``tuned`` (``rmsnorm_autotuned``) and ``x.clone()`` are timed in the same rounds for scale.
-Back-to-back replay of one kernel is PDL's best case (every predecessor is itself); what a
-model gains depends on the kernels around the norm. Nothing here enters the config space.
+``tuned`` (``rmsnorm_autotuned``, which runs with PDL on Hopper unless ``FLYAUTOTUNE_RMSNORM_PDL=0``)
+and ``x.clone()`` are timed in the same rounds for scale. Back-to-back replay of one kernel is PDL's
+best case (every predecessor is itself). With ``--neighbour`` every call is followed by a torch
+kernel that reads its output (``y.add_(1)``, launched without PDL, as a residual add would be): what
+PDL gains when the kernels around the norm are not PDL kernels. Nothing here enters the config space.
 
-    python bench/pdl_probe.py --out DIR [--shapes 1x4096:bf16,...] [--rounds 3]
+    python bench/pdl_probe.py --out DIR [--shapes 1x4096:bf16,...] [--rounds 3] [--neighbour]
 """
 
 from __future__ import annotations
@@ -72,6 +74,7 @@ def main(argv=None):
     ap.add_argument("--out", default=".")
     ap.add_argument("--shapes", default=SHAPES)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--neighbour", action="store_true", help="follow every call with y.add_(1) (no PDL)")
     args = ap.parse_args(argv)
 
     import torch
@@ -80,7 +83,8 @@ def main(argv=None):
     from flyautotune_rmsnorm import rmsnorm_autotuned
     from flyautotune_rmsnorm.reference import check_against_reference
 
-    print(f"{torch.cuda.get_device_name()}; torch {torch.__version__}, Triton {triton.__version__}\n")
+    print(f"{torch.cuda.get_device_name()}; torch {torch.__version__}, Triton {triton.__version__}"
+          f"{'; every call followed by y.add_(1)' if args.neighbour else ''}\n")
     print("| shape | plain | pdl | pdl+early | tuned | clone | pdl / plain | best pdl / tuned |")
     print("|---|---|---|---|---|---|---|---|")
     rows = []
@@ -97,17 +101,19 @@ def main(argv=None):
         for name, fn in fns.items():
             if name != "clone":
                 check_against_reference(fn(x, w), x, w, name)
+        if args.neighbour:
+            fns = {name: (lambda x, w, fn=fn: fn(x, w).add_(1.0)) for name, fn in fns.items()}
         ms = graph_times(fns, rotating_inputs(x, M, N, ds), w, args.rounds)
         gbs = {k: nbytes(M, N, ds) / (v * 1e-3) / 1e9 for k, v in ms.items()}
         best = max(gbs["pdl"], gbs["pdl+early"])
         print(f"| {M} × {N} {ds} | {gbs['plain']:.0f} | {gbs['pdl']:.0f} | {gbs['pdl+early']:.0f} | "
               f"{gbs['tuned']:.0f} | {gbs['clone']:.0f} | {best / gbs['plain']:.3f} | {best / gbs['tuned']:.3f} |",
               flush=True)
-        rows.append({"shape": spec, "ms": ms, "GBs": gbs})
+        rows.append({"shape": spec, "neighbour": args.neighbour, "ms": ms, "GBs": gbs})
         del x
         torch.cuda.empty_cache()
     os.makedirs(args.out, exist_ok=True)
-    with open(os.path.join(args.out, "pdl_probe.json"), "w") as f:
+    with open(os.path.join(args.out, f"pdl_probe{'_neighbour' if args.neighbour else ''}.json"), "w") as f:
         json.dump(rows, f, indent=1)
 
 
