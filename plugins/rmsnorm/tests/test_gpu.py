@@ -237,16 +237,20 @@ def test_weight_on_another_device_is_rejected():
 
 
 @pytest.mark.parametrize("M,N", [(1, 4096), (32, 4096), (4096, 1000), (256, 8192)])
-def test_a_chain_of_pdl_launches_reads_each_previous_output(M, N):
-    """On Hopper the one-launch body runs with programmatic dependent launch, so each call may start
-    before the call ahead has finished. In a chain where every call reads the buffer the call ahead
-    writes (NaN until then), no output holds a NaN or a wrong row: each call waited for its input.
-    Eager, and replayed from a CUDA graph."""
+def test_a_chain_of_pdl_launches_reads_each_previous_output(M, N, monkeypatch):
+    """With FLYAUTOTUNE_RMSNORM_PDL=1 the one-launch body runs with programmatic dependent launch on
+    Hopper, so each call may start before the call ahead has finished. In a chain where every call reads
+    the buffer the call ahead writes (NaN until then), no output holds a NaN or a wrong row: each call
+    waited for its input. Eager, and replayed from a CUDA graph."""
+    from flyautotune_rmsnorm import factory
     from flyautotune_rmsnorm.factory import _launchers, pdl_for
 
     dev = torch.cuda.current_device()
     if torch.cuda.get_device_capability(dev)[0] < 9:
         pytest.skip("programmatic dependent launch needs Hopper or newer")
+    assert pdl_for(dev) == 0  # off unless asked for
+    monkeypatch.setenv("FLYAUTOTUNE_RMSNORM_PDL", "1")
+    monkeypatch.setattr(factory, "_pdl_devices", {})  # decided again for this test, forgotten after it
     assert pdl_for(dev) == 1
     x, w = _inputs(M, N, torch.bfloat16)
     bufs = [x] + [torch.empty_like(x) for _ in range(24)]
@@ -269,8 +273,14 @@ def test_a_chain_of_pdl_launches_reads_each_previous_output(M, N):
     chain()
     torch.cuda.synchronize()
     check("eager")
-    ours = [L for L in _launchers.values() if getattr(L, "N", None) == N and L.SPLIT == 1 and L._launches]
-    assert ours and all(launch.kernel.metadata.launch_pdl for L in ours for launch in L._launches.values())
+    ours = [launch for L in _launchers.values() if getattr(L, "N", None) == N and L.SPLIT == 1
+            for key, launch in L._launches.items() if key[1][-1] == 1]  # the binaries built with PDL=1
+    assert ours and all(launch.kernel.metadata.launch_pdl for launch in ours)
+    from flyautotune_rmsnorm import claunch
+
+    if claunch.enabled() and all(claunch._why_not(lc.kernel, lc.kernel.run, lc.kernel.metadata) is None
+                                 for lc in ours):  # Triton 3.5/3.6: claunch's cuLaunchKernelEx serves them
+        assert all(getattr(lc.call, "func", None) is claunch.module().launch for lc in ours)
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     g = torch.cuda.CUDAGraph()

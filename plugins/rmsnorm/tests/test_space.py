@@ -153,8 +153,7 @@ def test_compile_spec_cross_compiles_for_sm90_without_spills(M, N, split):
     if split > 1:
         cfg = next(c for c in cuda_space(M, N, "bf16") if c.kwargs["SPLIT"] == split)
     k, _, extra = _sm90(M, N, "bf16", cfg)
-    pdl = {"launch_pdl": True} if split == 1 else {}  # the one-launch body runs with PDL on Hopper
-    assert extra["options"] == {"num_warps": cfg.kwargs["BLOCK_THREADS"] // 32, **pdl}
+    assert extra["options"] == {"num_warps": cfg.kwargs["BLOCK_THREADS"] // 32}
     stack_and_local, report = _stack_and_local(k, f"rmsnorm_{N}")
     assert stack_and_local == (0, 0), f"{cfg} spills: {report}"
     assert "ld.global.v4" in k.asm["ptx"] or "ld.global.L1::evict_first.v4" in k.asm["ptx"] or re.search(
@@ -164,13 +163,13 @@ def test_compile_spec_cross_compiles_for_sm90_without_spills(M, N, split):
 @needs_ptxas
 @pytest.mark.parametrize("M,N", [(1, 4096), (4096, 1000), (1024, 65536)])
 def test_the_one_launch_body_waits_for_the_kernel_ahead_before_touching_memory_on_hopper(M, N, monkeypatch):
-    """With programmatic dependent launch the body may start while the kernel ahead still runs: the
-    compiled sm_90 binary asks for the launch attribute, and its PTX waits (``griddepcontrol.wait``) before
-    its first global load or store, then lets the kernel behind launch. Switched off, neither is there."""
+    """With programmatic dependent launch (asked for) the body may start while the kernel ahead still
+    runs: the compiled sm_90 binary asks for the launch attribute, and its PTX waits
+    (``griddepcontrol.wait``) before its first global load or store, then lets the kernel behind launch.
+    By default, or switched off, neither is there."""
     import re
 
-    from flyautotune_rmsnorm import factory
-
+    monkeypatch.setenv("FLYAUTOTUNE_RMSNORM_PDL", "1")
     cfg = default_config(M, N, "bf16")
     k, consts, extra = _sm90(M, N, "bf16", cfg)
     ptx = k.asm["ptx"]
@@ -179,15 +178,19 @@ def test_the_one_launch_body_waits_for_the_kernel_ahead_before_touching_memory_o
     first_access = re.search(r"(ld|st)\.global", ptx).start()
     assert wait < first_access, "the body touches global memory before the kernel ahead is done"
     assert "griddepcontrol.launch_dependents" in ptx
-    monkeypatch.setenv("FLYAUTOTUNE_RMSNORM_PDL", "0")
-    k, consts, extra = _sm90(M, N, "bf16", cfg)
-    assert consts["PDL"] == 0 and "launch_pdl" not in extra["options"] and "griddepcontrol" not in k.asm["ptx"]
+    for env in ("0", None):
+        if env is None:
+            monkeypatch.delenv("FLYAUTOTUNE_RMSNORM_PDL")
+        else:
+            monkeypatch.setenv("FLYAUTOTUNE_RMSNORM_PDL", env)
+        k, consts, extra = _sm90(M, N, "bf16", cfg)
+        assert consts["PDL"] == 0 and "launch_pdl" not in extra["options"] and "griddepcontrol" not in k.asm["ptx"]
 
 
-@pytest.mark.parametrize("arch,env,expected", [("sm_90", None, 1), ("sm_90a", None, 1), ("sm_100", None, 1),
-                                               ("sm_80", None, 0), ("sm_89", None, 0), ("sm_90", "0", 0),
-                                               ("sm_90", "off", 0), ("sm_90", "1", 1)])
-def test_pdl_needs_hopper_and_can_be_switched_off(arch, env, expected, monkeypatch):
+@pytest.mark.parametrize("arch,env,expected", [("sm_90", "1", 1), ("sm_90a", "on", 1), ("sm_100", "yes", 1),
+                                               ("sm_80", "1", 0), ("sm_89", "1", 0), ("sm_90", "0", 0),
+                                               ("sm_90", "off", 0), ("sm_90", None, 0)])
+def test_pdl_is_asked_for_and_needs_hopper(arch, env, expected, monkeypatch):
     from flyautotune_rmsnorm.factory import pdl_for_arch
 
     if env is None:
@@ -198,13 +201,14 @@ def test_pdl_needs_hopper_and_can_be_switched_off(arch, env, expected, monkeypat
 
 
 def test_winners_are_keyed_by_whether_the_body_runs_with_pdl(monkeypatch):
-    """A winner timed with programmatic dependent launch is not reused with it switched off (or on an
-    arch without it), and the key says so; other backends add nothing."""
+    """A winner timed with programmatic dependent launch is not reused without it (by default, switched
+    off, or on an arch without it), and the key says so; other backends add nothing."""
     from flyautotune_rmsnorm import hooks
 
     monkeypatch.delenv("FLYAUTOTUNE_RMSNORM_PDL", raising=False)
-    on = hooks.flyautotune_cache_key(fat.Target("cuda", "sm_90", 32))
-    assert on["rmsnorm.pdl"] == 1
+    assert hooks.flyautotune_cache_key(fat.Target("cuda", "sm_90", 32))["rmsnorm.pdl"] == 0
+    monkeypatch.setenv("FLYAUTOTUNE_RMSNORM_PDL", "1")
+    assert hooks.flyautotune_cache_key(fat.Target("cuda", "sm_90", 32))["rmsnorm.pdl"] == 1
     assert hooks.flyautotune_cache_key(fat.Target("cuda", "sm_80", 32))["rmsnorm.pdl"] == 0
     monkeypatch.setenv("FLYAUTOTUNE_RMSNORM_PDL", "0")
     assert hooks.flyautotune_cache_key(fat.Target("cuda", "sm_90", 32))["rmsnorm.pdl"] == 0

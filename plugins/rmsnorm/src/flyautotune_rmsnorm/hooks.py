@@ -28,7 +28,7 @@ def flyautotune_register_adopters(register):
 def flyautotune_cache_key(target):
     """On CUDA: the CuTe DSL version, where it is installed (the cluster body, ``COOP=3``, is built by
     it, so a winner timed with one version is not reused with another), and whether the one-launch body
-    runs with programmatic dependent launch (``FLYAUTOTUNE_RMSNORM_PDL``; it changes every small
+    runs with programmatic dependent launch (``FLYAUTOTUNE_RMSNORM_PDL=1``; it changes every small
     shape's timing, so a winner timed with it is not reused without it)."""
     if target.backend != "cuda":
         return None

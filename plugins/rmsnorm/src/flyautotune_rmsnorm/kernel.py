@@ -16,12 +16,14 @@ One body serves every configuration; the structural knobs are constexprs:
   row's sum is reduced (half the registers of the fp32 values the compiler
   would otherwise keep from the sum of squares), so rows up to 64K elements
   are read once at 1024 threads without spilling.
-* ``PDL``: the body is launched with programmatic dependent launch (Hopper+):
-  it may start before the kernel ahead of it on the stream has finished, so it
-  first waits for that kernel's memory (``griddepcontrol.wait``) and then lets
-  the kernel behind it launch (``griddepcontrol.launch_dependents``); launches
-  and block scheduling overlap the neighbours' tails. Not a tuned knob: the
-  factory sets it with the launch option it needs (``factory.pdl_for``).
+* ``PDL``: the body is launched with programmatic dependent launch (Hopper+,
+  asked for with ``FLYAUTOTUNE_RMSNORM_PDL=1``): it may start before the kernel
+  ahead of it on the stream has finished, so it first waits for that kernel's
+  memory (``griddepcontrol.wait``) and then lets the kernel behind it launch
+  (``griddepcontrol.launch_dependents``); launches and block scheduling overlap
+  the neighbours' tails. Not a tuned knob (a search times candidates back to
+  back, PDL's best case): the factory sets it with the launch option it needs
+  (``factory.pdl_for``).
 
 Compile hints (``num_warps``, ``num_stages``, ``maxnreg`` ...) never appear
 here: the backend lowers them into Triton compile options at launch.
