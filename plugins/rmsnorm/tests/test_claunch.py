@@ -221,14 +221,16 @@ assert struct.unpack("<d", b[7])[0] == 0.1
 assert struct.unpack("<e", b[8][:2])[0] == 2.5
 assert b[9][:2] == struct.pack("<f", 3.0)[2:4]  # bf16: the upper half of the fp32
 assert b[10] == b[11] == bytes(8), (b[10], b[11])  # the pointer passed as None, then the first null extra
-ctypes.c_int.in_dll(lib, "fake_rc").value = 700
-try:
-    launch(state, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 0)
-except RuntimeError as e:
-    assert "cuLaunchKernel failed: fake failure" in str(e), e
-else:
-    sys.exit("no error")
-ctypes.c_int.in_dll(lib, "fake_rc").value = 0
+def fails_with(state, text):  # a launch while the driver returns an error raises, naming the driver call
+    ctypes.c_int.in_dll(lib, "fake_rc").value = 700
+    try:
+        launch(state, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 0)
+    except RuntimeError as e:
+        assert text in str(e), e
+    else:
+        sys.exit(f"no error from {text}")
+    ctypes.c_int.in_dll(lib, "fake_rc").value = 0
+fails_with(state, "cuLaunchKernel failed: fake failure")
 # A thread without a context: the primary context of the kernel's device is made current.
 ctypes.c_int.in_dll(lib, "fake_noctx").value = 1
 on_dev2 = claunch.pack_state(0xF00D, 8, 4096, "pciIlL-fdhbp", device=2)
@@ -245,13 +247,7 @@ assert list((ctypes.c_uint * 7).in_dll(lib, "fake_dims")) == [9, 2, 1, 128, 1, 1
 assert ctypes.c_uint64.in_dll(lib, "fake_function").value == 0xCAFE
 assert ctypes.c_uint64.in_dll(lib, "fake_stream").value == 0xD00D
 assert struct.unpack("<i", struct.pack("<Q", vals[2])[:4])[0] == -7
-ctypes.c_int.in_dll(lib, "fake_rc").value = 701
-try:
-    launch(pdl, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 0)
-except RuntimeError as e:
-    assert "cuLaunchKernelEx failed: fake failure" in str(e), e
-else:
-    sys.exit("no error from cuLaunchKernelEx")
+fails_with(pdl, "cuLaunchKernelEx failed: fake failure")
 print("fake driver ok")
 """
 
