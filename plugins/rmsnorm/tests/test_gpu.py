@@ -250,7 +250,8 @@ def test_a_chain_of_pdl_launches_reads_each_previous_output(M, N, monkeypatch):
         pytest.skip("programmatic dependent launch needs Hopper or newer")
     assert pdl_for(dev) == 0  # off unless asked for
     monkeypatch.setenv("FLYAUTOTUNE_RMSNORM_PDL", "1")
-    monkeypatch.setattr(factory, "_pdl_devices", {})  # decided again for this test, forgotten after it
+    monkeypatch.setattr(factory, "_pdl_env", None)  # read again for this test, forgotten after it
+    monkeypatch.setattr(factory, "_pdl_devices", {})
     assert pdl_for(dev) == 1
     x, w = _inputs(M, N, torch.bfloat16)
     bufs = [x] + [torch.empty_like(x) for _ in range(24)]

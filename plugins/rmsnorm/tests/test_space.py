@@ -160,6 +160,18 @@ def test_compile_spec_cross_compiles_for_sm90_without_spills(M, N, split):
         r"ld\.global[\w:.]*\.v4", k.asm["ptx"]), "rows are not read with 16-byte loads"
 
 
+def _pdl_env(monkeypatch, value):
+    """Set (or, with None, unset) FLYAUTOTUNE_RMSNORM_PDL and forget the process's reading of it (it is
+    read once per process)."""
+    from flyautotune_rmsnorm import factory
+
+    if value is None:
+        monkeypatch.delenv("FLYAUTOTUNE_RMSNORM_PDL", raising=False)
+    else:
+        monkeypatch.setenv("FLYAUTOTUNE_RMSNORM_PDL", value)
+    monkeypatch.setattr(factory, "_pdl_env", None)
+
+
 @needs_ptxas
 @pytest.mark.parametrize("M,N", [(1, 4096), (4096, 1000), (1024, 65536)])
 def test_the_one_launch_body_waits_for_the_kernel_ahead_before_touching_memory_on_hopper(M, N, monkeypatch):
@@ -169,7 +181,7 @@ def test_the_one_launch_body_waits_for_the_kernel_ahead_before_touching_memory_o
     By default, or switched off, neither is there."""
     import re
 
-    monkeypatch.setenv("FLYAUTOTUNE_RMSNORM_PDL", "1")
+    _pdl_env(monkeypatch, "1")
     cfg = default_config(M, N, "bf16")
     k, consts, extra = _sm90(M, N, "bf16", cfg)
     ptx = k.asm["ptx"]
@@ -179,10 +191,7 @@ def test_the_one_launch_body_waits_for_the_kernel_ahead_before_touching_memory_o
     assert wait < first_access, "the body touches global memory before the kernel ahead is done"
     assert "griddepcontrol.launch_dependents" in ptx
     for env in ("0", None):
-        if env is None:
-            monkeypatch.delenv("FLYAUTOTUNE_RMSNORM_PDL")
-        else:
-            monkeypatch.setenv("FLYAUTOTUNE_RMSNORM_PDL", env)
+        _pdl_env(monkeypatch, env)
         k, consts, extra = _sm90(M, N, "bf16", cfg)
         assert consts["PDL"] == 0 and "launch_pdl" not in extra["options"] and "griddepcontrol" not in k.asm["ptx"]
 
@@ -193,10 +202,7 @@ def test_the_one_launch_body_waits_for_the_kernel_ahead_before_touching_memory_o
 def test_pdl_is_asked_for_and_needs_hopper(arch, env, expected, monkeypatch):
     from flyautotune_rmsnorm.factory import pdl_for_arch
 
-    if env is None:
-        monkeypatch.delenv("FLYAUTOTUNE_RMSNORM_PDL", raising=False)
-    else:
-        monkeypatch.setenv("FLYAUTOTUNE_RMSNORM_PDL", env)
+    _pdl_env(monkeypatch, env)
     assert pdl_for_arch(arch) == expected
 
 
@@ -205,12 +211,14 @@ def test_winners_are_keyed_by_whether_the_body_runs_with_pdl(monkeypatch):
     off, or on an arch without it), and the key says so; other backends add nothing."""
     from flyautotune_rmsnorm import hooks
 
-    monkeypatch.delenv("FLYAUTOTUNE_RMSNORM_PDL", raising=False)
+    _pdl_env(monkeypatch, None)
     assert hooks.flyautotune_cache_key(fat.Target("cuda", "sm_90", 32))["rmsnorm.pdl"] == 0
-    monkeypatch.setenv("FLYAUTOTUNE_RMSNORM_PDL", "1")
+    _pdl_env(monkeypatch, "1")
     assert hooks.flyautotune_cache_key(fat.Target("cuda", "sm_90", 32))["rmsnorm.pdl"] == 1
     assert hooks.flyautotune_cache_key(fat.Target("cuda", "sm_80", 32))["rmsnorm.pdl"] == 0
-    monkeypatch.setenv("FLYAUTOTUNE_RMSNORM_PDL", "0")
+    monkeypatch.setenv("FLYAUTOTUNE_RMSNORM_PDL", "0")  # read once per process: the key keeps agreeing
+    assert hooks.flyautotune_cache_key(fat.Target("cuda", "sm_90", 32))["rmsnorm.pdl"] == 1  # with launches
+    _pdl_env(monkeypatch, "0")
     assert hooks.flyautotune_cache_key(fat.Target("cuda", "sm_90", 32))["rmsnorm.pdl"] == 0
     assert hooks.flyautotune_cache_key(fat.Target("rocm", "gfx942", 64)) is None
 

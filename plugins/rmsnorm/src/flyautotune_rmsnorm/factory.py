@@ -43,6 +43,7 @@ _INTERPRET = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "y
 
 
 _ON = ("1", "true", "yes", "on")
+_pdl_env: Optional[bool] = None  # FLYAUTOTUNE_RMSNORM_PDL, read on first use
 _pdl_devices: dict = {}
 
 
@@ -51,9 +52,12 @@ def pdl_enabled() -> bool:
     programmatic dependent launch on Hopper and newer. Off by default: measured on an H200
     (``bench/pdl_probe.py``), it speeds a chain of PDL kernels (up to 1.4x on small shapes, where
     every call follows another PDL call) but costs 2-7 % on small shapes when the kernels around the
-    norm are ordinary launches, as torch's own are. Read once per device by :func:`pdl_for`, and by
-    the cache key of every tuned call."""
-    return os.environ.get("FLYAUTOTUNE_RMSNORM_PDL", "0").strip().lower() in _ON
+    norm are ordinary launches, as torch's own are. Read once per process, so the launches and the
+    cache key of every tuned call (:mod:`.hooks`) always agree."""
+    global _pdl_env
+    if _pdl_env is None:
+        _pdl_env = os.environ.get("FLYAUTOTUNE_RMSNORM_PDL", "0").strip().lower() in _ON
+    return _pdl_env
 
 
 def pdl_for_arch(arch: str) -> int:
