@@ -301,3 +301,23 @@ def test_generated_parameters_are_positional_only(pm, counting_bench):
     assert launch(torch.zeros(4), n=4) == 2
     with pytest.raises(TypeError):
         launch(torch.zeros(4))
+
+
+def test_arities_with_other_tensors_keep_their_own_hits(pm, counting_bench, monkeypatch):
+    """Two spellings of one key (an optional tensor given or not) called in turn: each stays on its
+    generated path; the tensors one spelling checks never answer for the other's."""
+    @fat.autotune(configs=[fat.Config(B=1), fat.Config(B=2)], key=["n"], do_bench=counting_bench(),
+                  plugin_manager=pm, name="t_fast_arity_tensors")
+    def launch(x, n, out=None, B=None):
+        return (B, out is None)
+
+    x, out = torch.zeros(4), torch.zeros(4)
+    for _ in range(2):
+        launch(x, 4), launch(x, 4, out)
+    binds = []
+    real = launch.sig.bind
+    monkeypatch.setattr(launch.sig, "bind", lambda *a: binds.append(a) or real(*a))
+    picked = launch(x, 4)[0]
+    for _ in range(3):
+        assert launch(x, 4) == (picked, True) and launch(x, 4, out) == (picked, False)
+    assert binds == []

@@ -133,9 +133,11 @@ def build(tuner: Any, args: tuple) -> Optional[Any]:
     if tensors:
         parts.append(f"a{tensors[0]}.device")
     key_expr = "(" + ", ".join(values + parts) + ",)"
-    # With torch's tensor checks, a hit looks up the key values alone (no tensor attribute read; a shorter
-    # tuple than any full key, so the two never meet in the memo) and one C call checks the tensors.
-    short_expr = "(" + ", ".join(values) + ",)" if make_guard else None
+    # With torch's tensor checks, a hit looks up the key values alone (no tensor attribute read) and one C
+    # call checks the tensors. The arity leads the short key: every arity of a tuner shares the memo, and
+    # another spelling of the same key values may pass other tensors (a full key starts with the hint
+    # key, a tuple, so the two kinds never meet).
+    short_expr = "(" + ", ".join([str(n)] + values) + ",)" if make_guard else None
     names_t = ", ".join(f"a{i}" for i in tensors)
     pos = ", ".join(f"a{i}" for i in range(n))
     args_t = f"({pos}{',' if n == 1 else ''})"
