@@ -27,16 +27,19 @@ def flyautotune_register_adopters(register):
 @fat.hookimpl
 def flyautotune_cache_key(target):
     """On CUDA: the CuTe DSL version, where it is installed (the cluster body, ``COOP=3``, is built by
-    it, so a winner timed with one version is not reused with another), and whether the one-launch body
-    runs with programmatic dependent launch (``FLYAUTOTUNE_RMSNORM_PDL=1``; it changes every small
-    shape's timing, so a winner timed with it is not reused without it)."""
+    it, so a winner timed with one version is not reused with another), and ``rmsnorm.pdl`` while the
+    one-launch body runs with programmatic dependent launch (``FLYAUTOTUNE_RMSNORM_PDL=1``; it changes
+    every small shape's timing, so a winner timed with it is not reused without it). These axes enter
+    every tuner's key (the hook has no tuner to look at), so the default adds none for PDL."""
     if target.backend != "cuda":
         return None
     from . import kernel_cluster
     from .factory import pdl_for_arch
 
-    key = {"rmsnorm.pdl": pdl_for_arch(target.arch)}
+    key = {}
+    if pdl_for_arch(target.arch):
+        key["rmsnorm.pdl"] = 1
     version = kernel_cluster.version()
     if version:
         key["rmsnorm.cutlass_dsl"] = version
-    return key
+    return key or None
