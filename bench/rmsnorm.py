@@ -402,6 +402,9 @@ def main(argv=None):
         "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
     }
     meta["copy_gbps"] = copy_ceiling()
+    from flyautotune_rmsnorm.factory import pdl_for
+
+    meta["pdl"] = bool(pdl_for(torch.cuda.current_device()))  # ours with programmatic dependent launch
     log(f"{meta}")
     jobs = []
     for M, N, ds in shapes:

@@ -29,6 +29,9 @@ def markdown(rows, meta):
         f"{meta['copy_gbps']:.0f} GB/s.",
         "",
     ]
+    if meta.get("pdl"):
+        lines += ["Ours ran with programmatic dependent launch (FLYAUTOTUNE_RMSNORM_PDL=1), the peers without it; "
+                  "back-to-back replay is PDL's best case.", ""]
     for mode, title in (("eager", "eager per call (do_bench, host dispatch included)"),
                         ("graph", "CUDA-graph replay (GPU time per call)")):
         lines += [f"GB/s, {title}:", "",
