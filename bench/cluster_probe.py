@@ -64,9 +64,7 @@ def main(argv=None):
     from flyautotune_rmsnorm.reference import check_against_reference
     from flyautotune_rmsnorm.space import cuda_space, default_config
 
-    quack, why = load_quack()
-    if quack is None:
-        print(f"QuACK not measured: {why}")
+    quack = load_quack()
     results = []
     for spec in args.shapes.split(","):
         M, N, ds = shape_spec(spec)
