@@ -79,6 +79,7 @@ def main(argv=None):
     kw = dict(zip(_CONST_NAMES, consts))
     bound = specialize(_tuned_launch.last_config, x, w, y, M, N, ds, eps, N, N)
     jit = jit_kernel()
+    jit_opts = L.compile_options(dict(opts), kw["PDL"])  # built once, outside the timed calls
     grid = (L.grid(M),)
 
     # The two raw launches of the cached binary, same arguments: Triton's generated C launcher and
@@ -101,7 +102,7 @@ def main(argv=None):
         "launch(prepared, config)": lambda: launch(x, w, y, M, N, ds, eps, N, N, None, **cfg),
         "specialized launch": lambda: bound(x, w, y, M, N, ds, eps, N, N),
         "launcher": lambda: L(x, w, y, M, N, N, eps, None, opts),
-        "triton jit": lambda: jit[grid](x, w, y, M, N // 8, N // 8, eps, **kw, **L.compile_options(dict(opts), kw["PDL"])),
+        "triton jit": lambda: jit[grid](x, w, y, M, N // 8, N // 8, eps, **kw, **jit_opts),
         "x.add_(0)": lambda: x.add_(0.0),
     }
     if triton_raw is not None and type(run).__name__ == "CudaLauncher":
