@@ -7,7 +7,11 @@ fp64 reference, then times it two ways:
 * eager: ``triton.testing.do_bench`` over per-call launches (host dispatch
   included; L2 flushed before each call) — the anchors' method;
 * graph: one CUDA graph holding G calls over rotating inputs (so consecutive
-  calls do not hit in L2), replayed under ``do_bench``; time per call.
+  calls do not hit in L2), replayed under ``do_bench``; time per call. G is at
+  least ``MIN_CALLS``: ``do_bench`` zeroes a 256 MB buffer before each replay
+  and times each replay with its own events, so a graph of one call also timed
+  the graph's launch and the write-back of the dirty lines that flush left in
+  L2 (5-7 % at 64 M bf16 elements; ``bench/harness_probe.py``).
 
 GB/s = (2*M*N + N) * element size / median time. Implementations: torch
 ``F.rms_norm``, ``torch.compile`` of it, Liger's Triton RMSNorm and QuACK's
@@ -50,6 +54,12 @@ SHAPES = [
 EPS = 1e-6
 #: Footprint the rotating inputs of one graph should exceed (about 3x an H200's L2).
 ROTATE_BYTES = 200e6
+#: Fewest calls one timed graph holds, so what comes with each replay (the graph's launch, the write-back
+#: of the L2 flush ``do_bench`` runs before it) is spread over them: with one call a 64 M-element bf16
+#: shape read 5-7 % under its kernel's own duration, with 8 about 1 % (``bench/harness_probe.py``).
+MIN_CALLS = 8
+#: Share of the GPU's free memory the rotating inputs (and the outputs the graph allocates) may take.
+ROTATE_MEMORY = 0.4
 
 
 def shape_spec(spec):
@@ -145,8 +155,14 @@ def graph_times(fns, xs, w, rounds=3):
 
 
 def rotating_inputs(x, M, N, ds):
+    """``x`` and copies of it for one graph's calls: past ``ROTATE_BYTES`` and at least ``MIN_CALLS``,
+    as far as ``ROTATE_MEMORY`` of the free memory allows (inputs and outputs)."""
+    import torch
+
     per_call = nbytes(M, N, ds)
-    count = max(1, min(32, math.ceil(ROTATE_BYTES / per_call)))
+    count = max(MIN_CALLS, min(32, math.ceil(ROTATE_BYTES / per_call)))
+    free, _ = torch.cuda.mem_get_info(x.device)
+    count = max(1, min(count, int(ROTATE_MEMORY * free // per_call)))
     return [x] + [x.clone() for _ in range(count - 1)]
 
 
@@ -175,7 +191,7 @@ def _precompile_one(job):
         k2.warmup(dt, dt, dt, torch.float32, N // rv, N // rv, EPS, grid=(1,), num_warps=nw, **c2)
     else:
         pdl = pdl_for(torch.cuda.current_device())  # the binary the launch will ask for
-        kw = dict(zip(_CONST_NAMES, L._constexprs(M, rv, pdl)))
+        kw = dict(zip(_CONST_NAMES, L._constexprs(M, rv, pdl, L.wide(M, N, N))))
         jit_kernel().warmup(dt, dt, dt, M, N // rv, N // rv, EPS, grid=(1,), **L.compile_options(None, pdl), **kw)
     return time.perf_counter() - t0
 

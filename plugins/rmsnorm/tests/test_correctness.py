@@ -159,3 +159,30 @@ def test_every_structural_knob_value_in_the_space(knobs, N):
     y = torch.full_like(x, float("nan"))
     make_launcher(n, ds, **kw)(x, w, y, M, n, n, 1e-6)
     assert_close(y, x, w)
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+@pytest.mark.parametrize("knobs", [(64, 8), (128, 1, 64)], ids=["rows", "chunks"])
+def test_64_bit_row_offsets_compute_the_same_rows(dtype, knobs):
+    """Launches whose row offsets may pass 2**31 elements take the body's 64-bit addresses (``WIDE``); no
+    CPU test can hold such a tensor, so a launcher that always asks for them runs strided rows and a
+    strided ``out`` here, against the reference and the same launch with 32-bit offsets."""
+    import copy
+
+    x_full = torch.randn(19, 150, dtype=dtype)
+    x = x_full[:, 11:139]  # 128 wide, 150 apart
+    w = torch.rand(128, dtype=dtype) + 0.5
+    narrow = make_launcher(128, {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}[dtype],
+                           *knobs)
+    wide = copy.copy(narrow)
+    wide.wide = lambda M, sx, sy: 1
+    assert narrow.wide(19, 150, 130) == 0
+    outs = []
+    for L in (narrow, wide):
+        y_full = torch.full((19, 130), float("nan"), dtype=dtype)
+        y = y_full[:, 2:]
+        L(x, w, y, 19, 150, 130, 1e-6)
+        assert torch.isnan(y_full[:, :2]).all(), "the gaps of out were written"
+        outs.append(y)
+    assert relative_error(outs[1], rmsnorm_reference(x, w)) <= tolerance(dtype)
+    assert torch.equal(outs[0], outs[1])

@@ -292,3 +292,29 @@ def test_a_chain_of_pdl_launches_reads_each_previous_output(M, N, monkeypatch):
         g.replay()
         torch.cuda.synchronize()
         check("graph replay")
+
+
+def test_row_offsets_past_two_to_the_31_take_64_bit_addresses():
+    """Three rows 2**30 elements apart (a 4 GiB bf16 buffer): the last row starts past 2**31 elements, so
+    the launch takes the body's 64-bit row offsets (``WIDE``); a row misplaced by a 32-bit wrap would
+    leave its output NaN or read the wrong row. The same rows packed close together take 32-bit offsets
+    and agree."""
+    M, N, gap = 3, 4096, 2**30
+    try:
+        buf = torch.empty(gap * (M - 1) + N, device="cuda", dtype=torch.bfloat16)
+    except torch.cuda.OutOfMemoryError:
+        pytest.skip("needs 4 GiB of free GPU memory")
+    x = buf.as_strided((M, N), (gap, 1))
+    x.copy_(torch.randn(M, N, device="cuda", dtype=torch.bfloat16))
+    w = torch.rand(N, device="cuda", dtype=torch.bfloat16) + 0.5
+    L = make_launcher(N, "bf16", 512)
+    assert L.wide(M, gap, N) == 1 and L.wide(M, N, N) == 0
+    y = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
+    L(x, w, y, M, gap, N, 1e-6)
+    packed = x.contiguous()
+    del buf
+    y_packed = torch.full_like(y, float("nan"))
+    L(packed, w, y_packed, M, N, N, 1e-6)
+    torch.cuda.synchronize()
+    _check(y, packed, w)
+    assert torch.equal(y, y_packed)

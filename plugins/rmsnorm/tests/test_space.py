@@ -160,6 +160,36 @@ def test_compile_spec_cross_compiles_for_sm90_without_spills(M, N, split):
         r"ld\.global[\w:.]*\.v4", k.asm["ptx"]), "rows are not read with 16-byte loads"
 
 
+@pytest.mark.parametrize("M,sx,sy,expected", [
+    (2**31 // 128 - 9, 128, 128, 0),  # the grid's last rows end just under 2**31 elements
+    (2**31 // 128 - 8, 128, 128, 1),  # ... and at it
+    (10, 128, 2**28, 1),  # the output's stride alone passes it
+    (1, 2**30, 2**30, 1),  # one row: the grid's program still spans ROWS rows
+    (0, 2**40, 2**40, 1),
+])
+def test_row_offsets_are_32_bit_only_while_every_row_offset_fits(M, sx, sy, expected):
+    """``WIDE`` (64-bit row offsets) is asked for exactly when a row of the launch's grid (8 rows a program
+    here, masked or not) may start 2**31 elements or more from the tensor's start."""
+    from flyautotune_rmsnorm import make_launcher
+
+    assert make_launcher(128, "bf16", 64, 8).wide(M, sx, sy) == expected
+    # held rows keep 64-bit offsets whatever the launch (their register budget was fitted so)
+    assert make_launcher(16384, "bf16", 1024, CACHE_POLICY=1, HOLD=1).wide(M, sx, sy) == 1
+
+
+@needs_ptxas
+def test_32_bit_row_offsets_cross_compile_without_64_bit_multiplies():
+    """The row address of a launch whose offsets fit 32 bits is one 32-bit multiply-add widened into the
+    pointer; a launch that may pass 2**31 elements multiplies in 64 bits."""
+    import re
+
+    for M, wide in ((65536, 0), (1 << 24, 1)):
+        k, consts, _ = _sm90(M, 128, "bf16", default_config(M, 128, "bf16"))
+        assert consts["WIDE"] == wide
+        mul64 = re.findall(r"\b(?:mul|mad)\.lo\.s64\b", k.asm["ptx"])
+        assert bool(mul64) == bool(wide), (M, mul64)
+
+
 def _pdl_env(monkeypatch, value):
     """Set (or, with None, unset) FLYAUTOTUNE_RMSNORM_PDL and forget the process's reading of it (it is
     read once per process)."""

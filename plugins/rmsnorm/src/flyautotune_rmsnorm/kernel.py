@@ -16,6 +16,9 @@ One body serves every configuration; the structural knobs are constexprs:
   row's sum is reduced (half the registers of the fp32 values the compiler
   would otherwise keep from the sum of squares), so rows up to 64K elements
   are read once at 1024 threads without spilling.
+* ``WIDE``: row offsets in 64-bit integers; 0 when every row offset of the
+  launch fits 32 bits (the factory's :meth:`~.factory.RMSNormLauncher.wide`), which
+  saves the 64-bit multiplies and adds of each row's address.
 * ``PDL``: the body is launched with programmatic dependent launch (Hopper+,
   asked for with ``FLYAUTOTUNE_RMSNORM_PDL=1``): it may start before the kernel
   ahead of it on the stream has finished, so it first waits for that kernel's
@@ -56,6 +59,7 @@ def _rmsnorm_fwd(
     Y_POLICY: tl.constexpr,
     PREFETCH: tl.constexpr,  # two-pass rows: load the next chunk before summing this one
     HOLD: tl.constexpr,  # whole 16-bit rows: keep x narrow across the reduction
+    WIDE: tl.constexpr,  # 64-bit row offsets (0: every row offset of the launch fits 32 bits)
     PDL: tl.constexpr,  # launched with programmatic dependent launch (needs launch_pdl=True)
 ):
     if PDL:
@@ -66,10 +70,12 @@ def _rmsnorm_fwd(
     pid = tl.program_id(0)
     rows = pid * ROWS + tl.arange(0, ROWS)
     cols = tl.arange(0, BLOCK_N)
-    # int64 row offsets: M * stride may exceed 2**31 elements.
-    rows64 = rows.to(tl.int64)
-    x_row = X + (rows64 * sx_vec * ROW_VEC)[:, None]
-    y_row = Y + (rows64 * sy_vec * ROW_VEC)[:, None]
+    if WIDE:  # M * stride may pass 2**31 elements
+        rows_o = rows.to(tl.int64)
+    else:
+        rows_o = rows
+    x_row = X + (rows_o * sx_vec * ROW_VEC)[:, None]
+    y_row = Y + (rows_o * sy_vec * ROW_VEC)[:, None]
     row_ok = (rows < M)[:, None]
 
     if NUM_CHUNKS == 1:

@@ -1,0 +1,96 @@
+"""32-bit against 64-bit row offsets in the one-launch body (``WIDE``), per shape, on one CUDA GPU.
+
+The body computes each row's address in 64 bits only when a row offset of the launch may pass 2**31
+elements; this probe times the tuned config of each shape both ways (the same binary otherwise), next to
+torch.compile and a clone, in CUDA-graph replay over rotating inputs, interleaved rounds (median kept).
+
+    python bench/offsets_probe.py --out DIR [--shapes 65536x128:bf16,...] [--rounds 5]
+
+Prints a table (GB/s) and writes offsets.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import json
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+SHAPES = ("65536x128:bf16,262144x256:bf16,4096x1000:bf16,65536x1024:bf16,32768x4096:bf16,1x4096:bf16,"
+          "32x4096:bf16,256x8192:bf16")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=".")
+    ap.add_argument("--shapes", default=SHAPES)
+    ap.add_argument("--rounds", type=int, default=5)
+    args = ap.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    os.environ.setdefault("FLYAUTOTUNE_CACHE_DIR", tempfile.mkdtemp(prefix="fat-offsets-"))
+    import torch
+    import torch.nn.functional as F
+
+    from rmsnorm import EPS, graph_times, nbytes, rotating_inputs, shape_spec, torch_dtype
+
+    from flyautotune_rmsnorm import make_launcher, rmsnorm_autotuned
+    from flyautotune_rmsnorm.api import tuned_launch
+    from flyautotune_rmsnorm.reference import relative_error, rmsnorm_reference, tolerance
+
+    rows = []
+    for spec in args.shapes.split(","):
+        M, N, ds = shape_spec(spec)
+        dt = torch_dtype(ds)
+        torch.manual_seed(M + N)
+        x = torch.randn(M, N, device="cuda", dtype=dt)
+        w = torch.rand(N, device="cuda", dtype=dt) + 0.5
+        os.environ["FLYAUTOTUNE"] = "1"
+        rmsnorm_autotuned(x, w, EPS)
+        os.environ.pop("FLYAUTOTUNE")
+        rmsnorm_autotuned(x, w, EPS)
+        cfg = tuned_launch.last_config.kwargs
+        row = {"shape": spec, "config": cfg}
+        fns = {"clone": lambda x, w: x.clone(),
+               "compile": torch.compile(lambda x, w, N=N: F.rms_norm(x, (N,), w, EPS), dynamic=False)}
+        if cfg.get("SPLIT", 1) == 1 and not cfg.get("COOP"):
+            narrow = make_launcher(N, ds, **cfg)
+            wide = copy.copy(narrow)
+            wide.wide = lambda M, sx, sy: 1  # this copy always takes 64-bit row offsets
+            opts = (("num_warps", max(1, cfg["BLOCK_THREADS"] // 32)),)
+            row["narrow_offsets"] = narrow.wide(M, N, N) == 0
+            ref = rmsnorm_reference(x, w, EPS)
+            for name, L in (("narrow", narrow), ("wide", wide)):
+                def fn(x, w, L=L):
+                    y = torch.empty_like(x)
+                    L(x, w, y, M, N, N, EPS, None, opts)
+                    return y
+                err = relative_error(fn(x, w), ref)
+                assert err <= 5 * tolerance(dt), (spec, name, err)
+                fns[name] = fn
+        ms = graph_times(fns, rotating_inputs(x, M, N, ds), w, args.rounds)
+        b = nbytes(M, N, ds)
+        row["gbps"] = {k: b / (v * 1e-3) / 1e9 for k, v in ms.items()}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        del x
+        torch.cuda.empty_cache()
+    with open(os.path.join(args.out, "offsets.json"), "w") as f:
+        json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
+    print("| shape | tuned config | 32-bit | 64-bit | 32 / 64 | torch.compile | clone |\n|---|---|---|---|---|---|---|")
+    for r in rows:
+        g = r["gbps"]
+        c = r["config"]
+        desc = f"{c['BLOCK_THREADS']}t x {c['ROWS_PER_PROGRAM']}r p{c['CACHE_POLICY']} chunk {c['CHUNK']}"
+        if "narrow" in g:
+            print(f"| {r['shape']} | {desc} | {g['narrow']:.0f} | {g['wide']:.0f} | {g['narrow'] / g['wide']:.3f} "
+                  f"| {g['compile']:.0f} | {g['clone']:.0f} |")
+        else:
+            print(f"| {r['shape']} | {desc} (split) | — | — | — | {g['compile']:.0f} | {g['clone']:.0f} |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
