@@ -2,7 +2,7 @@
 # Everything that needs an NVIDIA GPU, in one go: install the packages, run the
 # plugin tests with CUDA, then the RMSNorm benchmark and the dispatch benchmark.
 #
-#   bash bench/gpu_suite.sh OUT_DIR [coop] [persist] [claunch] [cluster] [tests] [coretests] [bench] [explore] [stability] [wins] [longrows] [inductor] [harness] [offsets] [agree] [plan] [dispatch] [overhead]
+#   bash bench/gpu_suite.sh OUT_DIR [coop] [persist] [claunch] [cluster] [tests] [coretests] [bench] [explore] [stability] [wins] [longrows] [inductor] [harness] [addressing] [agree] [plan] [dispatch] [overhead]
 #
 # No network is needed: the three packages are built from this checkout
 # (setuptools must be installed); wheels under .whl/ (e.g. liger-kernel) are
@@ -81,9 +81,9 @@ for stage in $STAGES; do
       echo "== long rows: every candidate of the space against QuACK, graph replay"
       "$PY" "$ROOT/bench/long_rows.py" --out "$OUT_DIR" ${LONG_ROWS_SHAPES:+--shapes "$LONG_ROWS_SHAPES"} \
         | tee "$OUT_DIR/long_rows.md" || status=1 ;;
-    offsets)
-      echo "== 32-bit against 64-bit row offsets (WIDE) for the tuned config of each shape"
-      "$PY" "$ROOT/bench/offsets_probe.py" --out "$OUT_DIR" ${OFFSETS_ARGS:-} | tee "$OUT_DIR/offsets.md" || status=1 ;;
+    addressing)
+      echo "== row addressing (WIDE, PACKED) for the tuned config of each shape"
+      "$PY" "$ROOT/bench/addressing_probe.py" --out "$OUT_DIR" ${ADDRESSING_ARGS:-} | tee "$OUT_DIR/addressing.md" || status=1 ;;
     harness)
       echo "== the timing harness: GB/s against calls per graph, and the kernels' own durations"
       "$PY" "$ROOT/bench/harness_probe.py" --out "$OUT_DIR" ${HARNESS_ARGS:-} | tee "$OUT_DIR/harness.md" || status=1 ;;

@@ -163,26 +163,31 @@ def test_every_structural_knob_value_in_the_space(knobs, N):
 
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
 @pytest.mark.parametrize("knobs", [(64, 8), (128, 1, 64)], ids=["rows", "chunks"])
-def test_64_bit_row_offsets_compute_the_same_rows(dtype, knobs):
+@pytest.mark.parametrize("packed", [False, True], ids=["strided", "packed"])
+def test_64_bit_row_offsets_compute_the_same_rows(dtype, knobs, packed):
     """Launches whose row offsets may pass 2**31 elements take the body's 64-bit addresses (``WIDE``); no
-    CPU test can hold such a tensor, so a launcher that always asks for them runs strided rows and a
-    strided ``out`` here, against the reference and the same launch with 32-bit offsets."""
+    CPU test can hold such a tensor, so a launcher that always asks for them runs here, on packed rows
+    (``PACKED``: the stride is the constant N) or on strided rows into a strided ``out``, against the
+    reference and the same launch with 32-bit offsets."""
     import copy
 
-    x_full = torch.randn(19, 150, dtype=dtype)
-    x = x_full[:, 11:139]  # 128 wide, 150 apart
+    if packed:
+        x, y_full = torch.randn(19, 128, dtype=dtype), None
+    else:
+        x = torch.randn(19, 150, dtype=dtype)[:, 11:139]  # 128 wide, 150 apart
     w = torch.rand(128, dtype=dtype) + 0.5
     narrow = make_launcher(128, {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}[dtype],
                            *knobs)
     wide = copy.copy(narrow)
     wide.wide = lambda M, sx, sy: 1
-    assert narrow.wide(19, 150, 130) == 0
+    sx, sy = x.stride(0), (128 if packed else 130)
+    assert narrow.wide(19, sx, sy) == 0 and narrow.packed(sx, sy) == packed
     outs = []
     for L in (narrow, wide):
-        y_full = torch.full((19, 130), float("nan"), dtype=dtype)
-        y = y_full[:, 2:]
-        L(x, w, y, 19, 150, 130, 1e-6)
-        assert torch.isnan(y_full[:, :2]).all(), "the gaps of out were written"
+        y_full = torch.full((19, sy), float("nan"), dtype=dtype)
+        y = y_full[:, sy - 128:]
+        L(x, w, y, 19, sx, sy, 1e-6)
+        assert torch.isnan(y_full[:, :sy - 128]).all(), "the gaps of out were written"
         outs.append(y)
     assert relative_error(outs[1], rmsnorm_reference(x, w)) <= tolerance(dtype)
     assert torch.equal(outs[0], outs[1])

@@ -1,6 +1,5 @@
 """The same kernel compiled for a CUDA GPU (skipped without one)."""
 
-import os
 
 import pytest
 import torch
@@ -318,3 +317,26 @@ def test_row_offsets_past_two_to_the_31_take_64_bit_addresses():
     torch.cuda.synchronize()
     _check(y, packed, w)
     assert torch.equal(y, y_packed)
+
+
+def test_packed_rows_past_two_to_the_31_elements():
+    """Packed rows (the stride the constant N) whose last rows start past 2**31 elements (4 GiB of bf16
+    in, 4 GiB out): 64-bit offsets from the constant stride. The rows on both sides of the line are
+    checked, and none of the output is left unwritten."""
+    N = 4096
+    M = 2**31 // N + 3
+    try:
+        x = torch.randn(M, N, device="cuda", dtype=torch.bfloat16)
+        y = torch.full_like(x, float("nan"))
+    except torch.cuda.OutOfMemoryError:
+        pytest.skip("needs 8 GiB of free GPU memory")
+    w = torch.rand(N, device="cuda", dtype=torch.bfloat16) + 0.5
+    L = make_launcher(N, "bf16", 512)
+    assert L.wide(M, N, N) == 1 and L.packed(N, N) == 1
+    L(x, w, y, M, N, N, 1e-6)
+    torch.cuda.synchronize()
+    assert not torch.isnan(y).any(), "an output row was not written"
+    for rows in (slice(0, 2), slice(2**31 // N - 2, M)):
+        _check(y[rows], x[rows], w)
+    del x, y
+    torch.cuda.empty_cache()

@@ -180,14 +180,58 @@ def test_row_offsets_are_32_bit_only_while_every_row_offset_fits(M, sx, sy, expe
 @needs_ptxas
 def test_32_bit_row_offsets_cross_compile_without_64_bit_multiplies():
     """The row address of a launch whose offsets fit 32 bits is one 32-bit multiply-add widened into the
-    pointer; a launch that may pass 2**31 elements multiplies in 64 bits."""
+    pointer; a launch that may pass 2**31 elements multiplies in 64 bits (rows with runtime strides: with
+    packed rows the constant stride is a shift either way)."""
     import re
 
+    import triton
+    from triton.backends.compiler import GPUTarget
+
     for M, wide in ((65536, 0), (1 << 24, 1)):
-        k, consts, _ = _sm90(M, 128, "bf16", default_config(M, 128, "bf16"))
+        cfg = default_config(M, 128, "bf16")
+        kernel, sig, consts, extra = api.compile_spec((M, 128), "bf16", cfg, target=fat.Target("cuda", "sm_90", 32))
         assert consts["WIDE"] == wide
+        attrs = {(i,): [["tt.divisibility", 16]] for i, t in enumerate(sig.values()) if t.startswith("*")}
+        k = triton.compile(triton.compiler.ASTSource(kernel, sig, dict(consts, PACKED=0), attrs),
+                           target=GPUTarget("cuda", 90, 32), options=extra["options"])
         mul64 = re.findall(r"\b(?:mul|mad)\.lo\.s64\b", k.asm["ptx"])
         assert bool(mul64) == bool(wide), (M, mul64)
+
+
+@pytest.mark.parametrize("sx,sy,expected", [(128, 128, 1), (136, 128, 0), (128, 256, 0), (0, 128, 0)])
+def test_packed_rows_take_the_row_stride_as_a_constant(sx, sy, expected):
+    """``PACKED`` (the stride is the constant N) is asked for exactly when both row strides are N."""
+    from flyautotune_rmsnorm import make_launcher
+
+    assert make_launcher(128, "bf16", 64, 8).packed(sx, sy) == expected
+    assert make_launcher(128, "bf16", 64, 8, HOLD=1).packed(sx, sy) == 0  # held rows: runtime strides
+
+
+@needs_ptxas
+@pytest.mark.parametrize("M,N", [(65536, 128), (4096, 1000), (1024, 8192)])
+def test_a_packed_launch_never_reads_the_runtime_strides(M, N):
+    """A launch of packed rows (``compile_spec`` describes one) addresses its rows from the constant N:
+    its PTX never loads the stride parameters, while the same config for strided rows does."""
+    import re
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    cfg = default_config(M, N, "bf16")
+    k, consts, _ = _sm90(M, N, "bf16", cfg)
+    assert consts["PACKED"] == 1
+    loads = set(re.findall(r"ld\.param\.\w+\s+%\w+, \[(\w+_param_\d+)\]", k.asm["ptx"]))
+    kernel, sig, consts, extra = api.compile_spec((M, N), "bf16", cfg, target=fat.Target("cuda", "sm_90", 32))
+    consts = dict(consts, PACKED=0)
+    attrs = {(i,): [["tt.divisibility", 16]] for i, t in enumerate(sig.values()) if t.startswith("*")}
+    strided = triton.compile(triton.compiler.ASTSource(kernel, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
+                             options=extra["options"])
+    strided_loads = set(re.findall(r"ld\.param\.\w+\s+%\w+, \[(\w+_param_\d+)\]", strided.asm["ptx"]))
+    names = list(sig)
+    stride_params = {p for p in strided_loads if int(p.rsplit("_", 1)[1]) in (names.index("sx_vec"),
+                                                                               names.index("sy_vec"))}
+    assert len(stride_params) == 2, strided_loads
+    assert not stride_params & loads, f"the packed launch reads {stride_params & loads}"
 
 
 def _pdl_env(monkeypatch, value):

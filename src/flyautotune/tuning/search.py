@@ -441,16 +441,19 @@ class Search:
 def compare(c: Candidate, d: Candidate) -> tuple:
     """``(gain, noise)`` of challenger ``c`` over default ``d``: relative gain and the band it must beat.
 
-    With three or more rounds timed side by side, the gain is the median of the per-round
-    ratios and the noise twice their standard error (drift that moves both alike cancels);
+    With three or more rounds timed side by side (the re-timing rounds: the first pass timed
+    each candidate at its own moment, with fewer replays, so it pairs with nothing), the gain is
+    the median of the per-round ratios and the noise twice their standard error (drift that
+    moves both alike cancels);
     a round whose ratio is more than ``HICCUP`` times off the median is a disturbed
     measurement, not noise, and is left out (while two rounds remain), so one hiccup can
     neither hide a win nor fake one. The noise is never below that of the two medians' own
     samples. Otherwise the medians are compared and their noises combined."""
     within = (c.noise(within=True) ** 2 + d.noise(within=True) ** 2) ** 0.5
-    n = min(len(c.samples), len(d.samples))
+    rounds_c, rounds_d = c.samples[1:], d.samples[1:]
+    n = min(len(rounds_c), len(rounds_d))
     if n >= 3 and not c.reused:
-        ratios = [a / b for a, b in zip(c.samples[:n], d.samples[:n])]
+        ratios = [a / b for a, b in zip(rounds_c[:n], rounds_d[:n])]
         mid = statistics.median(ratios)
         kept = [r for r in ratios if mid / HICCUP <= r <= mid * HICCUP]
         ratios = kept if len(kept) >= 2 else ratios

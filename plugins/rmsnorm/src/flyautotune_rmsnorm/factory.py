@@ -37,7 +37,7 @@ CACHE_POLICIES = {
     2: ("evict_first", "evict_last", "evict_last", "evict_first"),  # ... and stream y out
 }
 _CONST_NAMES = ("N", "BLOCK_N", "ROWS", "NUM_CHUNKS", "EVEN_N", "EVEN_M", "ROW_VEC",
-                "X_LAST", "X_KEEP", "W_POLICY", "Y_POLICY", "PREFETCH", "HOLD", "WIDE", "PDL")
+                "X_LAST", "X_KEEP", "W_POLICY", "Y_POLICY", "PREFETCH", "HOLD", "WIDE", "PACKED", "PDL")
 #: Row offsets (elements) from this on need 64-bit arithmetic in the body.
 NARROW_LIMIT = 2**31
 #: TRITON_INTERPRET=1 runs GPU tensors through the interpreter too (debugging).
@@ -274,19 +274,26 @@ class RMSNormLauncher:
     def wide(self, M: int, sx: int, sy: int) -> int:
         """1 when a row offset of a launch over ``M`` rows with these row strides (elements) may not fit
         32 bits: the body then computes row addresses in 64 bits (``WIDE``). Rows up to the grid's last
-        program count, masked or not. Held rows (``HOLD``) always take 64 bits: their register budget (64
-        a thread at 1024 threads) was fitted that way, and 32-bit offsets spill there (ptxas, sm_90)."""
+        program count, masked or not. Held rows (``HOLD``) always take 64 bits and runtime strides: their
+        register budget (64 a thread at 1024 threads) was fitted that way, and either change spills 8 bytes
+        there (ptxas, sm_90)."""
         return int(self.HOLD or (M + self.ROWS_PER_PROGRAM) * max(sx, sy) >= NARROW_LIMIT)
 
-    def _constexprs(self, M: int, rv: int, pdl: int = 0, wide: int = 1) -> tuple:
+    def packed(self, sx: int, sy: int) -> int:
+        """1 when both row strides are ``N`` (rows packed, the usual layout): the body then takes the stride
+        as a compile-time constant (``PACKED``), so one base address serves all of a program's rows. Never
+        for held rows (see :meth:`wide`)."""
+        return int(sx == self.N and sy == self.N and not self.HOLD)
+
+    def _constexprs(self, M: int, rv: int, pdl: int = 0, wide: int = 1, packed: int = 0) -> tuple:
         """The body's constexprs, in ``_CONST_NAMES`` order (``PDL`` last: ``pdl``, see :func:`pdl_for`;
-        ``wide``: :meth:`wide` of the launch)."""
+        ``wide`` and ``packed``: :meth:`wide` and :meth:`packed` of the launch)."""
         even_m = M % self.ROWS_PER_PROGRAM == 0
-        consts = self._consts.get((even_m, rv, pdl, wide))
+        consts = self._consts.get((even_m, rv, pdl, wide, packed))
         if consts is None:
-            consts = self._consts[(even_m, rv, pdl, wide)] = (
+            consts = self._consts[(even_m, rv, pdl, wide, packed)] = (
                 self.N, self.BLOCK_N, self.ROWS_PER_PROGRAM, self.NUM_CHUNKS, self.EVEN_N, even_m, rv,
-                *CACHE_POLICIES[self.CACHE_POLICY], self._prefetch, self.HOLD, wide, pdl)
+                *CACHE_POLICIES[self.CACHE_POLICY], self._prefetch, self.HOLD, wide, packed, pdl)
         return consts
 
     # -- launching -------------------------------------------------------------
@@ -307,13 +314,13 @@ class RMSNormLauncher:
         rv = vec if not (sx | sy) & (vec - 1) else row_vec(sx, sy, self.elem, self.VEC)
         if interpret is None:
             interpret = not x.is_cuda or _INTERPRET
-        wide = self.wide(M, sx, sy)
+        wide, packed = self.wide(M, sx, sy), self.packed(sx, sy)
         if interpret:
-            consts = self._constexprs(M, rv, 0, wide)
+            consts = self._constexprs(M, rv, 0, wide, packed)
             _kernel.interpreted_kernel()[(self.grid(M),)](x, w, y, M, sx // rv, sy // rv, eps, *consts)
             return
         dev = x.get_device()
-        consts = self._constexprs(M, rv, pdl_for(dev), wide)
+        consts = self._constexprs(M, rv, pdl_for(dev), wide, packed)
         xp, wp, yp = x.data_ptr(), w.data_ptr(), y.data_ptr()
         key = launch_key(dev, consts, xp, yp, wp, w.dtype, options)
         launch = self._launches.get(key)
@@ -338,7 +345,7 @@ class RMSNormLauncher:
         ``options`` are the lowered compile options (the tuner's ``specialize=`` lowers
         them inside the launch context, where the target and the hints are current)."""
         rv = row_vec(sx, sy, self.elem, self.VEC)
-        consts = self._constexprs(M, rv, pdl_for(dev), self.wide(M, sx, sy)) if M else ()
+        consts = self._constexprs(M, rv, pdl_for(dev), self.wide(M, sx, sy), self.packed(sx, sy)) if M else ()
         sxv, syv, grid = sx // rv, sy // rv, self.grid(M)
         state: list = [None, consts]  # the binary's direct call, its constexprs
 
@@ -376,7 +383,7 @@ class RMSNormLauncher:
         """
         rv = row_vec(sx, sy, self.elem, self.VEC)
         pdl = pdl_for(x.get_device())
-        kw = dict(zip(_CONST_NAMES, self._constexprs(M, rv, pdl, self.wide(M, sx, sy))))
+        kw = dict(zip(_CONST_NAMES, self._constexprs(M, rv, pdl, self.wide(M, sx, sy), self.packed(sx, sy))))
         torch = _torch()
         with torch.cuda.device(x.get_device()):
             k = _kernel.jit_kernel().warmup(x, w, y, M, sx // rv, sy // rv, 1e-6, grid=(self.grid(M),),

@@ -19,6 +19,9 @@ One body serves every configuration; the structural knobs are constexprs:
 * ``WIDE``: row offsets in 64-bit integers; 0 when every row offset of the
   launch fits 32 bits (the factory's :meth:`~.factory.RMSNormLauncher.wide`), which
   saves the 64-bit multiplies and adds of each row's address.
+* ``PACKED``: both row strides are ``N``: the body multiplies by the constant
+  ``N``, not by the runtime strides, so one base address (plus constant offsets)
+  serves all of a program's rows and the loads are issued sooner.
 * ``PDL``: the body is launched with programmatic dependent launch (Hopper+,
   asked for with ``FLYAUTOTUNE_RMSNORM_PDL=1``): it may start before the kernel
   ahead of it on the stream has finished, so it first waits for that kernel's
@@ -60,6 +63,7 @@ def _rmsnorm_fwd(
     PREFETCH: tl.constexpr,  # two-pass rows: load the next chunk before summing this one
     HOLD: tl.constexpr,  # whole 16-bit rows: keep x narrow across the reduction
     WIDE: tl.constexpr,  # 64-bit row offsets (0: every row offset of the launch fits 32 bits)
+    PACKED: tl.constexpr,  # both row strides are N: the stride is a compile-time constant
     PDL: tl.constexpr,  # launched with programmatic dependent launch (needs launch_pdl=True)
 ):
     if PDL:
@@ -74,8 +78,12 @@ def _rmsnorm_fwd(
         rows_o = rows.to(tl.int64)
     else:
         rows_o = rows
-    x_row = X + (rows_o * sx_vec * ROW_VEC)[:, None]
-    y_row = Y + (rows_o * sy_vec * ROW_VEC)[:, None]
+    if PACKED:
+        x_row = X + (rows_o * N)[:, None]
+        y_row = Y + (rows_o * N)[:, None]
+    else:
+        x_row = X + (rows_o * sx_vec * ROW_VEC)[:, None]
+        y_row = Y + (rows_o * sy_vec * ROW_VEC)[:, None]
     row_ok = (rows < M)[:, None]
 
     if NUM_CHUNKS == 1:

@@ -1,12 +1,15 @@
-"""32-bit against 64-bit row offsets in the one-launch body (``WIDE``), per shape, on one CUDA GPU.
+"""How the one-launch body addresses its rows, per shape, on one CUDA GPU: ``WIDE`` and ``PACKED``.
 
 The body computes each row's address in 64 bits only when a row offset of the launch may pass 2**31
-elements; this probe times the tuned config of each shape both ways (the same binary otherwise), next to
-torch.compile and a clone, in CUDA-graph replay over rotating inputs, interleaved rounds (median kept).
+elements (``WIDE``), and takes the row stride as the constant ``N`` when both tensors' rows are packed
+(``PACKED``). This probe times the tuned config of each shape three ways: 64-bit offsets with runtime
+strides (the body before both), 32-bit offsets with runtime strides, and 32-bit offsets with the
+constant stride (what a packed launch now runs), next to torch.compile and a clone, in CUDA-graph
+replay over rotating inputs, interleaved rounds (median kept).
 
-    python bench/offsets_probe.py --out DIR [--shapes 65536x128:bf16,...] [--rounds 5]
+    python bench/addressing_probe.py --out DIR [--shapes 65536x128:bf16,...] [--rounds 5]
 
-Prints a table (GB/s) and writes offsets.json.
+Prints a table (GB/s) and writes addressing.json.
 """
 
 from __future__ import annotations
@@ -57,13 +60,15 @@ def main(argv=None):
         fns = {"clone": lambda x, w: x.clone(),
                "compile": torch.compile(lambda x, w, N=N: F.rms_norm(x, (N,), w, EPS), dynamic=False)}
         if cfg.get("SPLIT", 1) == 1 and not cfg.get("COOP"):
-            narrow = make_launcher(N, ds, **cfg)
-            wide = copy.copy(narrow)
-            wide.wide = lambda M, sx, sy: 1  # this copy always takes 64-bit row offsets
+            packed = make_launcher(N, ds, **cfg)
+            strided = copy.copy(packed)
+            strided.packed = lambda sx, sy: 0  # runtime strides, as for rows that are not packed
+            wide = copy.copy(strided)
+            wide.wide = lambda M, sx, sy: 1  # ... and 64-bit row offsets
             opts = (("num_warps", max(1, cfg["BLOCK_THREADS"] // 32)),)
-            row["narrow_offsets"] = narrow.wide(M, N, N) == 0
+            row["narrow_offsets"] = packed.wide(M, N, N) == 0
             ref = rmsnorm_reference(x, w, EPS)
-            for name, L in (("narrow", narrow), ("wide", wide)):
+            for name, L in (("packed", packed), ("strided", strided), ("wide", wide)):
                 def fn(x, w, L=L):
                     y = torch.empty_like(x)
                     L(x, w, y, M, N, N, EPS, None, opts)
@@ -78,18 +83,19 @@ def main(argv=None):
         print(json.dumps(row), flush=True)
         del x
         torch.cuda.empty_cache()
-    with open(os.path.join(args.out, "offsets.json"), "w") as f:
+    with open(os.path.join(args.out, "addressing.json"), "w") as f:
         json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
-    print("| shape | tuned config | 32-bit | 64-bit | 32 / 64 | torch.compile | clone |\n|---|---|---|---|---|---|---|")
+    print("| shape | tuned config | 64-bit, strides | 32-bit, strides | 32-bit, constant stride | new / old "
+          "| torch.compile | clone |\n|---|---|---|---|---|---|---|---|")
     for r in rows:
         g = r["gbps"]
         c = r["config"]
         desc = f"{c['BLOCK_THREADS']}t x {c['ROWS_PER_PROGRAM']}r p{c['CACHE_POLICY']} chunk {c['CHUNK']}"
-        if "narrow" in g:
-            print(f"| {r['shape']} | {desc} | {g['narrow']:.0f} | {g['wide']:.0f} | {g['narrow'] / g['wide']:.3f} "
-                  f"| {g['compile']:.0f} | {g['clone']:.0f} |")
+        if "packed" in g:
+            print(f"| {r['shape']} | {desc} | {g['wide']:.0f} | {g['strided']:.0f} | {g['packed']:.0f} "
+                  f"| {g['packed'] / g['wide']:.3f} | {g['compile']:.0f} | {g['clone']:.0f} |")
         else:
-            print(f"| {r['shape']} | {desc} (split) | — | — | — | {g['compile']:.0f} | {g['clone']:.0f} |")
+            print(f"| {r['shape']} | {desc} (split) | — | — | — | — | {g['compile']:.0f} | {g['clone']:.0f} |")
 
 
 if __name__ == "__main__":
