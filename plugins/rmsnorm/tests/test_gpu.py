@@ -1,6 +1,5 @@
 """The same kernel compiled for a CUDA GPU (skipped without one)."""
 
-
 import pytest
 import torch
 
