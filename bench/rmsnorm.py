@@ -146,11 +146,13 @@ def graph_time(fn, xs, w, reps_ms=100):
 
 def graph_times(fns, xs, w, rounds=3):
     """``{name: ms per call}`` of each ``fns[name](x, w)``, timed by :func:`graph_time` in ``rounds``
-    interleaved rounds (the median is kept): slow drifts of the GPU's clocks hit every one alike."""
+    interleaved rounds (the median is kept): slow drifts of the GPU's clocks hit every one alike. Each
+    round starts one implementation later than the one before, so none always runs first or last."""
     samples = {name: [] for name in fns}
-    for _ in range(rounds):
-        for name, fn in fns.items():
-            samples[name].append(graph_time(fn, xs, w, reps_ms=max(40, 100 // rounds)))
+    names = list(fns)
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            samples[name].append(graph_time(fns[name], xs, w, reps_ms=max(40, 100 // rounds)))
     return {name: statistics.median(v) for name, v in samples.items()}
 
 
@@ -326,8 +328,9 @@ def bench_shape(M, N, ds, impls, explore, log, rounds=1):
         except Exception as exc:  # a peer that fails on a shape is reported, not fatal
             row.setdefault("failed", {})[name] = f"{type(exc).__name__}: {exc}"[:300]
             log(f"  {name} failed: {exc!r}"[:300])
-    for _ in range(rounds - 1):  # more rounds over every implementation in turn: the median is kept
-        for name in samples:
+    names = list(samples)
+    for r in range(1, rounds):  # more rounds over every implementation in turn (each starting one later)
+        for name in names[r % len(names):] + names[:r % len(names)]:
             samples[name].append(graph_time(impls[name], xs, w))
     row["graph_ms"] = {name: statistics.median(v) for name, v in samples.items()}
     if rounds > 1:
