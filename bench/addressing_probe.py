@@ -60,13 +60,13 @@ def main(argv=None):
         fns = {"clone": lambda x, w: x.clone(),
                "compile": torch.compile(lambda x, w, N=N: F.rms_norm(x, (N,), w, EPS), dynamic=False)}
         if cfg.get("SPLIT", 1) == 1 and not cfg.get("COOP"):
-            packed = make_launcher(N, ds, **cfg)
-            strided = copy.copy(packed)
-            strided.packed = lambda sx, sy: 0  # runtime strides, as for rows that are not packed
-            wide = copy.copy(strided)
-            wide.wide = lambda M, sx, sy: 1  # ... and 64-bit row offsets
+            base = make_launcher(N, ds, **cfg)
+            row["addressing"] = base.addressing(M, N, N)  # what a launch of this shape takes
+            packed, strided, wide = copy.copy(base), copy.copy(base), copy.copy(base)
+            packed.addressing = lambda M, sx, sy: (0, 1)  # 32-bit offsets, the constant stride
+            strided.addressing = lambda M, sx, sy: (0, 0)  # 32-bit offsets, runtime strides
+            wide.addressing = lambda M, sx, sy: (1, 0)  # 64-bit offsets, runtime strides
             opts = (("num_warps", max(1, cfg["BLOCK_THREADS"] // 32)),)
-            row["narrow_offsets"] = packed.wide(M, N, N) == 0
             ref = rmsnorm_reference(x, w, EPS)
             for name, L in (("packed", packed), ("strided", strided), ("wide", wide)):
                 def fn(x, w, L=L):

@@ -171,22 +171,23 @@ def test_64_bit_row_offsets_compute_the_same_rows(dtype, knobs, packed):
     reference and the same launch with 32-bit offsets."""
     import copy
 
+    M = 300  # enough rows for the launch to take 32-bit offsets (fewer are latency-bound: 64 bits)
     if packed:
-        x, y_full = torch.randn(19, 128, dtype=dtype), None
+        x = torch.randn(M, 128, dtype=dtype)
     else:
-        x = torch.randn(19, 150, dtype=dtype)[:, 11:139]  # 128 wide, 150 apart
+        x = torch.randn(M, 150, dtype=dtype)[:, 11:139]  # 128 wide, 150 apart
     w = torch.rand(128, dtype=dtype) + 0.5
     narrow = make_launcher(128, {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}[dtype],
                            *knobs)
     wide = copy.copy(narrow)
-    wide.wide = lambda M, sx, sy: 1
+    wide.addressing = lambda M, sx, sy: (1, packed)
     sx, sy = x.stride(0), (128 if packed else 130)
-    assert narrow.wide(19, sx, sy) == 0 and narrow.packed(sx, sy) == packed
+    assert narrow.addressing(M, sx, sy) == (0, packed)
     outs = []
     for L in (narrow, wide):
-        y_full = torch.full((19, sy), float("nan"), dtype=dtype)
+        y_full = torch.full((M, sy), float("nan"), dtype=dtype)
         y = y_full[:, sy - 128:]
-        L(x, w, y, 19, sx, sy, 1e-6)
+        L(x, w, y, M, sx, sy, 1e-6)
         assert torch.isnan(y_full[:, :sy - 128]).all(), "the gaps of out were written"
         outs.append(y)
     assert relative_error(outs[1], rmsnorm_reference(x, w)) <= tolerance(dtype)

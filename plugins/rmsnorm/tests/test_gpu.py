@@ -295,8 +295,7 @@ def test_a_chain_of_pdl_launches_reads_each_previous_output(M, N, monkeypatch):
 def test_row_offsets_past_two_to_the_31_take_64_bit_addresses():
     """Three rows 2**30 elements apart (a 4 GiB bf16 buffer): the last row starts past 2**31 elements, so
     the launch takes the body's 64-bit row offsets (``WIDE``); a row misplaced by a 32-bit wrap would
-    leave its output NaN or read the wrong row. The same rows packed close together take 32-bit offsets
-    and agree."""
+    leave its output NaN or read the wrong row. The same rows packed close together agree."""
     M, N, gap = 3, 4096, 2**30
     try:
         buf = torch.empty(gap * (M - 1) + N, device="cuda", dtype=torch.bfloat16)
@@ -306,7 +305,7 @@ def test_row_offsets_past_two_to_the_31_take_64_bit_addresses():
     x.copy_(torch.randn(M, N, device="cuda", dtype=torch.bfloat16))
     w = torch.rand(N, device="cuda", dtype=torch.bfloat16) + 0.5
     L = make_launcher(N, "bf16", 512)
-    assert L.wide(M, gap, N) == 1 and L.wide(M, N, N) == 0
+    assert L.addressing(M, gap, N) == (1, 0)
     y = torch.full((M, N), float("nan"), device="cuda", dtype=torch.bfloat16)
     L(x, w, y, M, gap, N, 1e-6)
     packed = x.contiguous()
@@ -331,7 +330,7 @@ def test_packed_rows_past_two_to_the_31_elements():
         pytest.skip("needs 8 GiB of free GPU memory")
     w = torch.rand(N, device="cuda", dtype=torch.bfloat16) + 0.5
     L = make_launcher(N, "bf16", 512)
-    assert L.wide(M, N, N) == 1 and L.packed(N, N) == 1
+    assert L.addressing(M, N, N) == (1, 1)
     L(x, w, y, M, N, N, 1e-6)
     torch.cuda.synchronize()
     assert not torch.isnan(y).any(), "an output row was not written"

@@ -161,20 +161,27 @@ def test_compile_spec_cross_compiles_for_sm90_without_spills(M, N, split):
 
 
 @pytest.mark.parametrize("M,sx,sy,expected", [
-    (2**31 // 128 - 9, 128, 128, 0),  # the grid's last rows end just under 2**31 elements
-    (2**31 // 128 - 8, 128, 128, 1),  # ... and at it
-    (10, 128, 2**28, 1),  # the output's stride alone passes it
-    (1, 2**30, 2**30, 1),  # one row: the grid's program still spans ROWS rows
-    (0, 2**40, 2**40, 1),
+    (2**31 // 128 - 9, 128, 128, (0, 1)),  # the grid's last rows end just under 2**31 elements
+    (2**31 // 128 - 8, 128, 128, (1, 1)),  # ... and at it
+    (2**31 // 136 - 9, 136, 128, (0, 0)),  # strided x: runtime strides
+    (300, 128, 2**23, (1, 0)),  # the output's stride alone passes it
+    (300, 136, 128, (0, 0)),
+    (264, 128, 128, (0, 1)),  # the first launch of FEW_ROWS rows streams
+    (263, 128, 128, (1, 0)),  # fewer rows are latency-bound: the original addressing
+    (1, 2**30, 2**30, (1, 0)),
+    (0, 2**40, 2**40, (1, 0)),
 ])
-def test_row_offsets_are_32_bit_only_while_every_row_offset_fits(M, sx, sy, expected):
-    """``WIDE`` (64-bit row offsets) is asked for exactly when a row of the launch's grid (8 rows a program
-    here, masked or not) may start 2**31 elements or more from the tensor's start."""
+def test_row_addressing_fits_the_launch(M, sx, sy, expected):
+    """``(WIDE, PACKED)``: 64-bit row offsets exactly when a row of the launch's grid (8 rows a program
+    here, masked or not) may start 2**31 elements or more from the tensor's start; the constant stride
+    exactly when both strides are N. Launches of fewer than FEW_ROWS rows, and held rows, keep 64-bit
+    offsets and runtime strides (measured faster there)."""
     from flyautotune_rmsnorm import make_launcher
+    from flyautotune_rmsnorm.factory import FEW_ROWS
 
-    assert make_launcher(128, "bf16", 64, 8).wide(M, sx, sy) == expected
-    # held rows keep 64-bit offsets whatever the launch (their register budget was fitted so)
-    assert make_launcher(16384, "bf16", 1024, CACHE_POLICY=1, HOLD=1).wide(M, sx, sy) == 1
+    assert FEW_ROWS == 264
+    assert make_launcher(128, "bf16", 64, 8).addressing(M, sx, sy) == expected
+    assert make_launcher(16384, "bf16", 1024, CACHE_POLICY=1, HOLD=1).addressing(M, sx, sy) == (1, 0)
 
 
 @needs_ptxas
@@ -196,15 +203,6 @@ def test_32_bit_row_offsets_cross_compile_without_64_bit_multiplies():
                            target=GPUTarget("cuda", 90, 32), options=extra["options"])
         mul64 = re.findall(r"\b(?:mul|mad)\.lo\.s64\b", k.asm["ptx"])
         assert bool(mul64) == bool(wide), (M, mul64)
-
-
-@pytest.mark.parametrize("sx,sy,expected", [(128, 128, 1), (136, 128, 0), (128, 256, 0), (0, 128, 0)])
-def test_packed_rows_take_the_row_stride_as_a_constant(sx, sy, expected):
-    """``PACKED`` (the stride is the constant N) is asked for exactly when both row strides are N."""
-    from flyautotune_rmsnorm import make_launcher
-
-    assert make_launcher(128, "bf16", 64, 8).packed(sx, sy) == expected
-    assert make_launcher(128, "bf16", 64, 8, HOLD=1).packed(sx, sy) == 0  # held rows: runtime strides
 
 
 @needs_ptxas

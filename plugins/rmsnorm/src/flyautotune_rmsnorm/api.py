@@ -359,8 +359,7 @@ def compile_spec(shape, dtype, config, target=None) -> tuple:
         sig.update({k: "constexpr" for k in consts})
         return kernels()[1], sig, consts, {"options": options, "values": {"sx_vec": N // rv, "sy_vec": N // rv}}
     pdl = pdl_for_arch(target.arch) if getattr(target, "backend", None) == "cuda" else 0
-    layout = launcher.wide(M, N, N), launcher.packed(N, N)  # a contiguous input's row addressing
-    consts = dict(zip(_CONST_NAMES, launcher._constexprs(M, rv, pdl, *layout)))
+    consts = dict(zip(_CONST_NAMES, launcher._constexprs(M, rv, pdl, *launcher.addressing(M, N, N))))
     sig = {"X": f"*{ds}", "W": f"*{ds}", "Y": f"*{ds}", "M": "i32", "sx_vec": "i32", "sy_vec": "i32",
            "eps": "fp32"}
     sig.update({k: "constexpr" for k in consts})

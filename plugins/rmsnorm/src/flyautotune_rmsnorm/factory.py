@@ -40,6 +40,8 @@ _CONST_NAMES = ("N", "BLOCK_N", "ROWS", "NUM_CHUNKS", "EVEN_N", "EVEN_M", "ROW_V
                 "X_LAST", "X_KEEP", "W_POLICY", "Y_POLICY", "PREFETCH", "HOLD", "WIDE", "PACKED", "PDL")
 #: Row offsets (elements) from this on need 64-bit arithmetic in the body.
 NARROW_LIMIT = 2**31
+#: Fewer rows than this (about two per SM of an H100/H200) are latency-bound.
+FEW_ROWS = 264
 #: TRITON_INTERPRET=1 runs GPU tensors through the interpreter too (debugging).
 _INTERPRET = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "yes", "on")
 
@@ -271,23 +273,29 @@ class RMSNormLauncher:
     def grid(self, M: int) -> int:
         return -(-M // self.ROWS_PER_PROGRAM)
 
-    def wide(self, M: int, sx: int, sy: int) -> int:
-        """1 when a row offset of a launch over ``M`` rows with these row strides (elements) may not fit
-        32 bits: the body then computes row addresses in 64 bits (``WIDE``). Rows up to the grid's last
-        program count, masked or not. Held rows (``HOLD``) always take 64 bits and runtime strides: their
-        register budget (64 a thread at 1024 threads) was fitted that way, and either change spills 8 bytes
-        there (ptxas, sm_90)."""
-        return int(self.HOLD or (M + self.ROWS_PER_PROGRAM) * max(sx, sy) >= NARROW_LIMIT)
+    def addressing(self, M: int, sx: int, sy: int) -> tuple:
+        """``(WIDE, PACKED)`` of a launch over ``M`` rows with these row strides (elements): how the body
+        computes its row addresses.
 
-    def packed(self, sx: int, sy: int) -> int:
-        """1 when both row strides are ``N`` (rows packed, the usual layout): the body then takes the stride
-        as a compile-time constant (``PACKED``), so one base address serves all of a program's rows. Never
-        for held rows (see :meth:`wide`)."""
-        return int(sx == self.N and sy == self.N and not self.HOLD)
+        * ``WIDE``: 64-bit row offsets. Needed when a row of the grid (up to its last program's, masked or
+          not) may start 2**31 elements or more from the tensor's start; otherwise 32 bits save the 64-bit
+          multiplies and adds of each row's address.
+        * ``PACKED``: both strides are ``N`` (rows packed, the usual layout): the stride is the constant
+          ``N``, so one base address serves all of a program's rows and the loads issue sooner.
+
+        Both pay where the launch streams many rows (short rows 65536 x 128 and 4096 x 1000 bf16 gained
+        0.7-1.5 % on the H200, ``bench/addressing_probe.py``) but not where a few rows make it latency-bound:
+        below ``FEW_ROWS`` rows the original addressing (64-bit, runtime strides) was 1-3 % faster
+        (1 x 4096, 32 x 4096, 32 x 3000, 256 x 8192), so such launches keep it. So do held rows (``HOLD``):
+        their register budget (64 a thread at 1024 threads) was fitted with it, and either change spills 8
+        bytes there (ptxas, sm_90)."""
+        if self.HOLD or M < FEW_ROWS:
+            return 1, 0
+        return int((M + self.ROWS_PER_PROGRAM) * max(sx, sy) >= NARROW_LIMIT), int(sx == self.N and sy == self.N)
 
     def _constexprs(self, M: int, rv: int, pdl: int = 0, wide: int = 1, packed: int = 0) -> tuple:
         """The body's constexprs, in ``_CONST_NAMES`` order (``PDL`` last: ``pdl``, see :func:`pdl_for`;
-        ``wide`` and ``packed``: :meth:`wide` and :meth:`packed` of the launch)."""
+        ``wide`` and ``packed``: :meth:`addressing` of the launch)."""
         even_m = M % self.ROWS_PER_PROGRAM == 0
         consts = self._consts.get((even_m, rv, pdl, wide, packed))
         if consts is None:
@@ -314,7 +322,7 @@ class RMSNormLauncher:
         rv = vec if not (sx | sy) & (vec - 1) else row_vec(sx, sy, self.elem, self.VEC)
         if interpret is None:
             interpret = not x.is_cuda or _INTERPRET
-        wide, packed = self.wide(M, sx, sy), self.packed(sx, sy)
+        wide, packed = self.addressing(M, sx, sy)
         if interpret:
             consts = self._constexprs(M, rv, 0, wide, packed)
             _kernel.interpreted_kernel()[(self.grid(M),)](x, w, y, M, sx // rv, sy // rv, eps, *consts)
@@ -345,7 +353,7 @@ class RMSNormLauncher:
         ``options`` are the lowered compile options (the tuner's ``specialize=`` lowers
         them inside the launch context, where the target and the hints are current)."""
         rv = row_vec(sx, sy, self.elem, self.VEC)
-        consts = self._constexprs(M, rv, pdl_for(dev), self.wide(M, sx, sy), self.packed(sx, sy)) if M else ()
+        consts = self._constexprs(M, rv, pdl_for(dev), *self.addressing(M, sx, sy)) if M else ()
         sxv, syv, grid = sx // rv, sy // rv, self.grid(M)
         state: list = [None, consts]  # the binary's direct call, its constexprs
 
@@ -383,7 +391,7 @@ class RMSNormLauncher:
         """
         rv = row_vec(sx, sy, self.elem, self.VEC)
         pdl = pdl_for(x.get_device())
-        kw = dict(zip(_CONST_NAMES, self._constexprs(M, rv, pdl, self.wide(M, sx, sy), self.packed(sx, sy))))
+        kw = dict(zip(_CONST_NAMES, self._constexprs(M, rv, pdl, *self.addressing(M, sx, sy))))
         torch = _torch()
         with torch.cuda.device(x.get_device()):
             k = _kernel.jit_kernel().warmup(x, w, y, M, sx // rv, sy // rv, 1e-6, grid=(self.grid(M),),

@@ -16,12 +16,14 @@ One body serves every configuration; the structural knobs are constexprs:
   row's sum is reduced (half the registers of the fp32 values the compiler
   would otherwise keep from the sum of squares), so rows up to 64K elements
   are read once at 1024 threads without spilling.
-* ``WIDE``: row offsets in 64-bit integers; 0 when every row offset of the
-  launch fits 32 bits (the factory's :meth:`~.factory.RMSNormLauncher.wide`), which
-  saves the 64-bit multiplies and adds of each row's address.
+* ``WIDE``: row offsets in 64-bit integers; 0 saves the 64-bit multiplies and
+  adds of each row's address where every row offset of the launch fits 32 bits.
 * ``PACKED``: both row strides are ``N``: the body multiplies by the constant
   ``N``, not by the runtime strides, so one base address (plus constant offsets)
   serves all of a program's rows and the loads are issued sooner.
+
+  The factory chooses both per launch (:meth:`~.factory.RMSNormLauncher.addressing`:
+  latency-bound launches of a few rows keep 64-bit offsets and runtime strides).
 * ``PDL``: the body is launched with programmatic dependent launch (Hopper+,
   asked for with ``FLYAUTOTUNE_RMSNORM_PDL=1``): it may start before the kernel
   ahead of it on the stream has finished, so it first waits for that kernel's

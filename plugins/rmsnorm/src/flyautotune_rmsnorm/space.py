@@ -45,15 +45,14 @@ from typing import Optional
 
 import flyautotune as fat
 
-from .factory import ELEMENT_SIZE, SPLIT_CHOICES, next_pow2
+# FEW_ROWS: fewer rows than this are latency-bound: one pass (the factory's row addressing follows it too).
+from .factory import ELEMENT_SIZE, FEW_ROWS, SPLIT_CHOICES, next_pow2
 
 KNOBS = ("BLOCK_THREADS", "ROWS_PER_PROGRAM", "CHUNK", "CACHE_POLICY", "PREFETCH", "SPLIT", "VEC", "COOP", "HOLD")
 #: Rows of at most this many elements get one config and no search.
 SMALL_N = 512
 #: Longest padded row held in registers (32 fp32 values per thread at 1024 threads).
 MAX_REGISTER_ROW = 32768
-#: Fewer rows than this (about two per SM of an H100/H200) are latency-bound: one pass.
-FEW_ROWS = 264
 
 
 #: Programs per SM worth filling when rows are split (two are resident at 1024 threads on Hopper).
