@@ -38,7 +38,7 @@ def main(argv=None):
     import torch
     import torch.nn.functional as F
 
-    from rmsnorm import EPS, graph_times, nbytes, rotating_inputs, shape_spec, torch_dtype
+    from rmsnorm import EPS, graph_times, nbytes, rotating_inputs, searched_inputs, shape_spec, torch_dtype
 
     from flyautotune_rmsnorm import make_launcher, rmsnorm_autotuned
     from flyautotune_rmsnorm.api import tuned_launch
@@ -48,12 +48,7 @@ def main(argv=None):
     for spec in args.shapes.split(","):
         M, N, ds = shape_spec(spec)
         dt = torch_dtype(ds)
-        torch.manual_seed(M + N)
-        x = torch.randn(M, N, device="cuda", dtype=dt)
-        w = torch.rand(N, device="cuda", dtype=dt) + 0.5
-        os.environ["FLYAUTOTUNE"] = "1"
-        rmsnorm_autotuned(x, w, EPS)
-        os.environ.pop("FLYAUTOTUNE")
+        x, w = searched_inputs(M, N, ds)
         rmsnorm_autotuned(x, w, EPS)
         cfg = tuned_launch.last_config.kwargs
         row = {"shape": spec, "config": cfg}

@@ -68,7 +68,7 @@ def main(argv=None):
     import torch
     import torch.nn.functional as F
 
-    from rmsnorm import EPS, graph_time, nbytes, shape_spec, torch_dtype
+    from rmsnorm import EPS, graph_time, nbytes, searched_inputs, shape_spec
 
     from flyautotune_rmsnorm import rmsnorm_autotuned
 
@@ -76,13 +76,7 @@ def main(argv=None):
     rows = []
     for spec in args.shapes.split(","):
         M, N, ds = shape_spec(spec)
-        dt = torch_dtype(ds)
-        torch.manual_seed(M + N)
-        x = torch.randn(M, N, device="cuda", dtype=dt)
-        w = torch.rand(N, device="cuda", dtype=dt) + 0.5
-        os.environ["FLYAUTOTUNE"] = "1"  # one search for the tuned row, then hits
-        rmsnorm_autotuned(x, w, EPS)
-        os.environ.pop("FLYAUTOTUNE")
+        x, w = searched_inputs(M, N, ds)  # one search for the tuned row, then hits
         impls = {"clone": lambda x, w: x.clone(), "tuned": lambda x, w: rmsnorm_autotuned(x, w, EPS)}
         if args.compile:
             impls["compile"] = torch.compile(lambda x, w: F.rms_norm(x, (N,), w, EPS), dynamic=False)

@@ -156,6 +156,25 @@ def graph_times(fns, xs, w, rounds=3):
     return {name: statistics.median(v) for name, v in samples.items()}
 
 
+def searched_inputs(M, N, ds):
+    """``(x, w)``: random inputs of a shape (seeded by it) after one forced search of ``rmsnorm_autotuned``
+    over them, so its later calls hit the tuned winner."""
+    import torch
+
+    from flyautotune_rmsnorm import rmsnorm_autotuned
+
+    dt = torch_dtype(ds)
+    torch.manual_seed(M + N)
+    x = torch.randn(M, N, device="cuda", dtype=dt)
+    w = torch.rand(N, device="cuda", dtype=dt) + 0.5
+    os.environ["FLYAUTOTUNE"] = "1"
+    try:
+        rmsnorm_autotuned(x, w, EPS)
+    finally:
+        os.environ.pop("FLYAUTOTUNE")
+    return x, w
+
+
 def rotating_inputs(x, M, N, ds):
     """``x`` and copies of it for one graph's calls: past ``ROTATE_BYTES`` and at least ``MIN_CALLS``,
     as far as ``ROTATE_MEMORY`` of the free memory allows (inputs and outputs)."""
