@@ -2,7 +2,7 @@
 # Everything that needs an NVIDIA GPU, in one go: install the packages, run the
 # plugin tests with CUDA, then the RMSNorm benchmark and the dispatch benchmark.
 #
-#   bash bench/gpu_suite.sh OUT_DIR [coop] [persist] [claunch] [cluster] [tests] [coretests] [bench] [explore] [stability] [wins] [longrows] [inductor] [harness] [addressing] [agree] [plan] [dispatch] [overhead]
+#   bash bench/gpu_suite.sh OUT_DIR [coop] [persist] [claunch] [cluster] [tests] [coretests] [bench] [explore] [stability] [wins] [longrows] [inductor] [harness] [addressing] [weight] [agree] [plan] [dispatch] [overhead]
 #
 # No network is needed: the three packages are built from this checkout
 # (setuptools must be installed); wheels under .whl/ (e.g. liger-kernel) are
@@ -84,6 +84,9 @@ for stage in $STAGES; do
     addressing)
       echo "== row addressing (WIDE, PACKED) for the tuned config of each shape"
       "$PY" "$ROOT/bench/addressing_probe.py" --out "$OUT_DIR" ${ADDRESSING_ARGS:-} | tee "$OUT_DIR/addressing.md" || status=1 ;;
+    weight)
+      echo "== the weight's load issued with x's in a one-row body, against the plain body (latency-bound shapes)"
+      "$PY" "$ROOT/bench/weight_probe.py" --out "$OUT_DIR" ${WEIGHT_ARGS:-} | tee "$OUT_DIR/weight_probe.md" || status=1 ;;
     harness)
       echo "== the timing harness: GB/s against calls per graph, and the kernels' own durations"
       "$PY" "$ROOT/bench/harness_probe.py" --out "$OUT_DIR" ${HARNESS_ARGS:-} | tee "$OUT_DIR/harness.md" || status=1 ;;
