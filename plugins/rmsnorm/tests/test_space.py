@@ -110,16 +110,17 @@ needs_ptxas = pytest.mark.skipif(shutil.which("ptxas") is None and not os.path.e
     reason="needs Triton's NVIDIA backend (ptxas) to cross-compile")
 
 
-def _sm90(M: int, N: int, ds: str, cfg) -> tuple:
+def _sm90(M: int, N: int, ds: str, cfg, **overrides) -> tuple:
     """``(compiled kernel, constexprs, extra)``: ``api.compile_spec``'s kernel of ``cfg`` cross-compiled for
-    sm_90, every pointer argument 16-byte aligned (the pointers lead the signature)."""
+    sm_90, every pointer argument 16-byte aligned (the pointers lead the signature). ``overrides`` replace
+    constexprs in what is compiled; the constexprs returned are ``compile_spec``'s own."""
     import triton
     from triton.backends.compiler import GPUTarget
 
     kernel, sig, consts, extra = api.compile_spec((M, N), ds, cfg, target=fat.Target("cuda", "sm_90", 32))
     attrs = {(i,): [["tt.divisibility", 16]] for i, t in enumerate(sig.values()) if t.startswith("*")}
-    k = triton.compile(triton.compiler.ASTSource(kernel, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
-                       options=extra["options"])
+    k = triton.compile(triton.compiler.ASTSource(kernel, sig, dict(consts, **overrides), attrs),
+                       target=GPUTarget("cuda", 90, 32), options=extra["options"])
     return k, consts, extra
 
 
@@ -191,16 +192,9 @@ def test_32_bit_row_offsets_cross_compile_without_64_bit_multiplies():
     packed rows the constant stride is a shift either way)."""
     import re
 
-    import triton
-    from triton.backends.compiler import GPUTarget
-
     for M, wide in ((65536, 0), (1 << 24, 1)):
-        cfg = default_config(M, 128, "bf16")
-        kernel, sig, consts, extra = api.compile_spec((M, 128), "bf16", cfg, target=fat.Target("cuda", "sm_90", 32))
+        k, consts, _ = _sm90(M, 128, "bf16", default_config(M, 128, "bf16"), PACKED=0)
         assert consts["WIDE"] == wide
-        attrs = {(i,): [["tt.divisibility", 16]] for i, t in enumerate(sig.values()) if t.startswith("*")}
-        k = triton.compile(triton.compiler.ASTSource(kernel, sig, dict(consts, PACKED=0), attrs),
-                           target=GPUTarget("cuda", 90, 32), options=extra["options"])
         mul64 = re.findall(r"\b(?:mul|mad)\.lo\.s64\b", k.asm["ptx"])
         assert bool(mul64) == bool(wide), (M, mul64)
 
@@ -212,20 +206,15 @@ def test_a_packed_launch_never_reads_the_runtime_strides(M, N):
     its PTX never loads the stride parameters, while the same config for strided rows does."""
     import re
 
-    import triton
-    from triton.backends.compiler import GPUTarget
+    from flyautotune_rmsnorm.kernel import jit_kernel
 
     cfg = default_config(M, N, "bf16")
     k, consts, _ = _sm90(M, N, "bf16", cfg)
     assert consts["PACKED"] == 1
     loads = set(re.findall(r"ld\.param\.\w+\s+%\w+, \[(\w+_param_\d+)\]", k.asm["ptx"]))
-    kernel, sig, consts, extra = api.compile_spec((M, N), "bf16", cfg, target=fat.Target("cuda", "sm_90", 32))
-    consts = dict(consts, PACKED=0)
-    attrs = {(i,): [["tt.divisibility", 16]] for i, t in enumerate(sig.values()) if t.startswith("*")}
-    strided = triton.compile(triton.compiler.ASTSource(kernel, sig, consts, attrs), target=GPUTarget("cuda", 90, 32),
-                             options=extra["options"])
+    strided, _, _ = _sm90(M, N, "bf16", cfg, PACKED=0)
     strided_loads = set(re.findall(r"ld\.param\.\w+\s+%\w+, \[(\w+_param_\d+)\]", strided.asm["ptx"]))
-    names = list(sig)
+    names = jit_kernel().arg_names
     stride_params = {p for p in strided_loads if int(p.rsplit("_", 1)[1]) in (names.index("sx_vec"),
                                                                                names.index("sy_vec"))}
     assert len(stride_params) == 2, strided_loads
