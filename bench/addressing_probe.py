@@ -38,7 +38,8 @@ def main(argv=None):
     import torch
     import torch.nn.functional as F
 
-    from rmsnorm import EPS, graph_times, nbytes, rotating_inputs, searched_inputs, shape_spec, torch_dtype
+    from rmsnorm import (EPS, graph_times, nbytes, rotating_inputs, save_rows, searched_inputs, shape_spec,
+                         torch_dtype)
 
     from flyautotune_rmsnorm import make_launcher, rmsnorm_autotuned
     from flyautotune_rmsnorm.api import tuned_launch
@@ -78,8 +79,7 @@ def main(argv=None):
         print(json.dumps(row), flush=True)
         del x
         torch.cuda.empty_cache()
-    with open(os.path.join(args.out, "addressing.json"), "w") as f:
-        json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
+    save_rows(args.out, "addressing.json", rows)
     print("| shape | tuned config | 64-bit, strides | 32-bit, strides | 32-bit, constant stride | new / old "
           "| torch.compile | clone |\n|---|---|---|---|---|---|---|---|")
     for r in rows:

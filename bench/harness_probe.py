@@ -68,7 +68,7 @@ def main(argv=None):
     import torch
     import torch.nn.functional as F
 
-    from rmsnorm import EPS, graph_time, nbytes, searched_inputs, shape_spec
+    from rmsnorm import EPS, graph_time, nbytes, save_rows, searched_inputs, shape_spec
 
     from flyautotune_rmsnorm import rmsnorm_autotuned
 
@@ -100,8 +100,7 @@ def main(argv=None):
         del xs_all, x
         torch.cuda.empty_cache()
         print(json.dumps(row), flush=True)
-    with open(os.path.join(args.out, "harness.json"), "w") as f:
-        json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
+    save_rows(args.out, "harness.json", rows)
     head = "| shape | impl | " + " | ".join(f"{k} call{'s' * (k > 1)}" for k in calls) + " | kernels (profiler) |"
     lines = [head, "|" + "---|" * (len(calls) + 3)]
     for r in rows:

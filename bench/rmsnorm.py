@@ -156,6 +156,14 @@ def graph_times(fns, xs, w, rounds=3):
     return {name: statistics.median(v) for name, v in samples.items()}
 
 
+def save_rows(out_dir, name, rows):
+    """Write ``{"device": ..., "rows": rows}`` to ``out_dir/name`` (the probes' result files)."""
+    import torch
+
+    with open(os.path.join(out_dir, name), "w") as f:
+        json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
+
+
 def searched_inputs(M, N, ds):
     """``(x, w)``: random inputs of a shape (seeded by it) after one forced search of ``rmsnorm_autotuned``
     over them, so its later calls hit the tuned winner."""

@@ -126,7 +126,7 @@ def main(argv=None):
     os.makedirs(args.out, exist_ok=True)
     import torch
 
-    from rmsnorm import EPS, graph_times, nbytes, rotating_inputs, searched_inputs, shape_spec
+    from rmsnorm import EPS, graph_times, nbytes, rotating_inputs, save_rows, searched_inputs, shape_spec
 
     from flyautotune_rmsnorm import rmsnorm_autotuned
     from flyautotune_rmsnorm.api import tuned_launch
@@ -149,8 +149,7 @@ def main(argv=None):
         row = {"shape": spec, "warps": warps, "gbps": {k: b / (v * 1e-3) / 1e9 for k, v in ms.items()}}
         rows.append(row)
         print(json.dumps(row), flush=True)
-    with open(os.path.join(args.out, "weight_probe.json"), "w") as f:
-        json.dump({"device": torch.cuda.get_device_name(), "rows": rows}, f, indent=1)
+    save_rows(args.out, "weight_probe.json", rows)
     print("| shape | warps | weight after x (late) | with x (early) | early / late | ours tuned | clone |\n"
           "|---|---|---|---|---|---|---|")
     for r in rows:
