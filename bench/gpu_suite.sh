@@ -2,7 +2,7 @@
 # Everything that needs an NVIDIA GPU, in one go: install the packages, run the
 # plugin tests with CUDA, then the RMSNorm benchmark and the dispatch benchmark.
 #
-#   bash bench/gpu_suite.sh OUT_DIR [coop] [persist] [claunch] [cluster] [tests] [coretests] [bench] [explore] [stability] [wins] [longrows] [inductor] [harness] [addressing] [weight] [agree] [plan] [dispatch] [overhead]
+#   bash bench/gpu_suite.sh OUT_DIR [coop] [persist] [claunch] [cluster] [tests] [coretests] [bench] [explore] [stability] [wins] [longrows] [inductor] [harness] [addressing] [weight] [space] [cold] [agree] [plan] [dispatch] [overhead]
 #
 # No network is needed: the three packages are built from this checkout
 # (setuptools must be installed); wheels under .whl/ (e.g. liger-kernel) are
@@ -87,6 +87,12 @@ for stage in $STAGES; do
     weight)
       echo "== the weight's load issued with x's in a one-row body, against the plain body (latency-bound shapes)"
       "$PY" "$ROOT/bench/weight_probe.py" --out "$OUT_DIR" ${WEIGHT_ARGS:-} | tee "$OUT_DIR/weight_probe.md" || status=1 ;;
+    space)
+      echo "== every config of the space next to the peers, and the search's pick"
+      "$PY" "$ROOT/bench/space_probe.py" --out "$OUT_DIR" ${SPACE_ARGS:-} | tee "$OUT_DIR/space_probe.md" || status=1 ;;
+    cold)
+      echo "== a search's first timing from cold compiles: compile pool on, off, drained first"
+      "$PY" "$ROOT/bench/cold_probe.py" --out "$OUT_DIR" ${COLD_ARGS:-} | tee "$OUT_DIR/cold_probe.md" || status=1 ;;
     harness)
       echo "== the timing harness: GB/s against calls per graph, and the kernels' own durations"
       "$PY" "$ROOT/bench/harness_probe.py" --out "$OUT_DIR" ${HARNESS_ARGS:-} | tee "$OUT_DIR/harness.md" || status=1 ;;

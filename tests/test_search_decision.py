@@ -318,3 +318,61 @@ def test_the_first_pass_ranks_with_half_the_replays_and_the_rounds_use_all(pm):
     bench.reps.clear()
     tuner(pm, "d_first_rep_small", rep=6).select(torch.zeros(2), 2, force=True)
     assert bench.reps[:3] == [5, 5, 5]  # never fewer than five
+
+
+class SeenTensors:
+    """A CPU benchmark plugin that runs the launch over every rotated copy and records the tensors it saw."""
+
+    def __init__(self):
+        self.seen = []
+
+    @fat.hookimpl(tryfirst=True)
+    def flyautotune_benchmark(self, fn, setup, target, stream, warmup, rep, rotations, cutoff_ms):
+        for run in rotations or [fn]:
+            run()
+        return Measurement(1.0, spread=0.001, method="fixed", reps=rep)
+
+
+def _rotating_search(pm, monkeypatch, name, **kw):
+    """A forced search whose rotations run on the host (as they do on a GPU), three copies; returns the
+    ``(x, y)`` pointers each launch saw."""
+    from flyautotune import timing
+    from flyautotune.tuning import search
+
+    monkeypatch.setattr(search, "rotates_on", lambda device: True)
+    monkeypatch.setattr(timing, "rotation_count", lambda device, per_set, **_: 3)
+    seen = []
+    pm.register(SeenTensors())
+
+    @fat.autotune(configs=[fat.Config(B=1), fat.Config(B=2)], key=["n"], plugin_manager=pm, name=name,
+                  default=lambda **a: fat.Config(B=1), **kw)
+    def launch(x, y, n, B=None):
+        seen.append((x.data_ptr(), y.data_ptr()))
+        y.copy_(x * 2)
+        return y
+
+    x, y = torch.arange(4.0), torch.zeros(4)
+    launch.select(x, y, 4, force=True)
+    return seen, x, y
+
+
+def test_outputs_are_written_in_place_while_the_inputs_rotate(pm, monkeypatch):
+    # outputs=: every timed launch writes the caller's y (an output allocated per call lands in a warm block),
+    # while x rotates over cold copies
+    seen, x, y = _rotating_search(pm, monkeypatch, "d_outputs", outputs=["y"])
+    assert len({xp for xp, _ in seen}) == 3
+    assert {yp for _, yp in seen} == {y.data_ptr()}
+    # without it every tensor argument rotates, outputs included
+    seen, x, y = _rotating_search(pm, monkeypatch, "d_outputs_all")
+    assert len({xp for xp, _ in seen}) == 3 and len({yp for _, yp in seen}) == 3
+
+
+def test_outputs_must_name_write_only_parameters(pm):
+    def launch(x, y, n, B=None):
+        return y
+
+    with pytest.raises(ValueError, match=r"outputs names 'z', which is not a parameter"):
+        fat.autotune(configs=[fat.Config(B=1)], key=["n"], outputs=["z"], plugin_manager=pm)(launch)
+    with pytest.raises(ValueError, match=r"outputs names 'y', which restore_value or reset_to_zero also names"):
+        fat.autotune(configs=[fat.Config(B=1)], key=["n"], outputs=["y"], restore_value=["y"],
+                     plugin_manager=pm)(launch)

@@ -53,6 +53,7 @@ class Autotuner:
         default: Optional[Callable[..., Config]] = None,
         prune_configs_by: Optional[Callable[..., Sequence[Config]]] = None,
         restore_value: Iterable[str] = (),
+        outputs: Iterable[str] = (),
         reset_to_zero: Iterable[str] = (),
         do_bench: Optional[Callable[..., float]] = None,
         hints: Optional[Mapping[str, Any]] = None,
@@ -90,6 +91,11 @@ class Autotuner:
                                  f"{self.sig.describe()}")
         self.restore_value = self._check_names("restore_value", restore_value)
         self.reset_to_zero = self._check_names("reset_to_zero", reset_to_zero)
+        self.outputs = self._check_names("outputs", outputs)
+        for n in self.outputs:
+            if n in self.restore_value or n in self.reset_to_zero:
+                raise ValueError(f"autotune({self.name!r}): outputs names {n!r}, which restore_value or reset_to_zero "
+                                 f"also names; outputs= is for tensors the launch only writes (it reads none of them)")
         self.default = optional_callable("default", default)
         self.prune_configs_by = optional_callable("prune_configs_by", prune_configs_by)
         self.do_bench = optional_callable("do_bench", do_bench)
@@ -359,6 +365,11 @@ def autotune(configs: Sequence[Config] | Callable[..., Sequence[Config]], *args:
     :param default: ``default(**named_args) -> Config``, used on a miss without benchmarking.
     :param prune_configs_by: ``prune(configs, **named_args) -> configs`` before a search.
     :param restore_value: tensor args snapshotted once and restored before every rep.
+    :param outputs: tensor args the launch only writes (its outputs). A search times each candidate over
+        rotated copies of the other tensors (cold in the caches, as inputs are in real use); outputs are
+        not copied, so every timed launch writes the caller's buffer, as an output allocated per call
+        usually lands in the block the previous call freed, still in L2. Default: none (every tensor
+        argument is rotated, outputs written cold).
     :param reset_to_zero: tensor args zeroed before every rep and before the real call.
     :param do_bench: ``do_bench(fn, setup=None) -> ms``; None = the backend's hook.
     :param options: the rest of :class:`Autotuner`'s keyword arguments: ``hints=``

@@ -107,18 +107,21 @@ class Search:
         return lambda: run_plan(fn, sig, plan, call, stream)
 
     def _rotations(self) -> list:
-        """Copies of the call's tensors, so timing rotates over inputs that are cold in the caches."""
-        if self.setup is not None or not self.call.tensors or getattr(self.call.device, "type", "cpu") in ("cpu",
-                                                                                                             "meta"):
+        """Copies of the call's tensors, so timing rotates over inputs that are cold in the caches. The
+        tuner's ``outputs`` are not copied: every timed launch writes the caller's buffer."""
+        if self.setup is not None or not self.call.tensors or not rotates_on(self.call.device):
             return []
         from .. import timing
 
-        per_set = sum(t.numel() * t.element_size() for _, t in self.call.tensors)
+        rotated = [(k, t) for k, t in self.call.tensors if k not in self.t.outputs]
+        if not rotated:
+            return []
+        per_set = sum(t.numel() * t.element_size() for _, t in rotated)
         # At least two sets: replaying one set leaves the tail of its inputs warm in the cache for the next launch.
         n = max(2, timing.rotation_count(self.call.device, per_set))
         copies = [self.call]
         for _ in range(1, n):
-            copies.append(self.t.sig.replaced(self.call, {k: v.clone() for k, v in self.call.tensors}))
+            copies.append(self.t.sig.replaced(self.call, {k: v.clone() for k, v in rotated}))
         return copies
 
     def _emit(self, event: str, **fields: Any) -> None:
@@ -436,6 +439,11 @@ class Search:
         self._emit("search_end", winner=config_repr(winner.config), ms=winner.ms, duration_s=duration,
                    candidates=rows, margin=margin, noise=noise)
         return winner.config, rows, margin, noise, duration
+
+
+def rotates_on(device: Any) -> bool:
+    """Whether a search rotates copies of its inputs on ``device``: not on the host (no cache to flush)."""
+    return getattr(device, "type", "cpu") not in ("cpu", "meta")
 
 
 def compare(c: Candidate, d: Candidate) -> tuple:

@@ -1,0 +1,114 @@
+"""Every config of a shape's CUDA space next to the peers, on one CUDA GPU.
+
+Per shape: one forced search (what ``rmsnorm_autotuned`` picks), then every config of the space, QuACK,
+torch.compile and a clone, all timed the same way as ``bench/rmsnorm.py`` times its peers (CUDA-graph
+replay over rotating inputs, each call allocating its output, interleaved rounds with the order
+rotated, medians kept): does the search pick the best config of its space, and how far is each from
+the best peer? With ``--rotated-outputs`` every config is also timed writing a preallocated output per
+input copy (each timed launch writes a cold buffer: how a search timed candidates before ``outputs=``).
+
+    python bench/space_probe.py --out DIR [--shapes 4096x1000:bf16,...] [--rounds 5] [--rotated-outputs]
+
+Prints a table (GB/s, best first) per shape and writes space_probe.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+SHAPES = "4096x1000:bf16,65536x128:bf16,65536x1024:bf16,65536x512:bf16,4096x1024:fp32"
+
+
+def describe(cfg: dict) -> str:
+    """``128t x 4r p0`` (plus chunk, split, vector width) for a config's knobs."""
+    extra = "".join((f" chunk {cfg['CHUNK']}" if cfg.get("CHUNK") else "",
+                     f" split {cfg['SPLIT']}" if cfg.get("SPLIT", 1) > 1 else "",
+                     f" vec {cfg['VEC']}" if cfg.get("VEC", 16) != 16 else ""))
+    return f"{cfg['BLOCK_THREADS']}t x {cfg['ROWS_PER_PROGRAM']}r p{cfg['CACHE_POLICY']}{extra}"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=".")
+    ap.add_argument("--shapes", default=SHAPES)
+    ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--rotated-outputs", action="store_true",
+                    help="also time every config writing into a preallocated output per input copy (as a search "
+                         "times it: each timed launch writes a cold buffer), named 'CONFIG, out rotated'")
+    args = ap.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    os.environ.setdefault("FLYAUTOTUNE_CACHE_DIR", tempfile.mkdtemp(prefix="fat-space-"))
+    import torch
+    import torch.nn.functional as F
+
+    from rmsnorm import (EPS, graph_times, load_quack, nbytes, rotating_inputs, save_rows, searched_inputs,
+                         shape_spec, torch_dtype)
+
+    from flyautotune_rmsnorm import rmsnorm_autotuned
+    from flyautotune_rmsnorm.api import launch, tuned_launch
+    from flyautotune_rmsnorm.reference import relative_error, rmsnorm_reference, tolerance
+    from flyautotune_rmsnorm.space import cuda_space, default_config
+
+    quack = load_quack()
+    rows = []
+    for spec in args.shapes.split(","):
+        M, N, ds = shape_spec(spec)
+        dt = torch_dtype(ds)
+        x, w = searched_inputs(M, N, ds)
+        rmsnorm_autotuned(x, w, EPS)
+        picked = dict(tuned_launch.last_config.kwargs)
+        torch._dynamo.reset()
+        fns = {"clone": lambda x, w: x.clone(),
+               "compile": torch.compile(lambda x, w, N=N: F.rms_norm(x, (N,), w, EPS), dynamic=False),
+               "tuned": lambda x, w: rmsnorm_autotuned(x, w, EPS)}
+        if quack is not None:
+            fns["quack"] = lambda x, w: quack(x, w, eps=EPS)[0]
+        ref = rmsnorm_reference(x, w, EPS)
+        configs = {}
+        for cfg in cuda_space(M, N, ds):
+            name = describe(cfg.kwargs)
+
+            def fn(x, w, kw=cfg.kwargs):
+                return launch(x, w, torch.empty_like(x), M, N, ds, EPS, N, N, None, **kw)
+
+            err = relative_error(fn(x, w), ref)
+            assert err <= 5 * tolerance(dt), (spec, name, err)
+            fns[name] = fn
+            configs[name] = cfg.kwargs
+        xs = rotating_inputs(x, M, N, ds)
+        if args.rotated_outputs:
+            outs = {xi.data_ptr(): torch.empty_like(xi) for xi in xs}
+            for cfg in cuda_space(M, N, ds):
+                def fn(x, w, kw=cfg.kwargs):
+                    return launch(x, w, outs[x.data_ptr()], M, N, ds, EPS, N, N, None, **kw)
+
+                fns[describe(cfg.kwargs) + ", out rotated"] = fn
+        ms = graph_times(fns, xs, w, args.rounds)
+        b = nbytes(M, N, ds)
+        gbps = {k: b / (v * 1e-3) / 1e9 for k, v in ms.items()}
+        row = {"shape": spec, "picked": picked, "default": default_config(M, N, ds).kwargs, "gbps": gbps,
+               "configs": configs}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        del x
+        torch.cuda.empty_cache()
+    save_rows(args.out, "space_probe.json", rows)
+    for r in rows:
+        g = r["gbps"]
+        peers = {k: g[k] for k in ("compile", "quack") if k in g}
+        best_peer = max(peers.values()) if peers else float("nan")
+        print(f"\n### {r['shape']}: picked {describe(r['picked'])}, default {describe(r['default'])}, "
+              f"clone {g['clone']:.0f} GB/s\n\n| implementation | GB/s | / best peer |\n|---|---|---|")
+        for name, v in sorted(g.items(), key=lambda kv: -kv[1]):
+            if name != "clone":
+                print(f"| {name} | {v:.0f} | {v / best_peer:.3f} |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
