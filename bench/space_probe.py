@@ -8,6 +8,7 @@ the best peer? With ``--rotated-outputs`` every config is also timed writing a p
 input copy (each timed launch writes a cold buffer: how a search timed candidates before ``outputs=``).
 
     python bench/space_probe.py --out DIR [--shapes 4096x1000:bf16,...] [--rounds 5] [--rotated-outputs]
+                                [--also-policy P]
 
 Prints a table (GB/s, best first) per shape and writes space_probe.json.
 """
@@ -38,6 +39,8 @@ def main(argv=None):
     ap.add_argument("--out", default=".")
     ap.add_argument("--shapes", default=SHAPES)
     ap.add_argument("--rounds", type=int, default=5)
+    ap.add_argument("--also-policy", type=int, default=None,
+                    help="also time every config of the space with this CACHE_POLICY (configs off the space)")
     ap.add_argument("--rotated-outputs", action="store_true",
                     help="also time every config writing into a preallocated output per input copy (as a search "
                          "times it: each timed launch writes a cold buffer), named 'CONFIG, out rotated'")
@@ -71,16 +74,19 @@ def main(argv=None):
             fns["quack"] = lambda x, w: quack(x, w, eps=EPS)[0]
         ref = rmsnorm_reference(x, w, EPS)
         configs = {}
-        for cfg in cuda_space(M, N, ds):
-            name = describe(cfg.kwargs)
+        space = [c.kwargs for c in cuda_space(M, N, ds)]
+        if args.also_policy is not None:
+            space += [k for k in (dict(c, CACHE_POLICY=args.also_policy) for c in space) if k not in space]
+        for kw in space:
+            name = describe(kw)
 
-            def fn(x, w, kw=cfg.kwargs):
+            def fn(x, w, kw=kw):
                 return launch(x, w, torch.empty_like(x), M, N, ds, EPS, N, N, None, **kw)
 
             err = relative_error(fn(x, w), ref)
             assert err <= 5 * tolerance(dt), (spec, name, err)
             fns[name] = fn
-            configs[name] = cfg.kwargs
+            configs[name] = kw
         xs = rotating_inputs(x, M, N, ds)
         if args.rotated_outputs:
             outs = {xi.data_ptr(): torch.empty_like(xi) for xi in xs}
