@@ -76,7 +76,7 @@ def main(argv=None):
     rows = []
     for spec in args.shapes.split(","):
         M, N, ds = shape_spec(spec)
-        x, w = searched_inputs(M, N, ds)  # one search for the tuned row, then hits
+        x, w, _ = searched_inputs(M, N, ds)  # one search for the tuned row, then hits
         impls = {"clone": lambda x, w: x.clone(), "tuned": lambda x, w: rmsnorm_autotuned(x, w, EPS)}
         if args.compile:
             impls["compile"] = torch.compile(lambda x, w: F.rms_norm(x, (N,), w, EPS), dynamic=False)

@@ -165,11 +165,12 @@ def save_rows(out_dir, name, rows):
 
 
 def searched_inputs(M, N, ds):
-    """``(x, w)``: random inputs of a shape (seeded by it) after one forced search of ``rmsnorm_autotuned``
-    over them, so its later calls hit the tuned winner."""
+    """``(x, w, picked)``: random inputs of a shape (seeded by it) after one forced search of
+    ``rmsnorm_autotuned`` over them, so its later calls hit the tuned winner, and the winner's knobs."""
     import torch
 
     from flyautotune_rmsnorm import rmsnorm_autotuned
+    from flyautotune_rmsnorm.api import tuned_launch
 
     dt = torch_dtype(ds)
     torch.manual_seed(M + N)
@@ -180,7 +181,8 @@ def searched_inputs(M, N, ds):
         rmsnorm_autotuned(x, w, EPS)
     finally:
         os.environ.pop("FLYAUTOTUNE")
-    return x, w
+    rmsnorm_autotuned(x, w, EPS)  # a hit: the config later calls run
+    return x, w, dict(tuned_launch.last_config.kwargs)
 
 
 def rotating_inputs(x, M, N, ds):

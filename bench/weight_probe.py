@@ -129,16 +129,14 @@ def main(argv=None):
     from rmsnorm import EPS, graph_times, nbytes, rotating_inputs, save_rows, searched_inputs, shape_spec
 
     from flyautotune_rmsnorm import rmsnorm_autotuned
-    from flyautotune_rmsnorm.api import tuned_launch
     from flyautotune_rmsnorm.reference import relative_error, rmsnorm_reference, tolerance
 
     kernel = _kernel(False)
     rows = []
     for spec in args.shapes.split(","):
         M, N, ds = shape_spec(spec)
-        x, w = searched_inputs(M, N, ds)
-        rmsnorm_autotuned(x, w, EPS)
-        warps = max(1, tuned_launch.last_config.kwargs["BLOCK_THREADS"] // 32)
+        x, w, picked = searched_inputs(M, N, ds)
+        warps = max(1, picked["BLOCK_THREADS"] // 32)
         fns = {"clone": lambda x, w: x.clone(), "tuned": lambda x, w: rmsnorm_autotuned(x, w, EPS)}
         for name, early in VARIANTS.items():
             fns[name] = (lambda x, w, early=early: launch(kernel, x, w, torch.empty_like(x), early, warps))
