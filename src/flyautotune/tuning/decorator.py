@@ -53,7 +53,6 @@ class Autotuner:
         default: Optional[Callable[..., Config]] = None,
         prune_configs_by: Optional[Callable[..., Sequence[Config]]] = None,
         restore_value: Iterable[str] = (),
-        outputs: Iterable[str] = (),
         reset_to_zero: Iterable[str] = (),
         do_bench: Optional[Callable[..., float]] = None,
         hints: Optional[Mapping[str, Any]] = None,
@@ -68,6 +67,7 @@ class Autotuner:
         max_search_s: Optional[float] = None,
         precompile: Optional[Callable[..., Any]] = None,
         specialize: Optional[Callable[..., Any]] = None,
+        outputs: Iterable[str] = (),
     ) -> None:
         if not callable(fn):
             raise TypeError(f"autotune: the decorated object must be callable, got {fn!r}")
@@ -365,13 +365,13 @@ def autotune(configs: Sequence[Config] | Callable[..., Sequence[Config]], *args:
     :param default: ``default(**named_args) -> Config``, used on a miss without benchmarking.
     :param prune_configs_by: ``prune(configs, **named_args) -> configs`` before a search.
     :param restore_value: tensor args snapshotted once and restored before every rep.
+    :param reset_to_zero: tensor args zeroed before every rep and before the real call.
+    :param do_bench: ``do_bench(fn, setup=None) -> ms``; None = the backend's hook.
     :param outputs: tensor args the launch only writes (its outputs). A search times each candidate over
         rotated copies of the other tensors (cold in the caches, as inputs are in real use); outputs are
         not copied, so every timed launch writes the caller's buffer, as an output allocated per call
         usually lands in the block the previous call freed, still in L2. Default: none (every tensor
         argument is rotated, outputs written cold).
-    :param reset_to_zero: tensor args zeroed before every rep and before the real call.
-    :param do_bench: ``do_bench(fn, setup=None) -> ms``; None = the backend's hook.
     :param options: the rest of :class:`Autotuner`'s keyword arguments: ``hints=``
         persistent compile hints, ``warmup=``, ``rep=`` (graph replays or timed launches per timing:
         each re-timing round of the finalists takes all of them, the first pass over every
