@@ -238,9 +238,9 @@ tuned_launch = fat.autotune(
     precompile=precompile,  # candidates compile in a pool while earlier ones are timed
     specialize=specialize,  # cache hits launch the binary with the config's work done once
     restore_value=["x"],  # out= may alias x: every rep must see the original rows
-    # A search rotates x over cold copies but writes one out, as rmsnorm_autotuned's output (allocated per
-    # call) lands in the block the last call freed: on the H200, cold outputs cost every config 8-10 % at
-    # 4096 x 1000 and 65536 x 128 and changed which led (bench/space_probe.py --rotated-outputs).
+    # A search rotates x over cold copies but writes one out, as rmsnorm_autotuned's output (allocated
+    # per call) lands in the block the last call freed: on the H200, cold outputs cost the leading configs
+    # 6-12 % at 4096 x 1000 and 65536 x 128 and changed which led (bench/space_probe.py --rotated-outputs).
     outputs=["out"],
     source_files=[_kernel_mod.__file__, _kernel_split_mod.__file__, _kernel_cluster_mod.__file__, _factory_mod.__file__,
                   space.__file__],
