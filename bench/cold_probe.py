@@ -13,7 +13,7 @@ Per search it records each finalist's first-pass timing over the median of its r
 ``pool`` alone shows slow first timings, the compile threads (the interpreter lock, the CPU) are the
 cause; if all three do, it is the GPU's state after idling.
 
-    python bench/cold_probe.py --out DIR [--shapes 65536x128:bf16,...] [--repeats 3]
+    python bench/cold_probe.py --out DIR [--shapes 65536x128:bf16,...] [--repeats 2]
 """
 
 from __future__ import annotations
