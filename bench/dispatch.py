@@ -74,7 +74,7 @@ def main(argv=None):
     L(x, w, y, M, N, N, eps, None, opts)
     from flyautotune_rmsnorm.factory import _CONST_NAMES, pdl_for
 
-    consts = L._constexprs(M, 8, pdl_for(x.get_device()), *L.addressing(M, N, N))
+    consts = L._constexprs(M, 8, N, N, pdl_for(x.get_device()))
 
     kw = dict(zip(_CONST_NAMES, consts))
     bound = specialize(_tuned_launch.last_config, x, w, y, M, N, ds, eps, N, N)

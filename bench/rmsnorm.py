@@ -222,7 +222,7 @@ def _precompile_one(job):
         k2.warmup(dt, dt, dt, torch.float32, N // rv, N // rv, EPS, grid=(1,), num_warps=nw, **c2)
     else:
         pdl = pdl_for(torch.cuda.current_device())  # the binary the launch will ask for
-        kw = dict(zip(_CONST_NAMES, L._constexprs(M, rv, pdl, *L.addressing(M, N, N))))
+        kw = dict(zip(_CONST_NAMES, L._constexprs(M, rv, N, N, pdl)))
         jit_kernel().warmup(dt, dt, dt, M, N // rv, N // rv, EPS, grid=(1,), **L.compile_options(None, pdl), **kw)
     return time.perf_counter() - t0
 

@@ -363,7 +363,7 @@ def compile_spec(shape, dtype, config, target=None) -> tuple:
         sig.update({k: "constexpr" for k in consts})
         return kernels()[1], sig, consts, {"options": options, "values": {"sx_vec": N // rv, "sy_vec": N // rv}}
     pdl = pdl_for_arch(target.arch) if getattr(target, "backend", None) == "cuda" else 0
-    consts = dict(zip(_CONST_NAMES, launcher._constexprs(M, rv, pdl, *launcher.addressing(M, N, N))))
+    consts = dict(zip(_CONST_NAMES, launcher._constexprs(M, rv, N, N, pdl)))
     sig = {"X": f"*{ds}", "W": f"*{ds}", "Y": f"*{ds}", "M": "i32", "sx_vec": "i32", "sy_vec": "i32",
            "eps": "fp32"}
     sig.update({k: "constexpr" for k in consts})

@@ -293,9 +293,11 @@ class RMSNormLauncher:
             return 1, 0
         return int((M + self.ROWS_PER_PROGRAM) * max(sx, sy) >= NARROW_LIMIT), int(sx == self.N and sy == self.N)
 
-    def _constexprs(self, M: int, rv: int, pdl: int = 0, wide: int = 1, packed: int = 0) -> tuple:
-        """The body's constexprs, in ``_CONST_NAMES`` order (``PDL`` last: ``pdl``, see :func:`pdl_for`;
-        ``wide`` and ``packed``: :meth:`addressing` of the launch)."""
+    def _constexprs(self, M: int, rv: int, sx: int, sy: int, pdl: int = 0) -> tuple:
+        """The body's constexprs for a launch over ``M`` rows with these row strides, in ``_CONST_NAMES``
+        order (``WIDE`` and ``PACKED``: :meth:`addressing` of the launch; ``PDL`` last: ``pdl``, see
+        :func:`pdl_for`)."""
+        wide, packed = self.addressing(M, sx, sy)
         even_m = M % self.ROWS_PER_PROGRAM == 0
         consts = self._consts.get((even_m, rv, pdl, wide, packed))
         if consts is None:
@@ -322,13 +324,12 @@ class RMSNormLauncher:
         rv = vec if not (sx | sy) & (vec - 1) else row_vec(sx, sy, self.elem, self.VEC)
         if interpret is None:
             interpret = not x.is_cuda or _INTERPRET
-        wide, packed = self.addressing(M, sx, sy)
         if interpret:
-            consts = self._constexprs(M, rv, 0, wide, packed)
+            consts = self._constexprs(M, rv, sx, sy)
             _kernel.interpreted_kernel()[(self.grid(M),)](x, w, y, M, sx // rv, sy // rv, eps, *consts)
             return
         dev = x.get_device()
-        consts = self._constexprs(M, rv, pdl_for(dev), wide, packed)
+        consts = self._constexprs(M, rv, sx, sy, pdl_for(dev))
         xp, wp, yp = x.data_ptr(), w.data_ptr(), y.data_ptr()
         key = launch_key(dev, consts, xp, yp, wp, w.dtype, options)
         launch = self._launches.get(key)
@@ -353,7 +354,7 @@ class RMSNormLauncher:
         ``options`` are the lowered compile options (the tuner's ``specialize=`` lowers
         them inside the launch context, where the target and the hints are current)."""
         rv = row_vec(sx, sy, self.elem, self.VEC)
-        consts = self._constexprs(M, rv, pdl_for(dev), *self.addressing(M, sx, sy)) if M else ()
+        consts = self._constexprs(M, rv, sx, sy, pdl_for(dev)) if M else ()
         sxv, syv, grid = sx // rv, sy // rv, self.grid(M)
         state: list = [None, consts]  # the binary's direct call, its constexprs
 
@@ -391,7 +392,7 @@ class RMSNormLauncher:
         """
         rv = row_vec(sx, sy, self.elem, self.VEC)
         pdl = pdl_for(x.get_device())
-        kw = dict(zip(_CONST_NAMES, self._constexprs(M, rv, pdl, *self.addressing(M, sx, sy))))
+        kw = dict(zip(_CONST_NAMES, self._constexprs(M, rv, sx, sy, pdl)))
         torch = _torch()
         with torch.cuda.device(x.get_device()):
             k = _kernel.jit_kernel().warmup(x, w, y, M, sx // rv, sy // rv, 1e-6, grid=(self.grid(M),),
