@@ -86,13 +86,6 @@ def _cfg(bt: int, rows: int = 1, chunk: int = 0, policy: int = 1, prefetch: int 
                       PREFETCH=prefetch, SPLIT=split, VEC=vec, COOP=coop, HOLD=hold, **hints)
 
 
-def _knob_args(config: fat.Config) -> dict:
-    """``_cfg``'s arguments for a config of this space."""
-    k = config.kwargs
-    return dict(bt=k["BLOCK_THREADS"], rows=k["ROWS_PER_PROGRAM"], chunk=k["CHUNK"], policy=k["CACHE_POLICY"],
-                prefetch=k["PREFETCH"], split=k["SPLIT"], vec=k["VEC"], coop=k["COOP"], hold=k["HOLD"])
-
-
 def _unique(configs: list) -> list:
     out = []
     for c in configs:
@@ -241,7 +234,8 @@ def cuda_space(M: int, N: int, dtype_str: str) -> list:
         # led by 0.7-1.1 % at 65536 x 128 bf16 and lost 2 % at 262144 x 256 (bench/space_probe.py), so the
         # search decides.
         short = short_row_space(N, dtype_str)
-        return _unique(short + [_cfg(**{**_knob_args(c), "policy": 1}) for c in short if c.kwargs["VEC"] == 16])
+        return _unique(short + [fat.Config(compile_hints=c.hints, **{**c.kwargs, "CACHE_POLICY": 1})
+                                for c in short if c.kwargs["VEC"] == 16])
     out = []
     if N % (16 // ELEMENT_SIZE[dtype_str]) and npad <= 4096:
         # Rows not a multiple of 16 bytes: scalar or narrow accesses, so more threads per row pay off.
