@@ -38,7 +38,7 @@ def main(argv=None):
     import torch
     import torch.nn.functional as F
 
-    from rmsnorm import (EPS, graph_times, nbytes, rotating_inputs, save_rows, searched_inputs, shape_spec,
+    from rmsnorm import (EPS, gbps_of, graph_times, rotating_inputs, save_rows, searched_inputs, shape_spec,
                          torch_dtype)
 
     from flyautotune_rmsnorm import make_launcher
@@ -69,9 +69,7 @@ def main(argv=None):
                 err = relative_error(fn(x, w), ref)
                 assert err <= 5 * tolerance(dt), (spec, name, err)
                 fns[name] = fn
-        ms = graph_times(fns, rotating_inputs(x, M, N, ds), w, args.rounds)
-        b = nbytes(M, N, ds)
-        row["gbps"] = {k: b / (v * 1e-3) / 1e9 for k, v in ms.items()}
+        row["gbps"] = gbps_of(graph_times(fns, rotating_inputs(x, M, N, ds), w, args.rounds), M, N, ds)
         rows.append(row)
         print(json.dumps(row), flush=True)
         del x

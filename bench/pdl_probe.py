@@ -78,7 +78,7 @@ def main(argv=None):
     args = ap.parse_args(argv)
 
     import torch
-    from rmsnorm import graph_times, nbytes, rotating_inputs, shape_spec, torch_dtype
+    from rmsnorm import gbps_of, graph_times, rotating_inputs, shape_spec, torch_dtype
 
     from flyautotune_rmsnorm import rmsnorm_autotuned
     from flyautotune_rmsnorm.reference import check_against_reference
@@ -104,7 +104,7 @@ def main(argv=None):
         if args.neighbour:
             fns = {name: (lambda x, w, fn=fn: fn(x, w).add_(1.0)) for name, fn in fns.items()}
         ms = graph_times(fns, rotating_inputs(x, M, N, ds), w, args.rounds)
-        gbs = {k: nbytes(M, N, ds) / (v * 1e-3) / 1e9 for k, v in ms.items()}
+        gbs = gbps_of(ms, M, N, ds)
         best = max(gbs["pdl"], gbs["pdl+early"])
         print(f"| {M} × {N} {ds} | {gbs['plain']:.0f} | {gbs['pdl']:.0f} | {gbs['pdl+early']:.0f} | "
               f"{gbs['tuned']:.0f} | {gbs['clone']:.0f} | {best / gbs['plain']:.3f} | {best / gbs['tuned']:.3f} |",

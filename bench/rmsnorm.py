@@ -80,6 +80,12 @@ def nbytes(M, N, ds):
     return (2 * M * N + N) * e
 
 
+def gbps_of(ms, M, N, ds):
+    """``{name: GB/s}`` for ``{name: ms per call}`` of one shape (the bytes of :func:`nbytes`)."""
+    b = nbytes(M, N, ds)
+    return {k: b / (v * 1e-3) / 1e9 for k, v in ms.items()}
+
+
 # -- implementations -------------------------------------------------------------
 
 

@@ -50,7 +50,7 @@ def main(argv=None):
     import torch
     import torch.nn.functional as F
 
-    from rmsnorm import (EPS, graph_times, load_quack, nbytes, rotating_inputs, save_rows, searched_inputs,
+    from rmsnorm import (EPS, gbps_of, graph_times, load_quack, rotating_inputs, save_rows, searched_inputs,
                          shape_spec, torch_dtype)
 
     from flyautotune_rmsnorm import rmsnorm_autotuned
@@ -93,9 +93,7 @@ def main(argv=None):
                     return launch(x, w, outs[x.data_ptr()], M, N, ds, EPS, N, N, None, **kw)
 
                 fns[describe(cfg.kwargs) + ", out rotated"] = fn
-        ms = graph_times(fns, xs, w, args.rounds)
-        b = nbytes(M, N, ds)
-        gbps = {k: b / (v * 1e-3) / 1e9 for k, v in ms.items()}
+        gbps = gbps_of(graph_times(fns, xs, w, args.rounds), M, N, ds)
         row = {"shape": spec, "picked": picked, "default": default_config(M, N, ds).kwargs, "gbps": gbps,
                "configs": configs}
         rows.append(row)

@@ -126,7 +126,7 @@ def main(argv=None):
     os.makedirs(args.out, exist_ok=True)
     import torch
 
-    from rmsnorm import EPS, graph_times, nbytes, rotating_inputs, save_rows, searched_inputs, shape_spec
+    from rmsnorm import EPS, gbps_of, graph_times, rotating_inputs, save_rows, searched_inputs, shape_spec
 
     from flyautotune_rmsnorm import rmsnorm_autotuned
     from flyautotune_rmsnorm.reference import relative_error, rmsnorm_reference, tolerance
@@ -142,9 +142,8 @@ def main(argv=None):
             fns[name] = (lambda x, w, early=early: launch(kernel, x, w, torch.empty_like(x), early, warps))
             err = relative_error(fns[name](x, w), rmsnorm_reference(x, w, EPS))
             assert err <= 5 * tolerance(x.dtype), (spec, name, err)
-        ms = graph_times(fns, rotating_inputs(x, M, N, ds), w, args.rounds)
-        b = nbytes(M, N, ds)
-        row = {"shape": spec, "warps": warps, "gbps": {k: b / (v * 1e-3) / 1e9 for k, v in ms.items()}}
+        gbps = gbps_of(graph_times(fns, rotating_inputs(x, M, N, ds), w, args.rounds), M, N, ds)
+        row = {"shape": spec, "warps": warps, "gbps": gbps}
         rows.append(row)
         print(json.dumps(row), flush=True)
     save_rows(args.out, "weight_probe.json", rows)
