@@ -6,12 +6,14 @@ fp64 reference, then times it two ways:
 
 * eager: ``triton.testing.do_bench`` over per-call launches (host dispatch
   included; L2 flushed before each call) — the anchors' method;
-* graph: one CUDA graph holding G calls over rotating inputs (so consecutive
+* graph: one CUDA graph holding calls over G rotating inputs (so consecutive
   calls do not hit in L2), replayed under ``do_bench``; time per call. G is at
-  least ``MIN_CALLS``: ``do_bench`` zeroes a 256 MB buffer before each replay
-  and times each replay with its own events, so a graph of one call also timed
-  the graph's launch and the write-back of the dirty lines that flush left in
-  L2 (5-7 % at 64 M bf16 elements; ``bench/harness_probe.py``).
+  least ``MIN_CALLS``, and the graph goes round the inputs until one replay lasts
+  ``MIN_REPLAY_MS``: ``do_bench`` zeroes a 256 MB buffer before each replay and
+  times each replay with its own events, so a short graph also timed the graph's
+  launch and the write-back of the dirty lines that flush left in L2 (5-7 % at
+  64 M bf16 elements with one call, ``bench/harness_probe.py``; 4-9 % at
+  4096 x 1000 with 13, ``bench/flush_probe.py``).
 
 GB/s = (2*M*N + N) * element size / median time. Implementations: torch
 ``F.rms_norm``, ``torch.compile`` of it, Liger's Triton RMSNorm and QuACK's
@@ -58,6 +60,12 @@ ROTATE_BYTES = 200e6
 #: of the L2 flush ``do_bench`` runs before it) is spread over them: with one call a 64 M-element bf16
 #: shape read 5-7 % under its kernel's own duration, with 8 about 1 % (``bench/harness_probe.py``).
 MIN_CALLS = 8
+#: One timed replay lasts at least this long (the graph goes round its inputs as often as it takes): at
+#: 4096 x 1000 bf16 a replay of 13 calls (about 70 us) read 4-8 % under the same calls replayed for a
+#: millisecond, and that share moved from run to run (``bench/flush_probe.py``).
+MIN_REPLAY_MS = 1.0
+#: The most rounds over the inputs one graph holds.
+MAX_ROUNDS = 64
 #: Share of the GPU's free memory the rotating inputs (and the outputs the graph allocates) may take.
 ROTATE_MEMORY = 0.4
 
@@ -127,11 +135,17 @@ def make_impls(N, have_liger, quack_fwd=None):
     return impls
 
 
-def graph_time(fn, xs, w, reps_ms=100):
-    """ms per call of ``fn`` replayed from one CUDA graph over rotating inputs."""
+def graph_time(fn, xs, w, reps_ms=100, min_replay_ms=None):
+    """ms per call of ``fn`` replayed from one CUDA graph over rotating inputs.
+
+    The graph goes round ``xs`` as often as it takes for one replay to last ``min_replay_ms``
+    (:data:`MIN_REPLAY_MS` when None; 0 = once round): what comes with each replay (the graph's launch,
+    the write-back of the dirty lines ``do_bench``'s flush leaves) is then a small share of it.
+    """
     import torch
     import triton
 
+    min_replay_ms = MIN_REPLAY_MS if min_replay_ms is None else min_replay_ms
     s = torch.cuda.Stream()
     s.wait_stream(torch.cuda.current_stream())
     with torch.cuda.stream(s):
@@ -139,15 +153,30 @@ def graph_time(fn, xs, w, reps_ms=100):
             fn(x, w)
     torch.cuda.current_stream().wait_stream(s)
     torch.cuda.synchronize()
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g, stream=s):  # the warm-up's stream: cooperative configs record their one launch
-        for x in xs:
-            fn(x, w)
-    g.replay()
-    torch.cuda.synchronize()
+    rounds, g = 1, None
+    while True:
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, stream=s):  # the warm-up's stream: cooperative configs record their one launch
+            for _ in range(rounds):
+                for x in xs:
+                    fn(x, w)
+        g.replay()
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        start.record()
+        g.replay()
+        end.record()
+        end.synchronize()
+        once = start.elapsed_time(end)
+        if once >= min_replay_ms or rounds > 1:
+            break
+        rounds = min(MAX_ROUNDS, math.ceil(min_replay_ms / max(once, 1e-3)))
+        if rounds == 1:
+            break
+        del g
     ms = triton.testing.do_bench(g.replay, warmup=10, rep=reps_ms, return_mode="median")
     del g
-    return ms / len(xs)
+    return ms / (rounds * len(xs))
 
 
 def graph_times(fns, xs, w, rounds=3):

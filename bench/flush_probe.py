@@ -1,0 +1,145 @@
+"""Does the L2 state before a timed replay change which config wins? The search's timing against the bench's.
+
+The search (``flyautotune.timing.benchmark``: graph replays of many launches over rotated inputs, nothing between replays)
+and ``bench/rmsnorm.py`` (``triton.testing.do_bench`` over a graph of at least ``MIN_CALLS`` calls, which
+zeroes a 256 MB buffer before every replay) can rank two configs differently at shapes whose traffic is
+near L2's size. This probe times the search's pick, the default and the peers five ways, in interleaved
+rounds (order rotated, medians kept):
+
+* ``bench``: ``graph_time``, as the bench does (a dirty L2 before each replay; the graph goes round its
+  G inputs until a replay lasts ``MIN_REPLAY_MS``);
+* ``round``: ``graph_time`` with one round over the G inputs per replay (how the bench timed before);
+* ``dirty``: the graph of ``round``, our own events, a 256 MB ``zero_()`` before each replay (should match ``bench``);
+* ``clean``: the same graph, a 256 MB read before each replay (L2 full of clean lines: evictions need no
+  write-back);
+* ``none``: the same graph, replays back to back (L2 holds the previous replay's lines);
+* ``search``: ``timing.benchmark`` over the search's rotations (inputs only; our configs write one output,
+  as ``outputs=`` has the search do; peers allocate theirs).
+
+    python bench/flush_probe.py --out DIR [--shapes 4096x1000:bf16,...] [--rounds 3]
+
+Prints one table per shape (GB/s per mode, and each config over the default per mode); writes flush_probe.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+SHAPES = "4096x1000:bf16,65536x128:bf16,32x3000:bf16,256x8192:bf16,4096x4096:bf16"
+MODES = ("bench", "round", "dirty", "clean", "none", "search")
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=".")
+    ap.add_argument("--shapes", default=SHAPES)
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    os.environ.setdefault("FLYAUTOTUNE_CACHE_DIR", tempfile.mkdtemp(prefix="fat-flush-"))
+    import torch
+    import torch.nn.functional as F
+
+    from flyautotune import timing
+    from rmsnorm import EPS, gbps_of, graph_time, load_quack, rotating_inputs, save_rows, searched_inputs, shape_spec
+    from space_probe import describe
+
+    from flyautotune_rmsnorm.api import launch
+    from flyautotune_rmsnorm.space import default_config
+
+    quack = load_quack()
+    big = torch.empty(64 << 20, device="cuda", dtype=torch.float32)  # 256 MB, as do_bench's flush
+
+    def own_graph_ms(fn, xs, w, before, replays=60):
+        """ms per call of a graph of ``fn`` over ``xs``, ``before()`` (untimed) ahead of each replay."""
+        s = torch.cuda.Stream()
+        s.wait_stream(torch.cuda.current_stream())
+        with torch.cuda.stream(s):
+            for x in xs[:2]:
+                fn(x, w)
+        torch.cuda.current_stream().wait_stream(s)
+        torch.cuda.synchronize()
+        g = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(g, stream=s):
+            for x in xs:
+                fn(x, w)
+        for _ in range(3):
+            g.replay()
+        torch.cuda.synchronize()
+        times = []
+        for _ in range(replays):
+            if before is not None:
+                before()
+            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            a.record()
+            g.replay()
+            b.record()
+            b.synchronize()
+            times.append(a.elapsed_time(b))
+        del g
+        return statistics.median(times) / len(xs)
+
+    rows = []
+    for spec in args.shapes.split(","):
+        M, N, ds = shape_spec(spec)
+        x, w, picked = searched_inputs(M, N, ds)
+        default = default_config(M, N, ds).kwargs
+        torch._dynamo.reset()
+        impls = {"compile": torch.compile(lambda x, w, N=N: F.rms_norm(x, (N,), w, EPS), dynamic=False)}
+        if quack is not None:
+            impls["quack"] = lambda x, w: quack(x, w, eps=EPS)[0]
+        ours = {"default " + describe(default): default}
+        if picked != default:
+            ours["picked " + describe(picked)] = picked
+        for name, kw in ours.items():
+            impls[name] = lambda x, w, kw=kw: launch(x, w, torch.empty_like(x), M, N, ds, EPS, N, N, None, **kw)
+        xs = rotating_inputs(x, M, N, ds)
+        # the search's rotations: its own count (inputs only, as with ``outputs=``), one output for our configs
+        n_rot = timing.rotation_count(x.device, x.numel() * x.element_size() + w.numel() * w.element_size())
+        sxs = [x] + [x.clone() for _ in range(n_rot - 1)]
+        out = torch.empty_like(x)
+        befores = {"dirty": big.zero_, "clean": lambda: big.sum(), "none": None}
+        samples = {(n, m): [] for n in impls for m in MODES}
+        names = list(impls)
+        for r in range(args.rounds):
+            for name in names[r % len(names):] + names[:r % len(names)]:
+                fn = impls[name]
+                samples[(name, "bench")].append(graph_time(fn, xs, w, reps_ms=50))
+                samples[(name, "round")].append(graph_time(fn, xs, w, reps_ms=50, min_replay_ms=0))
+                for mode, before in befores.items():
+                    samples[(name, mode)].append(own_graph_ms(fn, xs, w, before))
+                if name in ours:
+                    kw = ours[name]
+                    launches = [lambda xi=xi, kw=kw: launch(xi, w, out, M, N, ds, EPS, N, N, None, **kw) for xi in sxs]
+                else:
+                    launches = [lambda xi=xi, fn=fn: fn(xi, w) for xi in sxs]
+                m = timing.benchmark(launches[0], rotations=launches, rep=20, method="graph")
+                samples[(name, "search")].append(m.ms)
+        gbps = {mode: gbps_of({n: statistics.median(samples[(n, mode)]) for n in impls}, M, N, ds) for mode in MODES}
+        row = {"shape": spec, "picked": picked, "default": default, "bench_calls": len(xs),
+               "search_rotations": n_rot, "gbps": gbps}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        del x, xs, sxs
+        torch.cuda.empty_cache()
+    save_rows(args.out, "flush_probe.json", rows)
+    for r in rows:
+        g = r["gbps"]
+        dname = next(n for n in g["bench"] if n.startswith("default"))
+        print(f"\n### {r['shape']} (bench graph {r['bench_calls']} calls, search {r['search_rotations']} "
+              f"rotations)\n\n| implementation | " + " | ".join(MODES) + " | " +
+              " | ".join(f"/ default, {m}" for m in MODES) + " |\n" + "|---" * (1 + 2 * len(MODES)) + "|")
+        for name in g["bench"]:
+            print(f"| {name} | " + " | ".join(f"{g[m][name]:.0f}" for m in MODES) + " | " +
+                  " | ".join(f"{g[m][name] / g[m][dname]:.3f}" for m in MODES) + " |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
