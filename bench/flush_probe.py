@@ -6,9 +6,9 @@ zeroes a 256 MB buffer before every replay) can rank two configs differently at 
 near L2's size. This probe times the search's pick, the default and the peers five ways, in interleaved
 rounds (order rotated, medians kept):
 
-* ``bench``: ``graph_time``, as the bench does (a dirty L2 before each replay; the graph goes round its
-  G inputs until a replay lasts ``MIN_REPLAY_MS``);
-* ``round``: ``graph_time`` with one round over the G inputs per replay (how the bench timed before);
+* ``bench``: ``graph_time``, as the bench does (a dirty L2 before each replay; input copies are added to
+  the G until a replay lasts ``MIN_REPLAY_MS``);
+* ``round``: ``graph_time`` over the G inputs alone (how the bench timed before);
 * ``dirty``: the graph of ``round``, our own events, a 256 MB ``zero_()`` before each replay (should match ``bench``);
 * ``clean``: the same graph, a 256 MB read before each replay (L2 full of clean lines: evictions need no
   write-back);
@@ -101,6 +101,7 @@ def main(argv=None):
         for name, kw in ours.items():
             impls[name] = lambda x, w, kw=kw: launch(x, w, torch.empty_like(x), M, N, ds, EPS, N, N, None, **kw)
         xs = rotating_inputs(x, M, N, ds)
+        xs_long = list(xs)  # ``graph_time`` adds copies to it; the other modes keep the G inputs
         # the search's rotations: its own count (inputs only, as with ``outputs=``), one output for our configs
         n_rot = timing.rotation_count(x.device, x.numel() * x.element_size() + w.numel() * w.element_size())
         sxs = [x] + [x.clone() for _ in range(n_rot - 1)]
@@ -111,7 +112,7 @@ def main(argv=None):
         for r in range(args.rounds):
             for name in names[r % len(names):] + names[:r % len(names)]:
                 fn = impls[name]
-                samples[(name, "bench")].append(graph_time(fn, xs, w, reps_ms=50))
+                samples[(name, "bench")].append(graph_time(fn, xs_long, w, reps_ms=50))
                 samples[(name, "round")].append(graph_time(fn, xs, w, reps_ms=50, min_replay_ms=0))
                 for mode, before in befores.items():
                     samples[(name, mode)].append(own_graph_ms(fn, xs, w, before))
@@ -123,18 +124,18 @@ def main(argv=None):
                 m = timing.benchmark(launches[0], rotations=launches, rep=20, method="graph")
                 samples[(name, "search")].append(m.ms)
         gbps = {mode: gbps_of({n: statistics.median(samples[(n, mode)]) for n in impls}, M, N, ds) for mode in MODES}
-        row = {"shape": spec, "picked": picked, "default": default, "bench_calls": len(xs),
+        row = {"shape": spec, "picked": picked, "default": default, "bench_calls": len(xs), "bench_copies": len(xs_long),
                "search_rotations": n_rot, "gbps": gbps}
         rows.append(row)
         print(json.dumps(row), flush=True)
-        del x, xs, sxs
+        del x, xs, xs_long, sxs
         torch.cuda.empty_cache()
     save_rows(args.out, "flush_probe.json", rows)
     for r in rows:
         g = r["gbps"]
         dname = next(n for n in g["bench"] if n.startswith("default"))
-        print(f"\n### {r['shape']} (bench graph {r['bench_calls']} calls, search {r['search_rotations']} "
-              f"rotations)\n\n| implementation | " + " | ".join(MODES) + " | " +
+        print(f"\n### {r['shape']} ({r['bench_calls']} inputs, {r['bench_copies']} in the bench's graphs, search "
+              f"{r['search_rotations']} rotations)\n\n| implementation | " + " | ".join(MODES) + " | " +
               " | ".join(f"/ default, {m}" for m in MODES) + " |\n" + "|---" * (1 + 2 * len(MODES)) + "|")
         for name in g["bench"]:
             print(f"| {name} | " + " | ".join(f"{g[m][name]:.0f}" for m in MODES) + " | " +

@@ -60,12 +60,12 @@ ROTATE_BYTES = 200e6
 #: of the L2 flush ``do_bench`` runs before it) is spread over them: with one call a 64 M-element bf16
 #: shape read 5-7 % under its kernel's own duration, with 8 about 1 % (``bench/harness_probe.py``).
 MIN_CALLS = 8
-#: One timed replay lasts at least this long (the graph goes round its inputs as often as it takes): at
-#: 4096 x 1000 bf16 a replay of 13 calls (about 70 us) read 4-8 % under the same calls replayed for a
-#: millisecond, and that share moved from run to run (``bench/flush_probe.py``).
+#: One timed replay lasts at least this long (``graph_time`` adds input copies until it does): at
+#: 4096 x 1000 bf16 a replay of 13 calls (about 70 us) read 7-10 % under the search's millisecond
+#: replays of the same configs, and that share moved from run to run (``bench/flush_probe.py``).
 MIN_REPLAY_MS = 1.0
-#: The most rounds over the inputs one graph holds.
-MAX_ROUNDS = 64
+#: The most input copies one graph reads (1 x 4096 needs about 1500 for a millisecond).
+MAX_COPIES = 4096
 #: Share of the GPU's free memory the rotating inputs (and the outputs the graph allocates) may take.
 ROTATE_MEMORY = 0.4
 
@@ -136,11 +136,14 @@ def make_impls(N, have_liger, quack_fwd=None):
 
 
 def graph_time(fn, xs, w, reps_ms=100, min_replay_ms=None):
-    """ms per call of ``fn`` replayed from one CUDA graph over rotating inputs.
+    """ms per call of ``fn`` replayed from one CUDA graph over rotating inputs, one call per input.
 
-    The graph goes round ``xs`` as often as it takes for one replay to last ``min_replay_ms``
-    (:data:`MIN_REPLAY_MS` when None; 0 = once round): what comes with each replay (the graph's launch,
-    the write-back of the dirty lines ``do_bench``'s flush leaves) is then a small share of it.
+    When one replay lasts less than ``min_replay_ms`` (:data:`MIN_REPLAY_MS` when None; 0 = as given),
+    ``xs`` grows (in place, so the caller's later timings share the copies) by copies of ``xs[0]`` until
+    it would, as far as ``ROTATE_MEMORY`` of the free memory and :data:`MAX_COPIES` allow: what comes with
+    each replay (the graph's launch, the write-back of the dirty lines ``do_bench``'s flush leaves) is then
+    a small share of it. Every call still reads an input no other call of the replay touched (going round
+    the same copies again would let later rounds hit in L2).
     """
     import torch
     import triton
@@ -153,13 +156,11 @@ def graph_time(fn, xs, w, reps_ms=100, min_replay_ms=None):
             fn(x, w)
     torch.cuda.current_stream().wait_stream(s)
     torch.cuda.synchronize()
-    rounds, g = 1, None
     while True:
         g = torch.cuda.CUDAGraph()
         with torch.cuda.graph(g, stream=s):  # the warm-up's stream: cooperative configs record their one launch
-            for _ in range(rounds):
-                for x in xs:
-                    fn(x, w)
+            for x in xs:
+                fn(x, w)
         g.replay()
         torch.cuda.synchronize()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
@@ -168,15 +169,28 @@ def graph_time(fn, xs, w, reps_ms=100, min_replay_ms=None):
         end.record()
         end.synchronize()
         once = start.elapsed_time(end)
-        if once >= min_replay_ms or rounds > 1:
-            break
-        rounds = min(MAX_ROUNDS, math.ceil(min_replay_ms / max(once, 1e-3)))
-        if rounds == 1:
+        if once >= min_replay_ms or not _grow(xs, math.ceil(len(xs) * min_replay_ms / max(once, 1e-4))):
             break
         del g
+        torch.cuda.synchronize()
     ms = triton.testing.do_bench(g.replay, warmup=10, rep=reps_ms, return_mode="median")
     del g
-    return ms / (rounds * len(xs))
+    return ms / len(xs)
+
+
+def _grow(xs, count):
+    """Append copies of ``xs[0]`` until ``xs`` holds ``count`` (within memory and :data:`MAX_COPIES`);
+    False when none could be added."""
+    import torch
+
+    x = xs[0]
+    if not isinstance(x, torch.Tensor):
+        return False
+    free, _ = torch.cuda.mem_get_info(x.device)
+    room = int(ROTATE_MEMORY * free // max(1, x.numel() * x.element_size()))
+    add = min(max(0, min(count, MAX_COPIES) - len(xs)), room)
+    xs.extend(x.clone() for _ in range(add))
+    return add > 0
 
 
 def graph_times(fns, xs, w, rounds=3):
