@@ -12,7 +12,7 @@ fp64 reference, then times it two ways:
   ``MIN_REPLAY_MS``: ``do_bench`` zeroes a 256 MB buffer before each replay and
   times each replay with its own events, so a short graph also timed the graph's
   launch and the write-back of the dirty lines that flush left in L2 (5-7 % at
-  64 M bf16 elements with one call, ``bench/harness_probe.py``; 4-9 % at
+  64 M bf16 elements with one call, ``bench/harness_probe.py``; 7-9 % at
   4096 x 1000 with 13, ``bench/flush_probe.py``).
 
 GB/s = (2*M*N + N) * element size / median time. Implementations: torch
@@ -61,8 +61,8 @@ ROTATE_BYTES = 200e6
 #: shape read 5-7 % under its kernel's own duration, with 8 about 1 % (``bench/harness_probe.py``).
 MIN_CALLS = 8
 #: One timed replay lasts at least this long (``graph_time`` adds input copies until it does): at
-#: 4096 x 1000 bf16 a replay of 13 calls (about 70 us) read 7-10 % under the search's millisecond
-#: replays of the same configs, and that share moved from run to run (``bench/flush_probe.py``).
+#: 4096 x 1000 bf16 a replay of 13 calls (about 70 us) read 7-9 % under millisecond replays of the same
+#: calls, and that share moved from run to run (``bench/flush_probe.py``).
 MIN_REPLAY_MS = 1.0
 #: The most input copies one graph reads (1 x 4096 needs about 1500 for a millisecond).
 MAX_COPIES = 4096
