@@ -48,7 +48,8 @@ def main(argv=None):
     import torch.nn.functional as F
 
     from flyautotune import timing
-    from rmsnorm import EPS, gbps_of, graph_time, load_quack, rotating_inputs, save_rows, searched_inputs, shape_spec
+    from rmsnorm import (EPS, capture_graph, gbps_of, graph_time, load_quack, replay_ms, rotating_inputs, save_rows,
+                         searched_inputs, shape_spec)
     from space_probe import describe
 
     from flyautotune_rmsnorm.api import launch
@@ -59,30 +60,14 @@ def main(argv=None):
 
     def own_graph_ms(fn, xs, w, before, replays=60):
         """ms per call of a graph of ``fn`` over ``xs``, ``before()`` (untimed) ahead of each replay."""
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            for x in xs[:2]:
-                fn(x, w)
-        torch.cuda.current_stream().wait_stream(s)
-        torch.cuda.synchronize()
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g, stream=s):
-            for x in xs:
-                fn(x, w)
-        for _ in range(3):
+        g = capture_graph(fn, xs, w)
+        for _ in range(2):
             g.replay()
-        torch.cuda.synchronize()
         times = []
         for _ in range(replays):
             if before is not None:
                 before()
-            a, b = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            a.record()
-            g.replay()
-            b.record()
-            b.synchronize()
-            times.append(a.elapsed_time(b))
+            times.append(replay_ms(g))
         del g
         return statistics.median(times) / len(xs)
 

@@ -135,6 +135,40 @@ def make_impls(N, have_liger, quack_fwd=None):
     return impls
 
 
+def capture_graph(fn, xs, w):
+    """A CUDA graph of ``fn(x, w)`` for each ``x`` of ``xs``, captured on a side stream after two warm-up
+    calls there (cooperative configs record their one launch on the stream they warmed up on), then
+    replayed once (which uploads it)."""
+    import torch
+
+    s = torch.cuda.Stream()
+    s.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(s):
+        for x in xs[:2]:
+            fn(x, w)
+    torch.cuda.current_stream().wait_stream(s)
+    torch.cuda.synchronize()
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=s):
+        for x in xs:
+            fn(x, w)
+    g.replay()
+    torch.cuda.synchronize()
+    return g
+
+
+def replay_ms(g):
+    """Milliseconds of one replay of graph ``g``, from events around it on the current stream."""
+    import torch
+
+    start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+    start.record()
+    g.replay()
+    end.record()
+    end.synchronize()
+    return start.elapsed_time(end)
+
+
 def graph_time(fn, xs, w, reps_ms=100, min_replay_ms=None):
     """ms per call of ``fn`` replayed from one CUDA graph over rotating inputs, one call per input.
 
@@ -149,26 +183,9 @@ def graph_time(fn, xs, w, reps_ms=100, min_replay_ms=None):
     import triton
 
     min_replay_ms = MIN_REPLAY_MS if min_replay_ms is None else min_replay_ms
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        for x in xs[:2]:
-            fn(x, w)
-    torch.cuda.current_stream().wait_stream(s)
-    torch.cuda.synchronize()
     while True:
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g, stream=s):  # the warm-up's stream: cooperative configs record their one launch
-            for x in xs:
-                fn(x, w)
-        g.replay()
-        torch.cuda.synchronize()
-        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-        start.record()
-        g.replay()
-        end.record()
-        end.synchronize()
-        once = start.elapsed_time(end)
+        g = capture_graph(fn, xs, w)
+        once = replay_ms(g)
         if once >= min_replay_ms or not _grow(xs, math.ceil(len(xs) * min_replay_ms / max(once, 1e-4))):
             break
         del g
