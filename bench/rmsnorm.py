@@ -8,12 +8,13 @@ fp64 reference, then times it two ways:
   included; L2 flushed before each call) — the anchors' method;
 * graph: one CUDA graph holding calls over G rotating inputs (so consecutive
   calls do not hit in L2), replayed under ``do_bench``; time per call. G is at
-  least ``MIN_CALLS``, and the graph goes round the inputs until one replay lasts
-  ``MIN_REPLAY_MS``: ``do_bench`` zeroes a 256 MB buffer before each replay and
-  times each replay with its own events, so a short graph also timed the graph's
-  launch and the write-back of the dirty lines that flush left in L2 (5-7 % at
-  64 M bf16 elements with one call, ``bench/harness_probe.py``; 7-9 % at
-  4096 x 1000 with 13, ``bench/flush_probe.py``).
+  least ``MIN_CALLS``, and copies are added until one replay lasts
+  ``MIN_REPLAY_MS`` (each call still reads its own): ``do_bench`` zeroes a
+  256 MB buffer before each replay and times each replay with its own events,
+  so a short graph also timed the graph's launch and the write-back of the
+  dirty lines that flush left in L2 (5-7 % at 64 M bf16 elements with one call,
+  ``bench/harness_probe.py``; 7-9 % at 4096 x 1000 with 13,
+  ``bench/flush_probe.py``).
 
 GB/s = (2*M*N + N) * element size / median time. Implementations: torch
 ``F.rms_norm``, ``torch.compile`` of it, Liger's Triton RMSNorm and QuACK's

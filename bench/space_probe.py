@@ -48,6 +48,14 @@ def main(argv=None):
                     help="also time every config writing into a preallocated output per input copy (as a search "
                          "times it: each timed launch writes a cold buffer), named 'CONFIG, out rotated'")
     args = ap.parse_args(argv)
+    extra = []  # (threads, rows, policy) of each --extra config
+    for item in filter(None, args.extra.split(",")):
+        try:
+            shape_part, policy = item.split(":")
+            bt, per = (int(v) for v in shape_part.split("x"))
+            extra.append((bt, per, int(policy)))
+        except ValueError:
+            ap.error(f"--extra: {item!r}: expected THREADSxROWS:POLICY, e.g. 128x8:1")
     os.makedirs(args.out, exist_ok=True)
     os.environ.setdefault("FLYAUTOTUNE_CACHE_DIR", tempfile.mkdtemp(prefix="fat-space-"))
     import torch
@@ -78,10 +86,8 @@ def main(argv=None):
         space = [c.kwargs for c in cuda_space(M, N, ds)]
         if args.also_policy is not None:
             space += [k for k in (dict(c, CACHE_POLICY=args.also_policy) for c in space) if k not in space]
-        for item in filter(None, args.extra.split(",")):
-            shape_part, policy = item.split(":")
-            bt, per = (int(v) for v in shape_part.split("x"))
-            kw = dict(space[0], BLOCK_THREADS=bt, ROWS_PER_PROGRAM=per, CACHE_POLICY=int(policy))
+        for bt, per, policy in extra:
+            kw = dict(space[0], BLOCK_THREADS=bt, ROWS_PER_PROGRAM=per, CACHE_POLICY=policy)
             if kw not in space:
                 space.append(kw)
         for kw in space:
