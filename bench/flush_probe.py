@@ -1,15 +1,16 @@
 """Does the L2 state before a timed replay change which config wins? The search's timing against the bench's.
 
-The search (``flyautotune.timing.benchmark``: graph replays of many launches over rotated inputs, nothing between replays)
-and ``bench/rmsnorm.py`` (``triton.testing.do_bench`` over a graph of at least ``MIN_CALLS`` calls, which
-zeroes a 256 MB buffer before every replay) can rank two configs differently at shapes whose traffic is
-near L2's size. This probe times the search's pick, the default and the peers five ways, in interleaved
-rounds (order rotated, medians kept):
+The search (``flyautotune.timing.benchmark``: graph replays of many launches over rotated inputs,
+nothing between replays) and ``bench/rmsnorm.py`` (``triton.testing.do_bench`` over a graph of at least
+``MIN_CALLS`` calls, which zeroes a 256 MB buffer before every replay) might rank two configs differently
+at shapes whose traffic is near L2's size. This probe times the search's pick, the default and the peers
+six ways, in interleaved rounds (order rotated, medians kept):
 
 * ``bench``: ``graph_time``, as the bench does (a dirty L2 before each replay; input copies are added to
   the G until a replay lasts ``MIN_REPLAY_MS``);
 * ``round``: ``graph_time`` over the G inputs alone (how the bench timed before);
-* ``dirty``: the graph of ``round``, our own events, a 256 MB ``zero_()`` before each replay (should match ``bench``);
+* ``dirty``: the graph of ``round``, our own events, a 256 MB ``zero_()`` before each replay (should match
+  ``round``);
 * ``clean``: the same graph, a 256 MB read before each replay (L2 full of clean lines: evictions need no
   write-back);
 * ``none``: the same graph, replays back to back (L2 holds the previous replay's lines);
@@ -103,7 +104,8 @@ def main(argv=None):
                     samples[(name, mode)].append(own_graph_ms(fn, xs, w, before))
                 if name in ours:
                     kw = ours[name]
-                    launches = [lambda xi=xi, kw=kw: launch(xi, w, out, M, N, ds, EPS, N, N, None, **kw) for xi in sxs]
+                    launches = [lambda xi=xi, kw=kw: launch(xi, w, out, M, N, ds, EPS, N, N, None, **kw)
+                                for xi in sxs]
                 else:
                     launches = [lambda xi=xi, fn=fn: fn(xi, w) for xi in sxs]
                 m = timing.benchmark(launches[0], rotations=launches, rep=20, method="graph")
