@@ -111,8 +111,8 @@ def main(argv=None):
                 m = timing.benchmark(launches[0], rotations=launches, rep=20, method="graph")
                 samples[(name, "search")].append(m.ms)
         gbps = {mode: gbps_of({n: statistics.median(samples[(n, mode)]) for n in impls}, M, N, ds) for mode in MODES}
-        row = {"shape": spec, "picked": picked, "default": default, "bench_calls": len(xs), "bench_copies": len(xs_long),
-               "search_rotations": n_rot, "gbps": gbps}
+        row = {"shape": spec, "picked": picked, "default": default, "bench_calls": len(xs),
+               "bench_copies": len(xs_long), "search_rotations": n_rot, "gbps": gbps}
         rows.append(row)
         print(json.dumps(row), flush=True)
         del x, xs, xs_long, sxs
