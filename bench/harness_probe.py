@@ -33,17 +33,9 @@ def kernel_ms(fn, xs, w, replays=20):
     import torch
     from torch.profiler import ProfilerActivity, profile
 
-    s = torch.cuda.Stream()
-    s.wait_stream(torch.cuda.current_stream())
-    with torch.cuda.stream(s):
-        fn(xs[0], w)
-    torch.cuda.current_stream().wait_stream(s)
-    g = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(g, stream=s):
-        for x in xs:
-            fn(x, w)
-    g.replay()
-    torch.cuda.synchronize()
+    from rmsnorm import capture_graph
+
+    g = capture_graph(fn, xs, w)
     with profile(activities=[ProfilerActivity.CUDA]) as prof:
         for _ in range(replays):
             g.replay()
