@@ -134,9 +134,9 @@ def _knob_points():
     """Every knob tuple the CUDA and ROCm spaces hold, with an N that uses it; every cache policy and
     prefetch value too."""
     seen = {}
-    for N in (100, 256, 1000, 1024, 2000, 3001, 4096, 8192, 16384, 32768, 65536):
+    for N in (100, 128, 256, 1000, 1024, 2000, 3001, 4096, 8192, 16384, 32768, 65536):
         for dtype in ("bf16", "fp32"):
-            for M in (4096, 8, 1):
+            for M in (65536, 4096, 8, 1):  # 65536: many short rows also try deeper tiles
                 for cfg in cuda_space(M, N, dtype) + rocm_space(M, N, dtype):
                     seen.setdefault(tuple(cfg.kwargs[k] for k in KNOBS), N)
     for policy in CACHE_POLICIES:

@@ -29,13 +29,14 @@ def _check(y, x, w):
     assert err <= tolerance(y.dtype), f"relative error {err:.3g}"
 
 
-@pytest.mark.parametrize("N", ANCHOR_NS + (1000, 33, 40000))
+@pytest.mark.parametrize("N", ANCHOR_NS + (1000, 33, 128, 40000))
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
 def test_every_config_of_the_space_is_right_on_the_gpu(N, dtype):
     ds = {torch.bfloat16: "bf16", torch.float32: "fp32"}[dtype]
     M = 37  # not a multiple of any ROWS_PER_PROGRAM > 1: the row mask runs
     x, w = _inputs(M, N, dtype)
-    for cfg in cuda_space(4096, N, ds) + [default_config(M, N, ds)]:
+    # many short rows (65536) also try deeper tiles than 4096 rows do
+    for cfg in cuda_space(65536 if N <= 512 else 4096, N, ds) + [default_config(M, N, ds)]:
         kw = cfg.kwargs
         L = make_launcher(N, ds, **kw)
         for attempt in ("jit", "direct"):  # first call compiles via JITFunction, then the cached launcher

@@ -22,7 +22,7 @@ ANCHOR_SHAPES = [
 @pytest.mark.parametrize("N", [64, 128, 300, SMALL_N])
 def test_short_rows_search_rows_per_program_warps_and_access_width(N):
     for ds in ("bf16", "fp16", "fp32"):
-        for space, most in ((cuda_space(65536, N, ds), 24), (rocm_space(65536, N, ds), 16)):
+        for space, most in ((cuda_space(65536, N, ds), 30), (cuda_space(256, N, ds), 24), (rocm_space(65536, N, ds), 16)):
             assert default_config(65536, N, ds) in space
             assert 4 <= len(space) <= most
             knobs = {(c.kwargs["BLOCK_THREADS"], c.kwargs["ROWS_PER_PROGRAM"], c.kwargs["VEC"]) for c in space}
@@ -171,6 +171,30 @@ def test_compile_spec_cross_compiles_for_sm90_without_spills(M, N, split):
     assert stack_and_local == (0, 0), f"{cfg} spills: {report}"
     assert "ld.global.v4" in k.asm["ptx"] or "ld.global.L1::evict_first.v4" in k.asm["ptx"] or re.search(
         r"ld\.global[\w:.]*\.v4", k.asm["ptx"]), "rows are not read with 16-byte loads"
+
+
+@needs_ptxas
+@pytest.mark.parametrize("N,ds", [(128, "bf16"), (64, "fp16"), (256, "bf16"), (512, "bf16"), (128, "fp32")])
+def test_many_short_rows_also_try_eight_vectors_a_thread_without_spilling(N, ds):
+    """Many short rows (65536 x 128 bf16: 128t x 64r led the two-vector tiles by 1.9 % on the H200) try
+    tiles of eight 16-byte vectors a thread, in both cache policies; a few rows, whose grid would leave
+    SMs idle, do not. Each such tile cross-compiles for sm_90 with no stack and no local memory."""
+    from flyautotune_rmsnorm.space import deep_short_tiles
+
+    many, few = cuda_space(65536, N, ds), cuda_space(64, N, ds)
+    elem = {"bf16": 2, "fp16": 2, "fp32": 4}[ds]
+
+    def per_thread(c):
+        return c.kwargs["ROWS_PER_PROGRAM"] * N // c.kwargs["BLOCK_THREADS"]
+
+    deep = [c for c in many if c.kwargs["VEC"] == 16 and per_thread(c) * elem == 128]
+    assert deep and {c.kwargs["CACHE_POLICY"] for c in deep} == {0, 1}
+    assert not [c for c in few if per_thread(c) * elem == 128]
+    assert len(many) <= 30
+    for cfg in deep_short_tiles(65536, N, ds):
+        k, _, _ = _sm90(65536, N, ds, cfg)
+        stack_and_local, report = _stack_and_local(k, f"rmsnorm_deep_{N}")
+        assert stack_and_local == (0, 0), f"{cfg} spills: {report}"
 
 
 @pytest.mark.parametrize("M,sx,sy,expected", [

@@ -226,14 +226,32 @@ def default_config(M: int, N: int, dtype_str: str, backend: str = "cuda") -> fat
     return _cfg(max(256, min(1024, chunk // vec)), 1, chunk, policy)
 
 
+def deep_short_tiles(M: int, N: int, dtype_str: str) -> list:
+    """Short rows, many of them (CUDA): tiles of eight 16-byte vectors a thread (64 bf16 elements).
+
+    On the H200 (``bench/space_probe.py --extra``) 65536 x 128 bf16 ran 128t x 64r p1 at 3955 GB/s and
+    64t x 32r at 3916-3924, against 3883 for the best tile of two vectors (128t x 16r p1) and 3837-3955
+    for torch.compile, whose kernel there is the same depth (32 rows at 2 warps). At 262144 x 256 they
+    lost 1.5-3 % (the search keeps the shallower tile). Offered where the grid still gives every SM a
+    program (``M / rows >= COOP_PROGRAMS``)."""
+    npad = next_pow2(N)
+    per_thread = 8 * (16 // ELEMENT_SIZE[dtype_str])
+    out = []
+    for bt in (32, 64, 128, 256):
+        rows = per_thread * bt // npad
+        if 1 <= rows <= 64 and rows * npad == per_thread * bt and M // rows >= COOP_PROGRAMS:
+            out.append(_cfg(bt, rows, policy=0))
+    return out
+
+
 def cuda_space(M: int, N: int, dtype_str: str) -> list:
-    """The CUDA search space: at most 24 candidates, tuned in seconds."""
+    """The CUDA search space: at most 24 candidates (30 for many short rows), tuned in seconds."""
     npad = next_pow2(N)
     if npad <= SMALL_N:
         # Each 16-byte config also streams x and keeps the weight in L2 (CACHE_POLICY 1): on the H200 that
         # led by 0.7-1.1 % at 65536 x 128 bf16 and lost 2 % at 262144 x 256 (bench/space_probe.py), so the
         # search decides.
-        short = short_row_space(N, dtype_str)
+        short = short_row_space(N, dtype_str) + deep_short_tiles(M, N, dtype_str)
         return _unique(short + [fat.Config(compile_hints=c.hints, **{**c.kwargs, "CACHE_POLICY": 1})
                                 for c in short if c.kwargs["VEC"] == 16])
     out = []
