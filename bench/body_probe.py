@@ -145,12 +145,11 @@ def main(argv=None):
     os.makedirs(args.out, exist_ok=True)
     os.environ.setdefault("FLYAUTOTUNE_CACHE_DIR", tempfile.mkdtemp(prefix="fat-body-"))
     import torch
-    import torch.nn.functional as F
 
-    from rmsnorm import EPS, gbps_of, graph_times, load_quack, rotating_inputs, save_rows, searched_inputs, shape_spec
+    from rmsnorm import (EPS, gbps_of, graph_times, load_quack, probe_fns, rotating_inputs, save_rows,
+                         searched_inputs, shape_spec)
     from space_probe import describe
 
-    from flyautotune_rmsnorm import rmsnorm_autotuned
     from flyautotune_rmsnorm.api import launch
     from flyautotune_rmsnorm.factory import _CONST_NAMES, make_launcher, row_vec
     from flyautotune_rmsnorm.kernel import jit_kernel
@@ -163,12 +162,7 @@ def main(argv=None):
     for spec in args.shapes.split(","):
         M, N, ds = shape_spec(spec)
         x, w, picked = searched_inputs(M, N, ds)
-        torch._dynamo.reset()
-        fns = {"clone": lambda x, w: x.clone(),
-               "compile": torch.compile(lambda x, w, N=N: F.rms_norm(x, (N,), w, EPS), dynamic=False),
-               "tuned": lambda x, w: rmsnorm_autotuned(x, w, EPS)}
-        if quack is not None:
-            fns["quack"] = lambda x, w: quack(x, w, eps=EPS)[0]
+        fns = probe_fns(N, quack)
         # The pick, and the space's configs of the mimic's tiles, through our launch and through Triton's.
         tiles = {(v[1] * 32, v[0]) for v in variants(M, N).values()}
         ours = [picked] + [c.kwargs for c in cuda_space(M, N, ds) if c.kwargs != picked

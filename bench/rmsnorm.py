@@ -136,6 +136,24 @@ def make_impls(N, have_liger, quack_fwd=None):
     return impls
 
 
+def probe_fns(N, quack_fwd=None):
+    """``{name: fn(x, w)}`` that every probe times next to its own candidates: a clone (the same bytes, a
+    reference), torch.compile of F.rms_norm, ``rmsnorm_autotuned``, and QuACK when ``quack_fwd`` is given
+    (:func:`load_quack`). Resets dynamo first (see :func:`make_impls`)."""
+    import torch
+    import torch.nn.functional as F
+
+    from flyautotune_rmsnorm import rmsnorm_autotuned
+
+    torch._dynamo.reset()
+    fns = {"clone": lambda x, w: x.clone(),
+           "compile": torch.compile(lambda x, w: F.rms_norm(x, (N,), w, EPS), dynamic=False),
+           "tuned": lambda x, w: rmsnorm_autotuned(x, w, EPS)}
+    if quack_fwd is not None:
+        fns["quack"] = lambda x, w: quack_fwd(x, w, eps=EPS)[0]
+    return fns
+
+
 def capture_graph(fn, xs, w):
     """A CUDA graph of ``fn(x, w)`` for each ``x`` of ``xs``, captured on a side stream after two warm-up
     calls there (cooperative configs record their one launch on the stream they warmed up on), then

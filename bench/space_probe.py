@@ -59,12 +59,10 @@ def main(argv=None):
     os.makedirs(args.out, exist_ok=True)
     os.environ.setdefault("FLYAUTOTUNE_CACHE_DIR", tempfile.mkdtemp(prefix="fat-space-"))
     import torch
-    import torch.nn.functional as F
 
-    from rmsnorm import (EPS, gbps_of, graph_times, load_quack, rotating_inputs, save_rows, searched_inputs,
-                         shape_spec, torch_dtype)
+    from rmsnorm import (EPS, gbps_of, graph_times, load_quack, probe_fns, rotating_inputs, save_rows,
+                         searched_inputs, shape_spec, torch_dtype)
 
-    from flyautotune_rmsnorm import rmsnorm_autotuned
     from flyautotune_rmsnorm.api import launch
     from flyautotune_rmsnorm.reference import relative_error, rmsnorm_reference, tolerance
     from flyautotune_rmsnorm.space import cuda_space, default_config
@@ -75,12 +73,7 @@ def main(argv=None):
         M, N, ds = shape_spec(spec)
         dt = torch_dtype(ds)
         x, w, picked = searched_inputs(M, N, ds)
-        torch._dynamo.reset()
-        fns = {"clone": lambda x, w: x.clone(),
-               "compile": torch.compile(lambda x, w, N=N: F.rms_norm(x, (N,), w, EPS), dynamic=False),
-               "tuned": lambda x, w: rmsnorm_autotuned(x, w, EPS)}
-        if quack is not None:
-            fns["quack"] = lambda x, w: quack(x, w, eps=EPS)[0]
+        fns = probe_fns(N, quack)
         ref = rmsnorm_reference(x, w, EPS)
         configs = {}
         space = [c.kwargs for c in cuda_space(M, N, ds)]
