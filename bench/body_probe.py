@@ -146,8 +146,8 @@ def main(argv=None):
     os.environ.setdefault("FLYAUTOTUNE_CACHE_DIR", tempfile.mkdtemp(prefix="fat-body-"))
     import torch
 
-    from rmsnorm import (EPS, gbps_of, graph_times, load_quack, probe_fns, rotating_inputs, save_rows,
-                         searched_inputs, shape_spec)
+    from rmsnorm import (EPS, gbps_of, graph_times, load_quack, probe_fns, rotating_inputs, round_spread,
+                         save_rows, searched_inputs, shape_spec)
     from space_probe import describe
 
     from flyautotune_rmsnorm.api import launch
@@ -187,8 +187,9 @@ def main(argv=None):
             if name != "clone":
                 err = relative_error(fn(x, w), ref)
                 assert err <= 5 * tolerance(x.dtype), (spec, name, err)
-        gbps = gbps_of(graph_times(fns, rotating_inputs(x, M, N, ds), w, args.rounds), M, N, ds)
-        row = {"shape": spec, "picked": describe(picked), "gbps": gbps}
+        samples = {}
+        gbps = gbps_of(graph_times(fns, rotating_inputs(x, M, N, ds), w, args.rounds, samples), M, N, ds)
+        row = {"shape": spec, "picked": describe(picked), "gbps": gbps, "spread": round_spread(samples, M, N, ds)}
         rows.append(row)
         print(json.dumps(row), flush=True)
         del x
@@ -198,10 +199,11 @@ def main(argv=None):
         g = r["gbps"]
         best = max(g[k] for k in ("compile", "quack") if k in g)
         print(f"\n### {r['shape']} (picked {r['picked']}; clone {g['clone']:.0f} GB/s)\n\n"
-              "| implementation | GB/s | / best peer |\n|---|---|---|")
+              "| implementation | GB/s | rounds | / best peer |\n|---|---|---|---|")
         for name, v in sorted(g.items(), key=lambda kv: -kv[1]):
             if name != "clone":
-                print(f"| {name} | {v:.0f} | {v / best:.3f} |")
+                lo, hi = r["spread"][name]
+                print(f"| {name} | {v:.0f} | {lo:.0f}–{hi:.0f} | {v / best:.3f} |")
     return 0
 
 

@@ -229,16 +229,26 @@ def _grow(xs, count):
     return add > 0
 
 
-def graph_times(fns, xs, w, rounds=3):
+def graph_times(fns, xs, w, rounds=3, samples=None):
     """``{name: ms per call}`` of each ``fns[name](x, w)``, timed by :func:`graph_time` in ``rounds``
     interleaved rounds (the median is kept): slow drifts of the GPU's clocks hit every one alike. Each
-    round starts one implementation later than the one before, so none always runs first or last."""
-    samples = {name: [] for name in fns}
+    round starts one implementation later than the one before, so none always runs first or last.
+    ``samples``, a dict, receives every round's ms per call too: ``{name: [ms, ...]}`` in round order."""
+    got = {name: [] for name in fns}
     names = list(fns)
     for r in range(rounds):
         for name in names[r % len(names):] + names[:r % len(names)]:
-            samples[name].append(graph_time(fns[name], xs, w, reps_ms=max(40, 100 // rounds)))
-    return {name: statistics.median(v) for name, v in samples.items()}
+            got[name].append(graph_time(fns[name], xs, w, reps_ms=max(40, 100 // rounds)))
+    if samples is not None:
+        samples.update(got)
+    return {name: statistics.median(v) for name, v in got.items()}
+
+
+def round_spread(samples, M, N, ds):
+    """``{name: [slowest, fastest] GB/s}`` over the rounds of :func:`graph_times`' ``samples``: whether a
+    gap between two implementations is wider than one's own movement from round to round."""
+    return {name: [min(g), max(g)] for name, g in
+            ((name, [nbytes(M, N, ds) / (ms * 1e-3) / 1e9 for ms in v]) for name, v in samples.items())}
 
 
 def save_rows(out_dir, name, rows):

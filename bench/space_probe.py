@@ -10,7 +10,8 @@ input copy (each timed launch writes a cold buffer: how a search timed candidate
     python bench/space_probe.py --out DIR [--shapes 4096x1000:bf16,...] [--rounds 5] [--rotated-outputs]
                                 [--also-policy P] [--extra 128x8:1,...]
 
-Prints a table (GB/s, best first) per shape and writes space_probe.json.
+Prints a table (GB/s, best first, with the slowest and fastest round) per shape and writes
+space_probe.json.
 """
 
 from __future__ import annotations
@@ -60,8 +61,8 @@ def main(argv=None):
     os.environ.setdefault("FLYAUTOTUNE_CACHE_DIR", tempfile.mkdtemp(prefix="fat-space-"))
     import torch
 
-    from rmsnorm import (EPS, gbps_of, graph_times, load_quack, probe_fns, rotating_inputs, save_rows,
-                         searched_inputs, shape_spec, torch_dtype)
+    from rmsnorm import (EPS, gbps_of, graph_times, load_quack, probe_fns, rotating_inputs, round_spread,
+                         save_rows, searched_inputs, shape_spec, torch_dtype)
 
     from flyautotune_rmsnorm.api import launch
     from flyautotune_rmsnorm.reference import relative_error, rmsnorm_reference, tolerance
@@ -105,9 +106,10 @@ def main(argv=None):
                     return launch(x, w, outs[x.data_ptr()], M, N, ds, EPS, N, N, None, **kw)
 
                 fns[describe(cfg.kwargs) + ", out rotated"] = fn
-        gbps = gbps_of(graph_times(fns, xs, w, args.rounds), M, N, ds)
+        samples = {}
+        gbps = gbps_of(graph_times(fns, xs, w, args.rounds, samples), M, N, ds)
         row = {"shape": spec, "picked": picked, "default": default_config(M, N, ds).kwargs, "gbps": gbps,
-               "configs": configs}
+               "spread": round_spread(samples, M, N, ds), "configs": configs}
         rows.append(row)
         print(json.dumps(row), flush=True)
         del x
@@ -118,10 +120,11 @@ def main(argv=None):
         peers = {k: g[k] for k in ("compile", "quack") if k in g}
         best_peer = max(peers.values()) if peers else float("nan")
         print(f"\n### {r['shape']}: picked {describe(r['picked'])}, default {describe(r['default'])}, "
-              f"clone {g['clone']:.0f} GB/s\n\n| implementation | GB/s | / best peer |\n|---|---|---|")
+              f"clone {g['clone']:.0f} GB/s\n\n| implementation | GB/s | rounds | / best peer |\n|---|---|---|---|")
         for name, v in sorted(g.items(), key=lambda kv: -kv[1]):
             if name != "clone":
-                print(f"| {name} | {v:.0f} | {v / best_peer:.3f} |")
+                lo, hi = r["spread"][name]
+                print(f"| {name} | {v:.0f} | {lo:.0f}–{hi:.0f} | {v / best_peer:.3f} |")
 
 
 if __name__ == "__main__":
