@@ -10,13 +10,17 @@ in CUDA-graph replay as ``bench/rmsnorm.py`` times its peers:
 * a minimal whole-row body written the way Inductor writes its persistent reductions (rows x the row
   length as one 2-D block, 32-bit offsets, the weight loaded as a ``[1, N]`` row with ``evict_last``),
   with its knobs varied one at a time: rows per program and warps, x's eviction policy, the weight's
-  load as a 1-D row, eps at run time.
+  load as a 1-D row, eps at run time;
+* persistent programs (2 or 4 an SM) that walk tiles of rows with Triton's pipeliner on (2 or 3
+  stages), so x arrives through ``cp.async`` copies to shared memory issued a tile or two ahead: QuACK's
+  kernel copies x with ``cp.async`` too (one tile a CTA), and no body of ours does.
 
 Nothing here enters the config space: whichever difference pays is then built into the product body.
 
     python bench/body_probe.py --out DIR [--shapes 65536x128:bf16,...] [--rounds 5]
     python bench/body_probe.py --check   # CPU: every variant against the fp64 reference (interpreter),
-                                         # and the sm_90 SASS of each (cross-compiled): instructions, barriers
+                                         # and the sm_90 SASS or PTX of each (cross-compiled): instructions,
+                                         # barriers, cp.async copies
 """
 
 from __future__ import annotations
@@ -24,6 +28,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import re
 import subprocess
 import sys
 import tempfile
@@ -72,12 +77,50 @@ def variants(M: int, N: int) -> dict:
     return out
 
 
+def _persist(X, W, Y, M, eps, N: tl.constexpr, BLOCK_N: tl.constexpr, XB: tl.constexpr, STAGES: tl.constexpr):
+    """Persistent rows: each program loads the weight once, then walks tiles of XB rows ``num_programs``
+    apart. With ``STAGES >= 2`` Triton's pipeliner turns x's load into ``cp.async`` copies to shared memory
+    issued STAGES - 1 tiles ahead (QuACK copies x with ``cp.async`` too, one tile a CTA)."""
+    cols = tl.arange(0, BLOCK_N)[None, :]
+    w = tl.load(W + cols, mask=cols < N, other=0.0, eviction_policy="evict_last").to(tl.float32)
+    for t in tl.range(tl.program_id(0), (M + XB - 1) // XB, tl.num_programs(0), num_stages=STAGES):
+        rows = t * XB + tl.arange(0, XB)[:, None]
+        ok = (rows < M) & (cols < N)
+        x = tl.load(X + (cols + N * rows), mask=ok, other=0.0).to(tl.float32)
+        r = tl.rsqrt(tl.reduce(x * x, 1, tl.standard._sum_combine)[:, None] / N + eps)
+        tl.store(Y + (cols + N * rows), (x * r * w).to(Y.dtype.element_ty), mask=ok)
+
+
+#: name -> (rows a tile, warps, pipeline stages, programs per SM)
+def persistent_variants(N: int) -> dict:
+    tiles = {"32r 2w": (32, 2), "16r 4w": (16, 4)} if N <= 256 else {"4r 4w": (4, 4), "2r 4w": (2, 4)}
+    return {f"persistent {name}, {stages} stages, {per_sm}/SM": (xb, warps, stages, per_sm)
+            for name, (xb, warps) in tiles.items() for stages in (2, 3) for per_sm in (2, 4)}
+
+
 def _kernel(interpret: bool):
     if interpret:
         from triton.runtime.interpreter import InterpretedFunction
 
         return InterpretedFunction(_mimic)
     return triton.runtime.jit.JITFunction(_mimic)
+
+
+def _persist_kernel(interpret: bool):
+    if interpret:
+        from triton.runtime.interpreter import InterpretedFunction
+
+        return InterpretedFunction(_persist)
+    return triton.runtime.jit.JITFunction(_persist)
+
+
+def persist_launch(kernel, x, w, y, knobs, sms, eps=1e-6):
+    M, N = x.shape
+    xb, warps, stages, per_sm = knobs
+    grid = max(1, min(triton.cdiv(M, xb), sms * per_sm))
+    kernel[(grid,)](x, w, y, M, eps, N=N, BLOCK_N=triton.next_power_of_2(N), XB=xb, STAGES=stages,
+                    num_warps=warps)
+    return y
 
 
 def mimic_launch(kernel, x, w, y, knobs, eps=1e-6):
@@ -123,14 +166,42 @@ def check() -> int:
                 y = mimic_launch(kernel, x, w, torch.full_like(x, float("nan")), knobs)
                 err = relative_error(y, rmsnorm_reference(x, w))
                 assert err <= 5 * tolerance(dt), (name, dt, M, N, err)  # the bench's bound
+    persist = _persist_kernel(True)
+    for dt in (torch.bfloat16, torch.float32):
+        for M, N in ((75, 128), (13, 1000)):  # 2 "SMs": each program walks several tiles, the last one partial
+            x = torch.randn(M, N, dtype=dt) * 2
+            w = torch.rand(N, dtype=dt) + 0.5
+            for name, knobs in persistent_variants(N).items():
+                y = persist_launch(persist, x, w, torch.full_like(x, float("nan")), knobs, sms=2)
+                err = relative_error(y, rmsnorm_reference(x, w))
+                assert err <= 5 * tolerance(dt), (name, dt, M, N, err)
     print("every variant matches the fp64 reference (bf16, fp16, fp32; 128, 1000, 1 wide) under the interpreter")
     try:
         for N in (128, 1000):
             for name, knobs in variants(65536, N).items():
                 print(f"sm_90, {N} wide, {name}: {sass_counts(N, knobs)}")
+        for N in (128, 1000):
+            for name, knobs in persistent_variants(N).items():
+                print(f"sm_90, {N} wide, {name}: {persist_ptx_counts(N, knobs)}")
     except Exception as exc:  # no ptxas here: the check above still stands
         print(f"no cross-compiled SASS: {type(exc).__name__}: {exc}")
     return 0
+
+
+def persist_ptx_counts(N: int, knobs) -> dict:
+    """``cp.async`` copies, global loads, barriers and shared memory of one persistent variant (sm_90 PTX)."""
+    from triton.backends.compiler import GPUTarget
+
+    xb, warps, stages, _ = knobs
+    sig = {"X": "*bf16", "W": "*bf16", "Y": "*bf16", "M": "i32", "eps": "fp32"}
+    consts = dict(N=N, BLOCK_N=triton.next_power_of_2(N), XB=xb, STAGES=stages)
+    sig.update({k: "constexpr" for k in consts})
+    k = triton.compile(triton.compiler.ASTSource(_persist_kernel(False), sig, consts,
+                                                 {(i,): [["tt.divisibility", 16]] for i in range(3)}),
+                       target=GPUTarget("cuda", 90, 32), options={"num_warps": warps})
+    ptx = k.asm["ptx"]
+    return {"cp.async": len(re.findall(r"cp\.async\.c[ag]", ptx)), "ld.global": ptx.count("ld.global"),
+            "bar.sync": ptx.count("bar.sync"), "shared": k.metadata.shared}
 
 
 def main(argv=None):
@@ -157,7 +228,7 @@ def main(argv=None):
     from flyautotune_rmsnorm.space import cuda_space
 
     quack = load_quack()
-    kernel = _kernel(False)
+    kernel, persist = _kernel(False), _persist_kernel(False)
     rows = []
     for spec in args.shapes.split(","):
         M, N, ds = shape_spec(spec)
@@ -182,6 +253,9 @@ def main(argv=None):
             fns[name + ", Triton's launcher"] = via_triton
         for name, knobs in variants(M, N).items():
             fns[name] = lambda x, w, knobs=knobs: mimic_launch(kernel, x, w, torch.empty_like(x), knobs, EPS)
+        sms = torch.cuda.get_device_properties(x.device).multi_processor_count
+        for name, knobs in persistent_variants(N).items():
+            fns[name] = lambda x, w, knobs=knobs: persist_launch(persist, x, w, torch.empty_like(x), knobs, sms, EPS)
         ref = rmsnorm_reference(x, w, EPS)
         for name, fn in fns.items():
             if name != "clone":

@@ -91,7 +91,7 @@ for stage in $STAGES; do
       echo "== every config of the space next to the peers, and the search's pick"
       "$PY" "$ROOT/bench/space_probe.py" --out "$OUT_DIR" ${SPACE_ARGS:-} | tee "$OUT_DIR/space_probe.md" || status=1 ;;
     body)
-      echo "== one whole-row body written as Inductor writes it, its knobs varied one at a time, against ours and the peers"
+      echo "== one whole-row body written as Inductor writes it (knob by knob) and persistent cp.async variants, against ours and the peers"
       "$PY" "$ROOT/bench/body_probe.py" --out "$OUT_DIR" ${BODY_ARGS:-} | tee "$OUT_DIR/body_probe.md" || status=1 ;;
     flush)
       echo "== the L2 state before a timed replay: the search's timing against the bench's, per config"
