@@ -98,20 +98,21 @@ def persistent_variants(N: int) -> dict:
             for name, (xb, warps) in tiles.items() for stages in (2, 3) for per_sm in (2, 4)}
 
 
-def _kernel(interpret: bool):
+def _jit(body, interpret: bool):
+    """``body`` compiled for GPUs, or under Triton's interpreter for CPU tensors."""
     if interpret:
         from triton.runtime.interpreter import InterpretedFunction
 
-        return InterpretedFunction(_mimic)
-    return triton.runtime.jit.JITFunction(_mimic)
+        return InterpretedFunction(body)
+    return triton.runtime.jit.JITFunction(body)
+
+
+def _kernel(interpret: bool):
+    return _jit(_mimic, interpret)
 
 
 def _persist_kernel(interpret: bool):
-    if interpret:
-        from triton.runtime.interpreter import InterpretedFunction
-
-        return InterpretedFunction(_persist)
-    return triton.runtime.jit.JITFunction(_persist)
+    return _jit(_persist, interpret)
 
 
 def persist_launch(kernel, x, w, y, knobs, sms, eps=1e-6):
