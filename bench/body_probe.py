@@ -218,8 +218,8 @@ def main(argv=None):
     os.environ.setdefault("FLYAUTOTUNE_CACHE_DIR", tempfile.mkdtemp(prefix="fat-body-"))
     import torch
 
-    from rmsnorm import (EPS, gbps_of, graph_times, load_quack, probe_fns, rotating_inputs, round_spread,
-                         save_rows, searched_inputs, shape_spec)
+    from rmsnorm import (EPS, graph_gbps, load_quack, print_ranking, probe_fns, rotating_inputs, save_rows,
+                         searched_inputs, shape_spec)
     from space_probe import describe
 
     from flyautotune_rmsnorm.api import launch
@@ -262,23 +262,16 @@ def main(argv=None):
             if name != "clone":
                 err = relative_error(fn(x, w), ref)
                 assert err <= 5 * tolerance(x.dtype), (spec, name, err)
-        samples = {}
-        gbps = gbps_of(graph_times(fns, rotating_inputs(x, M, N, ds), w, args.rounds, samples), M, N, ds)
-        row = {"shape": spec, "picked": describe(picked), "gbps": gbps, "spread": round_spread(samples, M, N, ds)}
+        gbps, spread = graph_gbps(fns, rotating_inputs(x, M, N, ds), w, args.rounds, M, N, ds)
+        row = {"shape": spec, "picked": describe(picked), "gbps": gbps, "spread": spread}
         rows.append(row)
         print(json.dumps(row), flush=True)
         del x
         torch.cuda.empty_cache()
     save_rows(args.out, "body_probe.json", rows)
     for r in rows:
-        g = r["gbps"]
-        best = max(g[k] for k in ("compile", "quack") if k in g)
-        print(f"\n### {r['shape']} (picked {r['picked']}; clone {g['clone']:.0f} GB/s)\n\n"
-              "| implementation | GB/s | rounds | / best peer |\n|---|---|---|---|")
-        for name, v in sorted(g.items(), key=lambda kv: -kv[1]):
-            if name != "clone":
-                lo, hi = r["spread"][name]
-                print(f"| {name} | {v:.0f} | {lo:.0f}–{hi:.0f} | {v / best:.3f} |")
+        print_ranking(f"{r['shape']} (picked {r['picked']}; clone {r['gbps']['clone']:.0f} GB/s)", r["gbps"],
+                      r["spread"])
     return 0
 
 

@@ -244,11 +244,25 @@ def graph_times(fns, xs, w, rounds=3, samples=None):
     return {name: statistics.median(v) for name, v in got.items()}
 
 
-def round_spread(samples, M, N, ds):
-    """``{name: [slowest, fastest] GB/s}`` over the rounds of :func:`graph_times`' ``samples``: whether a
-    gap between two implementations is wider than one's own movement from round to round."""
-    return {name: [min(g), max(g)] for name, g in
-            ((name, [nbytes(M, N, ds) / (ms * 1e-3) / 1e9 for ms in v]) for name, v in samples.items())}
+def graph_gbps(fns, xs, w, rounds, M, N, ds):
+    """``(gbps, spread)`` of :func:`graph_times` over one shape: ``{name: GB/s}`` of the medians, and
+    ``{name: [slowest, fastest] GB/s}`` over the rounds, whether a gap between two implementations is
+    wider than one's own movement from round to round."""
+    samples = {}
+    gbps = gbps_of(graph_times(fns, xs, w, rounds, samples), M, N, ds)
+    return gbps, {name: [min(g), max(g)] for name, g in
+                  ((name, [nbytes(M, N, ds) / (ms * 1e-3) / 1e9 for ms in v]) for name, v in samples.items())}
+
+
+def print_ranking(heading, gbps, spread):
+    """A probe's table for one shape: ``heading``, then every implementation but the clone, fastest first,
+    with its slowest and fastest round and its ratio to the best peer (torch.compile or QuACK)."""
+    best = max(gbps[k] for k in ("compile", "quack") if k in gbps)
+    print(f"\n### {heading}\n\n| implementation | GB/s | rounds | / best peer |\n|---|---|---|---|")
+    for name, v in sorted(gbps.items(), key=lambda kv: -kv[1]):
+        if name != "clone":
+            lo, hi = spread[name]
+            print(f"| {name} | {v:.0f} | {lo:.0f}–{hi:.0f} | {v / best:.3f} |")
 
 
 def save_rows(out_dir, name, rows):

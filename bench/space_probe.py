@@ -61,8 +61,8 @@ def main(argv=None):
     os.environ.setdefault("FLYAUTOTUNE_CACHE_DIR", tempfile.mkdtemp(prefix="fat-space-"))
     import torch
 
-    from rmsnorm import (EPS, gbps_of, graph_times, load_quack, probe_fns, rotating_inputs, round_spread,
-                         save_rows, searched_inputs, shape_spec, torch_dtype)
+    from rmsnorm import (EPS, graph_gbps, load_quack, print_ranking, probe_fns, rotating_inputs, save_rows,
+                         searched_inputs, shape_spec, torch_dtype)
 
     from flyautotune_rmsnorm.api import launch
     from flyautotune_rmsnorm.reference import relative_error, rmsnorm_reference, tolerance
@@ -106,25 +106,17 @@ def main(argv=None):
                     return launch(x, w, outs[x.data_ptr()], M, N, ds, EPS, N, N, None, **kw)
 
                 fns[describe(cfg.kwargs) + ", out rotated"] = fn
-        samples = {}
-        gbps = gbps_of(graph_times(fns, xs, w, args.rounds, samples), M, N, ds)
+        gbps, spread = graph_gbps(fns, xs, w, args.rounds, M, N, ds)
         row = {"shape": spec, "picked": picked, "default": default_config(M, N, ds).kwargs, "gbps": gbps,
-               "spread": round_spread(samples, M, N, ds), "configs": configs}
+               "spread": spread, "configs": configs}
         rows.append(row)
         print(json.dumps(row), flush=True)
         del x
         torch.cuda.empty_cache()
     save_rows(args.out, "space_probe.json", rows)
     for r in rows:
-        g = r["gbps"]
-        peers = {k: g[k] for k in ("compile", "quack") if k in g}
-        best_peer = max(peers.values()) if peers else float("nan")
-        print(f"\n### {r['shape']}: picked {describe(r['picked'])}, default {describe(r['default'])}, "
-              f"clone {g['clone']:.0f} GB/s\n\n| implementation | GB/s | rounds | / best peer |\n|---|---|---|---|")
-        for name, v in sorted(g.items(), key=lambda kv: -kv[1]):
-            if name != "clone":
-                lo, hi = r["spread"][name]
-                print(f"| {name} | {v:.0f} | {lo:.0f}–{hi:.0f} | {v / best_peer:.3f} |")
+        print_ranking(f"{r['shape']}: picked {describe(r['picked'])}, default {describe(r['default'])}, "
+                      f"clone {r['gbps']['clone']:.0f} GB/s", r["gbps"], r["spread"])
 
 
 if __name__ == "__main__":
