@@ -205,6 +205,51 @@ def persist_ptx_counts(N: int, knobs) -> dict:
             "bar.sync": ptx.count("bar.sync"), "shared": k.metadata.shared}
 
 
+def via_triton(M, N, ds, kw):
+    """``f(x, w)`` launching config ``kw``'s binary through Triton's own launcher, with the constexprs
+    our launcher would give a launch over ``M`` packed rows."""
+    import torch
+    from rmsnorm import EPS
+
+    from flyautotune_rmsnorm.factory import _CONST_NAMES, make_launcher, row_vec
+    from flyautotune_rmsnorm.kernel import jit_kernel
+
+    lz = make_launcher(N, ds, **kw)
+    consts = dict(zip(_CONST_NAMES, lz._constexprs(M, row_vec(N, N, lz.elem, lz.VEC), N, N)))
+    rv = consts["ROW_VEC"]
+
+    def run(x, w):
+        y = torch.empty_like(x)
+        jit_kernel()[(lz.grid(M),)](x, w, y, M, N // rv, N // rv, EPS, **consts, num_warps=lz.num_warps)
+        return y
+
+    return run
+
+
+def add_bodies(fns, M, N, ds, picked, kernel, persist, props):
+    """The pick and the space's configs of the mimic's tiles (through our launch and through Triton's),
+    the mimic's variants and the persistent ones, into ``fns``."""
+    import torch
+    from rmsnorm import EPS
+    from space_probe import describe
+
+    from flyautotune_rmsnorm.api import launch
+    from flyautotune_rmsnorm.space import cuda_space
+
+    tiles = {(v[1] * 32, v[0]) for v in variants(M, N).values()}
+    ours = [picked] + [c.kwargs for c in cuda_space(M, N, ds) if c.kwargs != picked
+                       and (c.kwargs["BLOCK_THREADS"], c.kwargs["ROWS_PER_PROGRAM"]) in tiles]
+    for kw in ours:
+        name = describe(kw)
+        fns[name] = lambda x, w, kw=kw: launch(x, w, torch.empty_like(x), M, N, ds, EPS, N, N, None, **kw)
+        fns[name + ", Triton's launcher"] = via_triton(M, N, ds, kw)
+    for name, knobs in variants(M, N).items():
+        fns[name] = lambda x, w, knobs=knobs: mimic_launch(kernel, x, w, torch.empty_like(x), knobs, EPS)
+    for name, knobs in persistent_variants(N).items():
+        fns[name] = lambda x, w, knobs=knobs: persist_launch(persist, x, w, torch.empty_like(x), knobs,
+                                                             props.multi_processor_count, EPS)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=".")
@@ -222,11 +267,7 @@ def main(argv=None):
                          searched_inputs, shape_spec)
     from space_probe import describe
 
-    from flyautotune_rmsnorm.api import launch
-    from flyautotune_rmsnorm.factory import _CONST_NAMES, make_launcher, row_vec
-    from flyautotune_rmsnorm.kernel import jit_kernel
     from flyautotune_rmsnorm.reference import relative_error, rmsnorm_reference, tolerance
-    from flyautotune_rmsnorm.space import cuda_space
 
     quack = load_quack()
     kernel, persist = _kernel(False), _persist_kernel(False)
@@ -235,28 +276,7 @@ def main(argv=None):
         M, N, ds = shape_spec(spec)
         x, w, picked = searched_inputs(M, N, ds)
         fns = probe_fns(N, quack)
-        # The pick, and the space's configs of the mimic's tiles, through our launch and through Triton's.
-        tiles = {(v[1] * 32, v[0]) for v in variants(M, N).values()}
-        ours = [picked] + [c.kwargs for c in cuda_space(M, N, ds) if c.kwargs != picked
-                           and (c.kwargs["BLOCK_THREADS"], c.kwargs["ROWS_PER_PROGRAM"]) in tiles]
-        for kw in ours:
-            name = describe(kw)
-            fns[name] = lambda x, w, kw=kw: launch(x, w, torch.empty_like(x), M, N, ds, EPS, N, N, None, **kw)
-            lz = make_launcher(N, ds, **kw)
-            consts = dict(zip(_CONST_NAMES, lz._constexprs(M, row_vec(N, N, lz.elem, lz.VEC), N, N)))
-
-            def via_triton(x, w, lz=lz, consts=consts):
-                y = torch.empty_like(x)
-                rv = consts["ROW_VEC"]
-                jit_kernel()[(lz.grid(M),)](x, w, y, M, N // rv, N // rv, EPS, **consts, num_warps=lz.num_warps)
-                return y
-
-            fns[name + ", Triton's launcher"] = via_triton
-        for name, knobs in variants(M, N).items():
-            fns[name] = lambda x, w, knobs=knobs: mimic_launch(kernel, x, w, torch.empty_like(x), knobs, EPS)
-        sms = torch.cuda.get_device_properties(x.device).multi_processor_count
-        for name, knobs in persistent_variants(N).items():
-            fns[name] = lambda x, w, knobs=knobs: persist_launch(persist, x, w, torch.empty_like(x), knobs, sms, EPS)
+        add_bodies(fns, M, N, ds, picked, kernel, persist, torch.cuda.get_device_properties(x.device))
         ref = rmsnorm_reference(x, w, EPS)
         for name, fn in fns.items():
             if name != "clone":

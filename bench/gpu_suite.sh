@@ -2,7 +2,7 @@
 # Everything that needs an NVIDIA GPU, in one go: install the packages, run the
 # plugin tests with CUDA, then the RMSNorm benchmark and the dispatch benchmark.
 #
-#   bash bench/gpu_suite.sh OUT_DIR [coop] [persist] [claunch] [cluster] [tests] [coretests] [bench] [explore] [stability] [wins] [longrows] [inductor] [harness] [addressing] [weight] [space] [body] [flush] [cold] [agree] [plan] [dispatch] [overhead]
+#   bash bench/gpu_suite.sh OUT_DIR [coop] [persist] [claunch] [cluster] [tests] [coretests] [bench] [explore] [stability] [wins] [longrows] [inductor] [harness] [addressing] [weight] [space] [body] [gluon] [flush] [cold] [agree] [plan] [dispatch] [overhead]
 #
 # No network is needed: the three packages are built from this checkout
 # (setuptools must be installed); wheels under .whl/ (e.g. liger-kernel) are
@@ -93,6 +93,9 @@ for stage in $STAGES; do
     body)
       echo "== one whole-row body written as Inductor writes it (knob by knob) and persistent cp.async variants, against ours and the peers"
       "$PY" "$ROOT/bench/body_probe.py" --out "$OUT_DIR" ${BODY_ARGS:-} | tee "$OUT_DIR/body_probe.md" || status=1 ;;
+    gluon)
+      echo "== QuACK's short-row kernel written in Gluon (one warp a row, x through cp.async or registers), against QuACK and ours"
+      "$PY" "$ROOT/bench/gluon_probe.py" --out "$OUT_DIR" ${GLUON_ARGS:-} | tee "$OUT_DIR/gluon_probe.md" || status=1 ;;
     flush)
       echo "== the L2 state before a timed replay: the search's timing against the bench's, per config"
       "$PY" "$ROOT/bench/flush_probe.py" --out "$OUT_DIR" ${FLUSH_ARGS:-} | tee "$OUT_DIR/flush_probe.md" || status=1 ;;

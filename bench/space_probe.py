@@ -31,7 +31,8 @@ def describe(cfg: dict) -> str:
     """``128t x 4r p0`` (plus chunk, split, vector width) for a config's knobs."""
     extra = "".join((f" chunk {cfg['CHUNK']}" if cfg.get("CHUNK") else "",
                      f" split {cfg['SPLIT']}" if cfg.get("SPLIT", 1) > 1 else "",
-                     f" vec {cfg['VEC']}" if cfg.get("VEC", 16) != 16 else ""))
+                     f" vec {cfg['VEC']}" if cfg.get("VEC", 16) != 16 else "",
+                     " async" if cfg.get("ASYNC") else ""))
     return f"{cfg['BLOCK_THREADS']}t x {cfg['ROWS_PER_PROGRAM']}r p{cfg['CACHE_POLICY']}{extra}"
 
 

@@ -2,6 +2,7 @@
 
 import pytest
 import torch
+import torch.nn.functional as F
 
 from flyautotune_rmsnorm.reference import relative_error, rmsnorm_reference, tolerance
 from flyautotune_rmsnorm import make_launcher, rmsnorm, rmsnorm_autotuned
@@ -101,6 +102,29 @@ def test_weight_of_another_float_dtype():
     assert_close(y, x, w)
 
 
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+@pytest.mark.parametrize("M", [2, 300])  # few rows (64-bit offsets, runtime strides) and many
+def test_non_finite_values_stay_where_torch_puts_them(dtype, M):
+    """An infinite or NaN weight spoils its own column only, and a NaN in x its own row only, as in
+    torch's RMSNorm: no non-finite weight may reach the sum of squares."""
+    x, w = inputs((M, 256), dtype, seed=11)
+    w[3], w[7], w[100] = float("inf"), float("-inf"), float("nan")
+    x[1, 5] = float("nan")
+    L = make_launcher(256, {torch.bfloat16: "bf16", torch.float32: "fp32"}[dtype], 64)
+    y = torch.empty_like(x)
+    L(x, w, y, M, 256, 256, 1e-6)
+    bad_cols = torch.zeros(256, dtype=torch.bool)
+    bad_cols[[3, 7, 100]] = True
+    ref = F.rms_norm(x.double(), (256,), w.double(), 1e-6)
+    assert torch.isnan(y[1]).all()
+    good = torch.ones(M, dtype=torch.bool)
+    good[1] = False
+    assert torch.isfinite(y[good][:, ~bad_cols]).all()
+    assert torch.equal(torch.isnan(y[good]), torch.isnan(ref[good]))
+    assert torch.equal(torch.isinf(y[good]), torch.isinf(ref[good]))
+    assert relative_error(y[good][:, ~bad_cols], ref[good][:, ~bad_cols].to(dtype)) <= tolerance(dtype)
+
 def test_autotuned_entry_matches_the_default_on_cpu():
     x, w = inputs((3, 200), torch.float16)
     assert torch.equal(rmsnorm_autotuned(x, w), rmsnorm(x, w))
@@ -120,6 +144,33 @@ def test_held_rows_strided_and_into_out_on_cpu(dtype):
     assert_close(y, x, w)
     assert torch.isnan(out[:, N:]).all(), "wrote past the row"
 
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+def test_async_rows_run_the_triton_body_of_their_tile_on_the_cpu(dtype):
+    """ASYNC=1 (the Gluon body, which has no interpreter) computes on the CPU through the Triton body of
+    the same tile: the same rows bit for bit, strided rows and a strided out= included."""
+    ds = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}[dtype]
+    big, w = inputs((7, 1008), dtype, seed=3)
+    w = w[:1000].contiguous()
+    x = big[:, :1000]
+    out = torch.full((7, 1008), float("nan"), dtype=dtype)
+    L = make_launcher(1000, ds, 128, 4, CACHE_POLICY=0, ASYNC=1)
+    L(x, w, out[:, :1000], 7, 1008, 1008, 1e-6)
+    plain = torch.empty(7, 1000, dtype=dtype)
+    make_launcher(1000, ds, 128, 4, CACHE_POLICY=0)(x, w, plain, 7, 1008, 1000, 1e-6)
+    assert torch.equal(out[:, :1000], plain)
+    assert_close(out[:, :1000], x, w)
+    assert torch.isnan(out[:, 1000:]).all(), "wrote past the row"
+
+
+def test_async_rows_are_refused_where_the_body_cannot_apply():
+    with pytest.raises(ValueError, match=r"ASYNC=1 takes .* one warp a row .*BLOCK_THREADS=256, ROWS_PER_PROGRAM=4"):
+        make_launcher(1000, "bf16", 256, 4, ASYNC=1)
+    with pytest.raises(ValueError, match=r"ASYNC=1 takes a whole row of at most 2048 .*N=4096"):
+        make_launcher(4096, "bf16", 128, 4, ASYNC=1)
+    with pytest.raises(ValueError, match=r"ASYNC=2; accepted: 0, or 1"):
+        make_launcher(1000, "bf16", 128, 4, ASYNC=2)
 
 def test_hold_is_refused_where_it_cannot_apply():
     with pytest.raises(ValueError, match="HOLD=1.*16-bit"):

@@ -46,6 +46,47 @@ def test_every_config_of_the_space_is_right_on_the_gpu(N, dtype):
             _check(y, x, w)
 
 
+@pytest.mark.parametrize("N", [520, 1000, 1024, 2048])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+def test_async_rows_are_right_on_the_gpu_and_run_the_gluon_body(N, dtype):
+    """ASYNC=1 on the GPU: the Gluon body itself runs (its own binaries, none of the fallback's) for
+    packed rows, a row count that is not a multiple of 4, one row, strided rows into a strided out=; rows
+    whose stride is not whole vectors take the Triton body of the same tile. Every output against fp64."""
+    from flyautotune_rmsnorm.async_rows import async_capable
+
+    if not async_capable(0):
+        pytest.skip("the Gluon body needs compute capability 8.0+ on NVIDIA and a Triton with Gluon")
+    ds = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}[dtype]
+    L = make_launcher(N, ds, 128, 4, CACHE_POLICY=0, ASYNC=1)
+    for M in (4097, 1, 8):
+        x, w = _inputs(M, N, dtype)
+        y = torch.full_like(x, float("nan"))
+        L(x, w, y, M, N, N, 1e-6)
+        torch.cuda.synchronize()
+        _check(y, x, w)
+    assert L._launches and not L.fallback._launches, "the Gluon body did not run"
+    vec = 16 // x.element_size()
+    for pad in (vec, 1):  # whole vectors: the Gluon body; otherwise the fallback
+        big = torch.randn(37, N + pad, device="cuda", dtype=dtype)
+        out = torch.full((37, N + pad), float("nan"), device="cuda", dtype=dtype)
+        L(big[:, :N], w, out[:, :N], 37, N + pad, N + pad, 1e-6)
+        torch.cuda.synchronize()
+        _check(out[:, :N], big[:, :N], w)
+        assert torch.isnan(out[:, N:]).all(), "wrote past the row"
+    assert L.fallback._launches, "rows of a stride off the vectors did not take the fallback"
+    # a search's precompile builds the body without launching it
+    x, w = _inputs(300, N, dtype)
+    k = L.compiled(x, w, torch.empty_like(x), 300, N, N)
+    assert k.metadata.shared and not k.n_spills
+    # the tuned entry's hit path (bind) runs the same binaries
+    run = L.bind(300, N, N, 0, w.dtype, ())
+    for _ in range(2):
+        y = torch.full_like(x, float("nan"))
+        run(x, w, y, 300, N, ds, 1e-6, N, N)
+        torch.cuda.synchronize()
+        _check(y, x, w)
+
+
 @pytest.mark.parametrize("N", [16384, 32768 - 5, 65536, 65536 - 3])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 def test_held_rows_are_right_on_the_gpu_strided_and_into_out(N, dtype):
@@ -242,7 +283,7 @@ def test_a_chain_of_pdl_launches_reads_each_previous_output(M, N, monkeypatch):
     the buffer the call ahead writes (NaN until then), no output holds a NaN or a wrong row: each call
     waited for its input. Eager, and replayed from a CUDA graph."""
     from flyautotune_rmsnorm import factory
-    from flyautotune_rmsnorm.factory import _launchers, pdl_for
+    from flyautotune_rmsnorm.factory import _CONST_NAMES, _launchers, pdl_for
 
     dev = torch.cuda.current_device()
     if torch.cuda.get_device_capability(dev)[0] < 9:
@@ -273,8 +314,9 @@ def test_a_chain_of_pdl_launches_reads_each_previous_output(M, N, monkeypatch):
     chain()
     torch.cuda.synchronize()
     check("eager")
+    pdl_at = _CONST_NAMES.index("PDL")
     ours = [launch for L in _launchers.values() if getattr(L, "N", None) == N and L.SPLIT == 1
-            for key, launch in L._launches.items() if key[1][-1] == 1]  # the binaries built with PDL=1
+            for key, launch in L._launches.items() if key[1][pdl_at] == 1]  # the binaries built with PDL=1
     assert ours and all(launch.kernel.metadata.launch_pdl for launch in ours)
     from flyautotune_rmsnorm import claunch
 

@@ -9,7 +9,8 @@ import torch
 import flyautotune as fat
 from flyautotune_rmsnorm import api, cuda_space, default_config, rmsnorm_autotuned, rocm_space
 from flyautotune_rmsnorm.api import tuned_launch
-from flyautotune_rmsnorm.space import KNOBS, MAX_REGISTER_ROW, SMALL_N, _cfg, split_configs
+from flyautotune_rmsnorm.factory import make_launcher, next_pow2
+from flyautotune_rmsnorm.space import KNOBS, MAX_REGISTER_ROW, OPTIONAL_KNOBS, SMALL_N, _cfg, split_configs
 
 ANCHOR_SHAPES = [
     (1, 4096, "bf16"), (32, 4096, "bf16"), (256, 8192, "bf16"), (4096, 4096, "bf16"), (4096, 8192, "bf16"),
@@ -60,7 +61,7 @@ def test_cuda_space_is_small_and_holds_the_default(M, N, ds):
     assert default_config(M, N, ds) in space
     assert len(set(space)) == len(space)
     for cfg in space:
-        assert set(cfg.kwargs) == set(KNOBS)
+        assert set(KNOBS) <= set(cfg.kwargs) <= set(KNOBS + OPTIONAL_KNOBS)
         assert not cfg.hints  # no occupancy hint needed on CUDA: nothing in the space spills
 
 
@@ -256,6 +257,69 @@ def test_a_packed_launch_never_reads_the_runtime_strides(M, N):
     assert len(stride_params) == 2, strided_loads
     assert not stride_params & loads, f"the packed launch reads {stride_params & loads}"
 
+
+
+def _sass(k) -> list:
+    """The instructions of a cross-compiled kernel's sm_90 SASS, in issue order (nvdisasm)."""
+    import subprocess
+
+    import triton
+
+    nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/nvdisasm")
+    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"sass_{os.getpid()}.cubin")
+    with open(path, "wb") as f:
+        f.write(k.asm["cubin"])
+    try:
+        text = subprocess.run([nvdisasm, "-c", path], capture_output=True, text=True, check=True).stdout
+    finally:
+        os.unlink(path)
+    return [ln.split("*/", 1)[1].split(";")[0].strip() for ln in text.splitlines()
+            if ln.strip().startswith("/*") and ";" in ln]
+
+
+
+@pytest.mark.parametrize("M,N,ds", [(4096, 1000, "bf16"), (65536, 1024, "bf16"), (64, 2048, "fp32"),
+                                    (4096, 520, "fp16")])
+def test_rows_of_513_to_2048_also_try_the_asynchronous_copy_body(M, N, ds):
+    """One candidate of the CUDA space runs the Gluon body (x staged by cp.async, one warp a row): 4 rows
+    on 4 warps, built by the factory; none for rows it does not take (odd widths, 512 or fewer, over 2048)."""
+    from flyautotune_rmsnorm import kernel_async
+    from flyautotune_rmsnorm.async_rows import AsyncRowsLauncher
+
+    assert kernel_async.available()  # Triton 3.6-3.9 have the Gluon pieces the body uses
+    got = [c for c in cuda_space(M, N, ds) if c.kwargs.get("ASYNC")]
+    assert [(c.kwargs["BLOCK_THREADS"], c.kwargs["ROWS_PER_PROGRAM"]) for c in got] == [(128, 4)]
+    assert isinstance(make_launcher(N, ds, **got[0].kwargs), AsyncRowsLauncher)
+    for M2, N2, ds2 in ((4096, 1004, "bf16"), (65536, 256, "bf16"), (4096, 4096, "bf16"), (4096, 1002, "fp32")):
+        assert not [c for c in cuda_space(M2, N2, ds2) if c.kwargs.get("ASYNC")], (M2, N2, ds2)
+
+
+@needs_ptxas
+@pytest.mark.parametrize("N", [520, 1000, 2048])
+@pytest.mark.parametrize("ds", ["bf16", "fp16", "fp32"])
+def test_the_asynchronous_copy_body_cross_compiles_to_copies_and_warp_sums(N, ds):
+    """sm_90: x arrives by 16-byte cp.async copies read back from shared memory, the weight by 16-byte
+    loads, each row's sum is one warp's five shuffles (no shared-memory reduction: the one barrier is the
+    one after the copies' wait, and shared memory holds just the x tile), stores are 16 bytes; no spills."""
+    import re
+
+    from triton.backends.compiler import GPUTarget
+
+    from flyautotune_rmsnorm import kernel_async
+
+    k = kernel_async.compile_for(GPUTarget("cuda", 90, 32), ds, N, 4)
+    ptx = k.asm["ptx"]
+    elem = {"bf16": 2, "fp16": 2, "fp32": 4}[ds]
+    per_lane = next_pow2(N) * elem // 16 // 32  # 16-byte vectors of a row a lane holds
+    assert len(re.findall(r"cp\.async\.c[ag]\.shared\.global \[[^]]+\], \[[^]]+\], (?:16|0x10)\b", ptx)) == per_lane
+    assert ptx.count("ld.global.v4.b32") == per_lane and ptx.count("st.global.v4.b32") == per_lane
+    assert ptx.count("ld.shared.v4.b32") == per_lane and "st.shared" not in ptx
+    assert ptx.count("bar.sync") == 1 and ptx.count("shfl.sync.bfly") == 5
+    assert k.metadata.shared == 4 * next_pow2(N) * elem
+    assert _stack_and_local(k, f"async_{ds}_{N}")[0] == (0, 0)
+    ins = _sass(k)
+    assert sum("LDGSTS" in op for op in ins) == per_lane
+    assert not [op for op in ins if re.match(r"(@!?\w+\s+)?STS\b", op)], "a shared-memory reduction"
 
 def _pdl_env(monkeypatch, value):
     """Set (or, with None, unset) FLYAUTOTUNE_RMSNORM_PDL and forget the process's reading of it (it is

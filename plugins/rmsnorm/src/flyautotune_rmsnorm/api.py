@@ -331,6 +331,10 @@ def compile_spec(shape, dtype, config, target=None) -> tuple:
             f"rmsnorm: {config} is the cluster body (COOP=3), a CuTe DSL kernel with no Triton kernel to "
             f"compile here; kernel_cluster.ptx(..., **make_launcher(N, dtype, **config.kwargs).variant()) "
             f"gives its PTX")
+    if kw.get("ASYNC"):
+        raise fat.IncompatibleConfigError(
+            f"rmsnorm: {config} is the asynchronous-copy body (ASYNC=1), a Gluon kernel: "
+            f"kernel_async.compile_for(GPUTarget(...), dtype, N, ROWS_PER_PROGRAM) cross-compiles it")
     launcher = make_launcher(N, ds, **kw)
     from .factory import _CONST_NAMES, pdl_for_arch, row_vec
 

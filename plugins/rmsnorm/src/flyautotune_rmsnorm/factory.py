@@ -153,6 +153,25 @@ def _check_spec(N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLI
                          f"SPLIT={SPLIT}, CHUNK={CHUNK}, COOP={COOP}, dtype_str={dtype_str!r}")
 
 
+def _check_async(spec: tuple, ASYNC: Any) -> None:
+    """``ASYNC=1`` (x staged by cp.async, one warp a row: ``kernel_async.py``) takes whole rows held in
+    registers (``CHUNK=0``, ``SPLIT=1``, ``HOLD=0``, 16-byte accesses) of at most ``MAX_BLOCK_N`` padded
+    elements, with one warp per row of the program (``BLOCK_THREADS = 32 * ROWS_PER_PROGRAM``)."""
+    from .kernel_async import MAX_BLOCK_N
+
+    N, dtype_str, threads, rows, chunk, _, prefetch, split, vec, coop, hold = spec
+    _check_spec(*spec)
+    if isinstance(ASYNC, bool) or ASYNC != 1:
+        raise ValueError(f"rmsnorm factory: ASYNC={ASYNC!r}; accepted: 0, or 1 (x staged by cp.async, one warp a row)")
+    if (chunk and chunk < next_pow2(N)) or split != 1 or hold or prefetch or coop or vec != VECTOR_BYTES \
+            or threads != 32 * rows or next_pow2(N) > MAX_BLOCK_N:
+        raise ValueError(f"rmsnorm factory: ASYNC=1 takes a whole row of at most {MAX_BLOCK_N} padded elements "
+                         f"(CHUNK=0, SPLIT=1, HOLD=0, PREFETCH=0, COOP=0, VEC=16) with one warp a row "
+                         f"(BLOCK_THREADS = 32 * ROWS_PER_PROGRAM), got N={N}, CHUNK={chunk}, SPLIT={split}, "
+                         f"HOLD={hold}, PREFETCH={prefetch}, COOP={coop}, VEC={vec}, BLOCK_THREADS={threads}, "
+                         f"ROWS_PER_PROGRAM={rows}")
+
+
 def row_vec(sx: int, sy: int, elem: int, vec_bytes: int = VECTOR_BYTES) -> int:
     """Largest power-of-two element count (<= ``vec_bytes``) dividing both row strides."""
     v = max(1, vec_bytes // elem)
@@ -450,16 +469,24 @@ _launchers_lock = threading.Lock()
 
 def make_launcher(N: int, dtype_str: str, BLOCK_THREADS: int, ROWS_PER_PROGRAM: int = 1, CHUNK: int = 0,
                   CACHE_POLICY: int = 1, PREFETCH: int = 0, SPLIT: int = 1, VEC: int = VECTOR_BYTES,
-                  COOP: int = 0, HOLD: int = 0) -> Any:
+                  COOP: int = 0, HOLD: int = 0, ASYNC: int = 0) -> Any:
     """The (cached) launcher for one specialization; raises on an invalid knob value.
 
     ``SPLIT > 1`` gives a :class:`~flyautotune_rmsnorm.split.SplitLauncher` (a
-    :class:`~flyautotune_rmsnorm.cluster.ClusterLauncher` with ``COOP=3``), which is called the same way.
+    :class:`~flyautotune_rmsnorm.cluster.ClusterLauncher` with ``COOP=3``), ``ASYNC=1`` an
+    :class:`~flyautotune_rmsnorm.async_rows.AsyncRowsLauncher`; each is called the same way.
     """
     spec = (N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLICY, PREFETCH, SPLIT, VEC, COOP, HOLD)
+    if ASYNC != 0:
+        _check_async(spec, ASYNC)
+        spec += (ASYNC,)
     launcher = _launchers.get(spec)
     if launcher is None:
-        if SPLIT != 1 and not isinstance(SPLIT, bool) and isinstance(SPLIT, int):
+        if len(spec) > 11:
+            from .async_rows import AsyncRowsLauncher
+
+            built = AsyncRowsLauncher(*spec[:11])
+        elif SPLIT != 1 and not isinstance(SPLIT, bool) and isinstance(SPLIT, int):
             if COOP == 3:
                 from .cluster import ClusterLauncher as launcher_class
             else:

@@ -28,6 +28,9 @@ Knobs (structural kwargs the factory consumes):
   elements and more that it takes whole; :func:`cluster_configs`). With
   ``COOP=3``, ``HOLD`` says where a CTA keeps its slice: 1 registers, 0 shared
   memory (staged through L1).
+* ``ASYNC``: ``1`` runs the asynchronous-copy body (``kernel_async.py``, in Gluon): one warp a row, x
+  staged in shared memory by ``cp.async`` while the weight loads; offered for rows of 513-2048 elements
+  (:func:`async_configs`). Configs without the key run the Triton body.
 * ``HOLD``: a whole 16-bit row held in registers in its own dtype across the
   reduction: rows of 16K-64K elements read once at 1024 threads without spills.
   Not in the CUDA space: on the H200 it lost to two-pass chunks on every long-row
@@ -49,6 +52,8 @@ import flyautotune as fat
 from .factory import ELEMENT_SIZE, FEW_ROWS, SPLIT_CHOICES, next_pow2
 
 KNOBS = ("BLOCK_THREADS", "ROWS_PER_PROGRAM", "CHUNK", "CACHE_POLICY", "PREFETCH", "SPLIT", "VEC", "COOP", "HOLD")
+#: Knobs only some configs carry (absent: 0): ``ASYNC``, the asynchronous-copy body.
+OPTIONAL_KNOBS = ("ASYNC",)
 #: Rows of at most this many elements get one config and no search.
 SMALL_N = 512
 #: Longest padded row held in registers (32 fp32 values per thread at 1024 threads).
@@ -244,6 +249,19 @@ def deep_short_tiles(M: int, N: int, dtype_str: str) -> list:
     return out
 
 
+def async_configs(N: int, dtype_str: str) -> list:
+    """Rows of 513-2048 elements staged by ``cp.async``, one warp a row (``ASYNC=1``, the Gluon body of
+    ``kernel_async.py``), where this Triton has it: 4 rows on 4 warps. H200, bf16, GB/s
+    (``bench/gluon_probe.py``): 4096 x 1000 3236 against QuACK's 3237 and 3180 for the best Triton config;
+    8 rows on 8 warps 3170; with many rows the Triton body leads (16384 x 1000 3978 against 3618), so the
+    search decides."""
+    from . import kernel_async
+
+    if not kernel_async.available() or N % (16 // ELEMENT_SIZE[dtype_str]) or next_pow2(N) > kernel_async.MAX_BLOCK_N:
+        return []
+    return [fat.Config(**_cfg(128, 4, policy=0).kwargs, ASYNC=1)]
+
+
 def cuda_space(M: int, N: int, dtype_str: str) -> list:
     """The CUDA search space: at most 24 candidates (30 for many short rows), tuned in seconds."""
     npad = next_pow2(N)
@@ -268,6 +286,7 @@ def cuda_space(M: int, N: int, dtype_str: str) -> list:
                 for rows in (1, 2, 4):
                     if 8 <= rows * npad // bt <= 32:
                         out.append(_cfg(bt, rows, policy=policy))
+        out += async_configs(N, dtype_str)
     elif npad <= MAX_REGISTER_ROW:
         for bt in (128, 256, 512, 1024):
             if 8 <= npad // bt <= 32:
@@ -352,15 +371,19 @@ def backend_of(device) -> str:
 
 
 def _here(space: list, x) -> list:
-    """``space`` without the cluster configs where ``x``'s GPU cannot run them (before Hopper, or no
-    CuTe DSL): there they would only time their two-launch fallback again."""
+    """``space`` without the cluster configs (``COOP=3``) and the asynchronous-copy ones (``ASYNC=1``) where
+    ``x``'s GPU cannot run them (before Hopper or no CuTe DSL; before compute capability 8.0, ROCm or no
+    Gluon): there they would only time their fallback again."""
     if x is None or not getattr(x, "is_cuda", False):
         return space
+    from .async_rows import async_capable
     from .cluster import cluster_capable
 
-    if cluster_capable(x.get_device()):
-        return space
-    return [c for c in space if c.kwargs.get("COOP") != 3]
+    dev = x.get_device()
+    drop = {("COOP", 3)} if not cluster_capable(dev) else set()
+    if not async_capable(dev):
+        drop.add(("ASYNC", 1))
+    return [c for c in space if not any(c.kwargs.get(k) == v for k, v in drop)] if drop else space
 
 
 def configs(M: int, N: int, dtype: str, x=None, **_: object) -> list:

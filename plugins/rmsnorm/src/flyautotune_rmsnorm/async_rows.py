@@ -1,0 +1,90 @@
+"""The launcher of ``ASYNC=1``: the asynchronous-copy body (``kernel_async.py``, Gluon) where it takes the
+call, the Triton body of the same tile everywhere else."""
+
+from __future__ import annotations
+
+from typing import Any, Optional
+
+from . import kernel_async as _ka
+from .factory import _INTERPRET, NARROW_LIMIT, Launch, RMSNormLauncher, _direct_call, _runtime_call, _torch, \
+    torch_stream
+
+_capable: dict = {}
+
+
+def async_capable(dev: int) -> bool:
+    """True when CUDA device ``dev`` runs the body: NVIDIA (not ROCm), ``cp.async`` (compute capability 8.0
+    or newer), and a Triton whose Gluon has what the body uses."""
+    ok = _capable.get(dev)
+    if ok is None:
+        torch = _torch()
+        ok = _ka.available() and torch.version.hip is None and torch.cuda.get_device_capability(dev)[0] >= 8
+        _capable[dev] = ok
+    return ok
+
+
+class AsyncRowsLauncher(RMSNormLauncher):
+    """``ROWS_PER_PROGRAM`` rows a program, one warp a row (``BLOCK_THREADS = 32 * ROWS_PER_PROGRAM``), x
+    staged in shared memory by ``cp.async`` (:mod:`.kernel_async`). Called like
+    :class:`~flyautotune_rmsnorm.factory.RMSNormLauncher`.
+
+    The body takes rows of whole 16-byte vectors with row strides of whole vectors, offsets within 32
+    bits, on an NVIDIA GPU of compute capability 8.0+ with Gluon; any other call (the CPU, the interpreter,
+    ROCm, odd widths or strides) runs :attr:`fallback`, the Triton body of the same tile and cache policy,
+    which computes the same rows."""
+
+    def __init__(self, *spec: Any):
+        super().__init__(*spec)
+        self.fallback = RMSNormLauncher(*spec)
+        self._async_consts = _ka.constexprs(self.N, self.elem, self.ROWS_PER_PROGRAM)
+
+    def __repr__(self) -> str:
+        return super().__repr__()[:-1] + ", ASYNC=1)"
+
+    def _takes_rows(self, M: int, sx: int, sy: int) -> bool:
+        """What :meth:`takes` asks of a launch apart from its device: whole vectors (the width and both row
+        strides) and 32-bit offsets."""
+        vec = 16 // self.elem
+        return not (self.N % vec or sx % vec or sy % vec) and (M + self.ROWS_PER_PROGRAM) * max(sx, sy) < NARROW_LIMIT
+
+    def takes(self, x, M: int, sx: int, sy: int) -> bool:
+        """True when the asynchronous-copy body runs this call (else :attr:`fallback` does)."""
+        return x.is_cuda and not _INTERPRET and self._takes_rows(M, sx, sy) and async_capable(x.get_device())
+
+    # The base class's launch path, with this body's constexprs and compile step.
+    def _constexprs(self, M: int, rv: int, sx: int, sy: int, pdl: int = 0) -> tuple:
+        return self._async_consts
+
+    def _first_launch(self, key, x, w, y, M, sxv, syv, eps, consts, options, stream) -> None:
+        torch = _torch()
+        dev = key[0]
+        with torch.cuda.device(dev), torch.cuda.stream(torch_stream(stream, x.device)):
+            compiled = _ka.rmsnorm_async[(self.grid(M),)](x, w, y, M, sxv, syv, eps, *consts,
+                                                         num_warps=self.ROWS_PER_PROGRAM)
+            launch = Launch(_direct_call(compiled), compiled, _runtime_call(compiled))
+        with self._lock:
+            self._launches[key] = launch
+
+    def __call__(self, x, w, y, M: int, sx: int, sy: int, eps: float, stream: Any = None,
+                 options: tuple = (), interpret: Optional[bool] = None) -> None:
+        if interpret or not self.takes(x, M, sx, sy):
+            self.fallback(x, w, y, M, sx, sy, eps, stream, options, interpret)
+            return
+        super().__call__(x, w, y, M, sx, sy, eps, stream, options, False)
+
+    def bind(self, M: int, sx: int, sy: int, dev: int, w_dtype: Any, options: tuple) -> Any:
+        if not self._takes_rows(M, sx, sy) or _INTERPRET or not async_capable(dev):
+            return self.fallback.bind(M, sx, sy, dev, w_dtype, options)
+        return super().bind(M, sx, sy, dev, w_dtype, options)
+
+    def compiled(self, x, w, y, M: int, sx: int, sy: int, options: tuple = ()):
+        """The compiled body where it takes these arguments (built, not launched), else the fallback's."""
+        if not self.takes(x, M, sx, sy):
+            return self.fallback.compiled(x, w, y, M, sx, sy, options)
+        torch = _torch()
+        vec = 16 // self.elem
+        with torch.cuda.device(x.get_device()):
+            k = _ka.rmsnorm_async.warmup(x, w, y, M, sx // vec, sy // vec, 1e-6, *self._async_consts,
+                                         grid=(self.grid(M),), num_warps=self.ROWS_PER_PROGRAM)
+            k.run  # loading the binary fills n_regs / n_spills
+        return k

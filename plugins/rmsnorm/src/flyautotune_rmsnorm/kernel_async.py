@@ -1,0 +1,100 @@
+"""The asynchronous-copy body (``ASYNC=1``): one warp a row, x staged in shared memory by ``cp.async``.
+
+Triton's language lays a ``[rows, columns]`` tile out by itself: for rows of
+about a thousand elements it spreads each row over every warp of the program,
+so the sum of squares meets in shared memory behind CTA barriers, and it issues
+``cp.async`` only for loads inside pipelined loops. This body is written in
+Gluon (``triton.experimental.gluon``, the same compiler with explicit layouts):
+
+* a program normalizes ``ROWS`` rows with ``ROWS`` warps, one warp a row, each
+  lane holding 16-byte vectors of its row (the x tile's layout
+  ``BlockedLayout([1, VEC], [1, 32], [ROWS, 1])``); the weight is loaded in the
+  tile's column slice, so it broadcasts over the rows with no conversion;
+* x is copied global -> shared with 16-byte ``cp.async`` while the weight loads
+  into registers, then read back (each lane its own vectors);
+* the sum of squares is a warp's shuffles: no shared-memory reduction; the one
+  CTA barrier is the one Triton places after the copies' wait.
+
+On the H200 (``bench/gluon_probe.py``) this is what QuACK runs at 4096 x 1000
+bf16, and at that shape it matched QuACK where every Triton config of the space
+trailed it; with many rows (16384 x 1000, 65536 x 1024) the Triton body was
+faster, so the search decides per shape.
+
+Row strides are passed in vectors (``SX * VEC`` elements) so the compiler knows
+every row starts 16-byte aligned; offsets are 32-bit (the launcher sends larger
+launches to the Triton body). Gluon has no interpreter: on a CPU the launcher
+runs the Triton body of the same tile, which computes the same rows.
+"""
+
+from __future__ import annotations
+
+import functools
+
+try:
+    from triton.experimental import gluon
+    from triton.experimental.gluon import language as gl
+    from triton.experimental.gluon.language.nvidia.ampere import async_copy as _cp
+except ImportError:  # a Triton without Gluon (before 3.4): the space does not offer ASYNC=1
+    gluon = gl = _cp = None
+
+#: The body's constexprs, in its signature's order.
+CONST_NAMES = ("N", "BLOCK_N", "ROWS", "VEC")
+#: Longest padded row the body holds (elements): two 16-bit values of x and of the weight per lane and
+#: vector; at 2048 a lane holds 64 of each (no spills on sm_90), above that ptxas spills.
+MAX_BLOCK_N = 2048
+
+
+@functools.lru_cache(maxsize=None)
+def available() -> bool:
+    """True when this Triton has the Gluon pieces the body uses (Triton 3.6 to 3.9 were checked)."""
+    return gl is not None and all(hasattr(gl, n) for n in ("BlockedLayout", "SliceLayout", "SwizzledSharedLayout",
+                                                           "allocate_shared_memory")) and (
+        hasattr(_cp, "async_load") or hasattr(_cp, "async_copy_global_to_shared"))
+
+
+if gluon is not None:
+    # Triton 3.9 renamed the copy (async_copy_global_to_shared raises there); 3.6 has only the old name.
+    _copy = getattr(_cp, "async_load", None) or _cp.async_copy_global_to_shared
+
+    @gluon.jit
+    def rmsnorm_async(X, W, Y, M, SX, SY, eps, N: gl.constexpr, BLOCK_N: gl.constexpr, ROWS: gl.constexpr,
+                      VEC: gl.constexpr):
+        layout: gl.constexpr = gl.BlockedLayout([1, VEC], [1, 32], [ROWS, 1], [1, 0])
+        rows = gl.program_id(0) * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, layout))
+        cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, layout))
+        col_ok = cols < N
+        ok = (rows < M)[:, None] & col_ok[None, :]
+        smem = gl.allocate_shared_memory(X.dtype.element_ty, [ROWS, BLOCK_N],
+                                         gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
+        _copy(smem, X + ((rows * (SX * VEC))[:, None] + cols[None, :]), mask=ok)
+        _cp.commit_group()
+        w = gl.load(W + cols, mask=col_ok, other=0.0).to(gl.float32)  # while x's copies fly
+        _cp.wait_group(0)
+        x = smem.load(layout).to(gl.float32)
+        rstd = gl.rsqrt(gl.sum(x * x, axis=1) / N + eps)
+        y = x * rstd[:, None] * w[None, :]
+        gl.store(Y + ((rows * (SY * VEC))[:, None] + cols[None, :]), y.to(Y.dtype.element_ty), mask=ok)
+else:  # pragma: no cover - only without Gluon
+    rmsnorm_async = None
+
+
+def compile_for(target, dtype_str: str, N: int, rows: int, w_dtype_str: str = ""):
+    """The body cross-compiled for ``target`` (a Triton ``GPUTarget``) with every pointer 16-byte aligned,
+    for a launch of rows of ``N`` elements of ``dtype_str`` (``bf16``, ``fp16``, ``fp32``) and a weight of
+    ``w_dtype_str`` (default: the same): no GPU needed (tests and reports read ``.asm``)."""
+    import triton
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    elem = {"bf16": 2, "fp16": 2, "fp32": 4}[dtype_str]
+    sig = {"X": f"*{dtype_str}", "W": f"*{w_dtype_str or dtype_str}", "Y": f"*{dtype_str}", "M": "i32", "SX": "i32",
+           "SY": "i32", "eps": "fp32"}
+    consts = dict(zip(CONST_NAMES, constexprs(N, elem, rows)))
+    sig.update({k: "constexpr" for k in consts})
+    src = GluonASTSource(rmsnorm_async, sig, consts, {(i,): [["tt.divisibility", 16]] for i in range(3)})
+    return triton.compile(src, target=target, options={"num_warps": rows})
+
+
+def constexprs(N: int, elem: int, rows: int) -> tuple:
+    """The body's constexprs (:data:`CONST_NAMES` order) for rows of ``N`` elements of ``elem`` bytes."""
+    block_n = 1 << max(0, N - 1).bit_length()
+    return N, block_n, rows, 16 // elem
