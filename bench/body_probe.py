@@ -242,7 +242,8 @@ def add_bodies(fns, M, N, ds, picked, kernel, persist, props):
     for kw in ours:
         name = describe(kw)
         fns[name] = lambda x, w, kw=kw: launch(x, w, torch.empty_like(x), M, N, ds, EPS, N, N, None, **kw)
-        fns[name + ", Triton's launcher"] = via_triton(M, N, ds, kw)
+        if not kw.get("ASYNC"):  # the Gluon body has no Triton-language twin to launch
+            fns[name + ", Triton's launcher"] = via_triton(M, N, ds, kw)
     for name, knobs in variants(M, N).items():
         fns[name] = lambda x, w, knobs=knobs: mimic_launch(kernel, x, w, torch.empty_like(x), knobs, EPS)
     for name, knobs in persistent_variants(N).items():

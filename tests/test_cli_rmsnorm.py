@@ -37,7 +37,7 @@ def test_tune_rmsnorm_on_cpu_ends_in_a_table(tmp_path):
     cells = row.split()
     method = next(i for i, c in enumerate(cells) if c == "wall")  # time, its spread, how it was timed
     assert float(cells[method - 2]) > 0 and cells[method - 1].endswith("%")
-    assert any(line.startswith("* winner: BLOCK_THREADS=") for line in lines)
+    assert any(line.startswith("* winner: ") and "BLOCK_THREADS=" in line for line in lines)
     assert (tmp_path / "r.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
@@ -55,6 +55,13 @@ def test_report_rmsnorm_for_gfx942_and_sm90(tmp_path):
     assert by_wpe[1] == {1} and by_wpe[2] == {2}  # the hint reached the AMDGCN: LLVM's occupancy follows it
     out = cli(tmp_path, "report", "rmsnorm", "--target", "sm_90", "--shape", "64x8192").stdout
     assert "compiled for sm_90" in out and "warps/SM" in out and "distinct binar" in out
+    # rows of about a thousand elements: the Gluon body (ASYNC=1) compiles too, with its x tile in shared memory
+    data = json.loads(cli(tmp_path, "report", "rmsnorm", "--target", "sm_90", "--shape", "4096x1000", "--json").stdout)
+    rows = data[0]["candidates"]
+    assert all(r["error"] is None for r in rows), [r["error"] for r in rows if r["error"]]
+    gluon = [r for r in rows if r["config"]["kwargs"].get("ASYNC") == 1]
+    assert len(gluon) == 1 and gluon[0]["shared_bytes"] == 4 * 1024 * 2 and gluon[0]["spills"] == 0
+    assert gluon[0]["details"]["kernel"] == "rmsnorm_async"
 
 
 @pytest.mark.gpu

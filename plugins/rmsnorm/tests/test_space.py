@@ -10,7 +10,7 @@ import flyautotune as fat
 from flyautotune_rmsnorm import api, cuda_space, default_config, rmsnorm_autotuned, rocm_space
 from flyautotune_rmsnorm.api import tuned_launch
 from flyautotune_rmsnorm.factory import make_launcher, next_pow2
-from flyautotune_rmsnorm.space import KNOBS, MAX_REGISTER_ROW, OPTIONAL_KNOBS, SMALL_N, _cfg, split_configs
+from flyautotune_rmsnorm.space import KNOBS, MAX_REGISTER_ROW, SMALL_N, _cfg, split_configs
 
 ANCHOR_SHAPES = [
     (1, 4096, "bf16"), (32, 4096, "bf16"), (256, 8192, "bf16"), (4096, 4096, "bf16"), (4096, 8192, "bf16"),
@@ -61,7 +61,7 @@ def test_cuda_space_is_small_and_holds_the_default(M, N, ds):
     assert default_config(M, N, ds) in space
     assert len(set(space)) == len(space)
     for cfg in space:
-        assert set(KNOBS) <= set(cfg.kwargs) <= set(KNOBS + OPTIONAL_KNOBS)
+        assert set(cfg.kwargs) == set(KNOBS)
         assert not cfg.hints  # no occupancy hint needed on CUDA: nothing in the space spills
 
 
@@ -478,8 +478,14 @@ class FakeGpu:
         return 1.0
 
 
-def test_forced_search_benchmarks_the_cuda_space_and_stores_the_winner(fresh_pm, monkeypatch):
+@pytest.mark.parametrize("N,ds,winner", [(4096, "fp32", lambda space: space[-2]),
+                                         (1000, "bf16", lambda space: next(c for c in space if c.kwargs.get("ASYNC")))],
+                         ids=["4096-fp32", "1000-bf16-async-wins"])
+def test_forced_search_benchmarks_the_cuda_space_and_stores_the_winner(fresh_pm, monkeypatch, N, ds, winner):
+    """A forced search over the CUDA space (a fake GPU's benchmark; the configs run under the interpreter)
+    times every candidate, the asynchronous-copy one included where offered, and stores the fastest."""
     picked = []
+    knobs_of = lambda kw: tuple(kw[k] for k in KNOBS)  # noqa: E731
 
     class Bench(FakeGpu):
         @fat.hookimpl(tryfirst=True)
@@ -499,25 +505,26 @@ def test_forced_search_benchmarks_the_cuda_space_and_stores_the_winner(fresh_pm,
             picked.append(seen["cfg"])
             return 0.5 if seen["cfg"] == self.fastest else 1.0
 
-    space = cuda_space(4, 4096, "fp32")
-    fastest = space[-2].kwargs
-    plug = Bench(tuple(fastest[k] for k in KNOBS))
+    space = cuda_space(4, N, ds)
+    best = winner(space)
+    plug = Bench(knobs_of(best.kwargs))
     fresh_pm(plug)
-    x, w = torch.randn(4, 4096), torch.rand(4096) + 0.5
+    dt = {"fp32": torch.float32, "bf16": torch.bfloat16}[ds]
+    x, w = torch.randn(4, N).to(dt), (torch.rand(N) + 0.5).to(dt)
     monkeypatch.setenv("FLYAUTOTUNE", "1")
     y = rmsnorm_autotuned(x, w)
     assert tuned_launch.last_source == "search"
     # every candidate was timed; then the default and the best two were re-timed in 2 interleaved rounds
-    assert set(picked) == {tuple(c.kwargs[k] for k in KNOBS) for c in space}
+    assert set(picked) == {knobs_of(c.kwargs) for c in space}
     assert len(picked) == len(space) + 2 * 3
     timed = len(picked)
-    assert any(c[5] > 1 for c in picked)  # the split rows ran too (through the interpreter)
-    assert tuned_launch.last_config == space[-2]
-    assert torch.allclose(y, api.rmsnorm(x, w))
+    assert N == 1000 or any(c[5] > 1 for c in picked)  # the split rows ran too (through the interpreter)
+    assert tuned_launch.last_config == best
+    assert torch.allclose(y.float(), api.rmsnorm(x, w).float())
     monkeypatch.delenv("FLYAUTOTUNE")
     api.clear_caches()  # also forgets the tuner's in-memory plans: the winner comes back from the store
     rmsnorm_autotuned(x, w)
-    assert tuned_launch.last_source == "store" and tuned_launch.last_config == space[-2]
+    assert tuned_launch.last_source == "store" and tuned_launch.last_config == best
     assert len(picked) == timed
 
 
@@ -546,6 +553,25 @@ def test_a_stored_winner_outside_the_space_runs_the_default_once_warned(bad, cap
     assert torch.allclose(y, api.rmsnorm(x, w)) and tuned_launch.last_config == sel.config
     assert caplog.text.count("ignoring the stored winner") == 1
     assert tuned_launch.store().get("rmsnorm", sel.key) is None
+
+
+def test_a_winner_stored_before_the_async_knob_is_still_used(fresh_pm, caplog):
+    """Winners stored before ASYNC existed carry no such key: they ran the Triton body, and still do."""
+    x, w = torch.randn(4, 1000), torch.rand(1000) + 0.5
+    targs, tkw = api.tuner_args(x, w)
+    sel = tuned_launch.select(*targs, **tkw)
+    from flyautotune_rmsnorm.space import cpu_space
+
+    other = next(c for c in cpu_space(4, 1000, "fp32") if c != sel.config)
+    old = {k: v for k, v in other.kwargs.items() if k != "ASYNC"}
+    assert old != sel.config.kwargs
+    tuned_launch.store().put("rmsnorm", sel.key, sel.key, {"kwargs": old, "compile_hints": {}}, [], {})
+    tuned_launch.clear()
+    with caplog.at_level("WARNING"):
+        y = rmsnorm_autotuned(x, w)
+    assert "ignoring" not in caplog.text
+    assert tuned_launch.last_source == "store" and tuned_launch.last_config.kwargs == old
+    assert torch.allclose(y, api.rmsnorm(x, w))
 
 
 @needs_ptxas

@@ -96,10 +96,13 @@ def cuda_compile_report(
     for name in consts:
         sig[name] = "constexpr"
     spec_attrs = specialization_attrs(kernel, sig, dict(values or {}))
+    source = ASTSource
+    if getattr(kernel, "is_gluon", lambda: False)():  # Gluon kernels (explicit layouts) have their own
+        from triton.experimental.gluon._runtime import GluonASTSource as source
     rows = []
     for opts in options:
         opts = dict(opts)
-        compiled = triton.compile(ASTSource(fn=kernel, signature=sig, constexprs=consts, attrs=spec_attrs),
+        compiled = triton.compile(source(fn=kernel, signature=sig, constexprs=consts, attrs=spec_attrs),
                                   target=GPUTarget("cuda", capability, 32), options=opts)
         cubin = compiled.asm["cubin"]
         usage = cubin_resources(cubin)

@@ -185,12 +185,12 @@ def clear_caches() -> None:
 
 def launch(x, weight, out, M, N, dtype, eps, sx, sy, stream=None,
            BLOCK_THREADS=None, ROWS_PER_PROGRAM=1, CHUNK=0, CACHE_POLICY=1, PREFETCH=0, SPLIT=1, VEC=16, COOP=0,
-           HOLD=0):
+           HOLD=0, ASYNC=0):
     """Run one config on prepared arguments (what the tuner calls)."""
     if BLOCK_THREADS is None:
         raise fat.IncompatibleConfigError("rmsnorm: a config must set BLOCK_THREADS")
     launcher = make_launcher(N, dtype, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLICY, PREFETCH, SPLIT, VEC,
-                             COOP, HOLD)
+                             COOP, HOLD, ASYNC)
     return _run(launcher, x, weight, out, M, sx, sy, eps, stream)
 
 
@@ -331,16 +331,23 @@ def compile_spec(shape, dtype, config, target=None) -> tuple:
             f"rmsnorm: {config} is the cluster body (COOP=3), a CuTe DSL kernel with no Triton kernel to "
             f"compile here; kernel_cluster.ptx(..., **make_launcher(N, dtype, **config.kwargs).variant()) "
             f"gives its PTX")
-    if kw.get("ASYNC"):
-        raise fat.IncompatibleConfigError(
-            f"rmsnorm: {config} is the asynchronous-copy body (ASYNC=1), a Gluon kernel: "
-            f"kernel_async.compile_for(GPUTarget(...), dtype, N, ROWS_PER_PROGRAM) cross-compiles it")
     launcher = make_launcher(N, ds, **kw)
     from .factory import _CONST_NAMES, pdl_for_arch, row_vec
 
     rv = row_vec(N, N, launcher.elem, launcher.VEC)
     warp = getattr(target, "warp_size", None) or 32
     options = {"num_warps": max(1, kw["BLOCK_THREADS"] // warp)}
+    if kw.get("ASYNC"):  # a Gluon kernel (its JITFunction's is_gluon() says so to whoever compiles it)
+        from . import kernel_async
+
+        if getattr(target, "backend", "cuda") != "cuda" or not kernel_async.available():
+            raise fat.IncompatibleConfigError(
+                f"rmsnorm: {config} is the asynchronous-copy body (ASYNC=1, Gluon, NVIDIA only), which this "
+                f"target or Triton does not have; elsewhere its launch runs the Triton body of the same tile")
+        sig, consts = kernel_async.signature(ds, N, launcher.ROWS_PER_PROGRAM)
+        vec = consts["VEC"]
+        return kernel_async.rmsnorm_async, sig, consts, {"options": options,
+                                                         "values": {"M": M, "SX": N // vec, "SY": N // vec}}
     if launcher.SPLIT > 1 and launcher.COOP == 2:
         from .kernel_split import persist_kernel
 

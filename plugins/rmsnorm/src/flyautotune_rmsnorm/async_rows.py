@@ -36,7 +36,7 @@ class AsyncRowsLauncher(RMSNormLauncher):
     def __init__(self, *spec: Any):
         super().__init__(*spec)
         self.fallback = RMSNormLauncher(*spec)
-        self._async_consts = _ka.constexprs(self.N, self.elem, self.ROWS_PER_PROGRAM)
+        self._async_consts = tuple(_ka.signature(self.dtype_str, self.N, self.ROWS_PER_PROGRAM)[1].values())
 
     def __repr__(self) -> str:
         return super().__repr__()[:-1] + ", ASYNC=1)"

@@ -78,23 +78,24 @@ else:  # pragma: no cover - only without Gluon
     rmsnorm_async = None
 
 
+def signature(dtype_str: str, N: int, rows: int, w_dtype_str: str = "") -> tuple:
+    """``(signature, constexprs)`` of the body for rows of ``N`` elements of ``dtype_str`` (``bf16``,
+    ``fp16``, ``fp32``) and a weight of ``w_dtype_str`` (default: the same), as ``triton.compile`` takes them."""
+    elem = {"bf16": 2, "fp16": 2, "fp32": 4}[dtype_str]
+    block_n = 1 << max(0, N - 1).bit_length()
+    consts = dict(zip(CONST_NAMES, (N, block_n, rows, 16 // elem)))
+    sig = {"X": f"*{dtype_str}", "W": f"*{w_dtype_str or dtype_str}", "Y": f"*{dtype_str}", "M": "i32", "SX": "i32",
+           "SY": "i32", "eps": "fp32"}
+    sig.update({k: "constexpr" for k in consts})
+    return sig, consts
+
+
 def compile_for(target, dtype_str: str, N: int, rows: int, w_dtype_str: str = ""):
-    """The body cross-compiled for ``target`` (a Triton ``GPUTarget``) with every pointer 16-byte aligned,
-    for a launch of rows of ``N`` elements of ``dtype_str`` (``bf16``, ``fp16``, ``fp32``) and a weight of
-    ``w_dtype_str`` (default: the same): no GPU needed (tests and reports read ``.asm``)."""
+    """The body cross-compiled for ``target`` (a Triton ``GPUTarget``) with every pointer 16-byte aligned
+    (:func:`signature`'s launch): no GPU needed (tests and reports read ``.asm``)."""
     import triton
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    elem = {"bf16": 2, "fp16": 2, "fp32": 4}[dtype_str]
-    sig = {"X": f"*{dtype_str}", "W": f"*{w_dtype_str or dtype_str}", "Y": f"*{dtype_str}", "M": "i32", "SX": "i32",
-           "SY": "i32", "eps": "fp32"}
-    consts = dict(zip(CONST_NAMES, constexprs(N, elem, rows)))
-    sig.update({k: "constexpr" for k in consts})
+    sig, consts = signature(dtype_str, N, rows, w_dtype_str)
     src = GluonASTSource(rmsnorm_async, sig, consts, {(i,): [["tt.divisibility", 16]] for i in range(3)})
     return triton.compile(src, target=target, options={"num_warps": rows})
-
-
-def constexprs(N: int, elem: int, rows: int) -> tuple:
-    """The body's constexprs (:data:`CONST_NAMES` order) for rows of ``N`` elements of ``elem`` bytes."""
-    block_n = 1 << max(0, N - 1).bit_length()
-    return N, block_n, rows, 16 // elem

@@ -30,7 +30,7 @@ Knobs (structural kwargs the factory consumes):
   memory (staged through L1).
 * ``ASYNC``: ``1`` runs the asynchronous-copy body (``kernel_async.py``, in Gluon): one warp a row, x
   staged in shared memory by ``cp.async`` while the weight loads; offered for rows of 513-2048 elements
-  (:func:`async_configs`). Configs without the key run the Triton body.
+  (:func:`async_configs`). A winner stored before the knob existed (no ``ASYNC``) is taken as ``ASYNC=0``.
 * ``HOLD``: a whole 16-bit row held in registers in its own dtype across the
   reduction: rows of 16K-64K elements read once at 1024 threads without spills.
   Not in the CUDA space: on the H200 it lost to two-pass chunks on every long-row
@@ -51,9 +51,8 @@ import flyautotune as fat
 # FEW_ROWS: fewer rows than this are latency-bound: one pass (the factory's row addressing follows it too).
 from .factory import ELEMENT_SIZE, FEW_ROWS, SPLIT_CHOICES, next_pow2
 
-KNOBS = ("BLOCK_THREADS", "ROWS_PER_PROGRAM", "CHUNK", "CACHE_POLICY", "PREFETCH", "SPLIT", "VEC", "COOP", "HOLD")
-#: Knobs only some configs carry (absent: 0): ``ASYNC``, the asynchronous-copy body.
-OPTIONAL_KNOBS = ("ASYNC",)
+KNOBS = ("BLOCK_THREADS", "ROWS_PER_PROGRAM", "CHUNK", "CACHE_POLICY", "PREFETCH", "SPLIT", "VEC", "COOP", "HOLD",
+         "ASYNC")
 #: Rows of at most this many elements get one config and no search.
 SMALL_N = 512
 #: Longest padded row held in registers (32 fp32 values per thread at 1024 threads).
@@ -86,9 +85,9 @@ FEW_CLUSTERS = 64
 
 
 def _cfg(bt: int, rows: int = 1, chunk: int = 0, policy: int = 1, prefetch: int = 0, split: int = 1,
-         vec: int = 16, coop: int = 0, hold: int = 0, **hints) -> fat.Config:
+         vec: int = 16, coop: int = 0, hold: int = 0, async_: int = 0, **hints) -> fat.Config:
     return fat.Config(BLOCK_THREADS=bt, ROWS_PER_PROGRAM=rows, CHUNK=chunk, CACHE_POLICY=policy,
-                      PREFETCH=prefetch, SPLIT=split, VEC=vec, COOP=coop, HOLD=hold, **hints)
+                      PREFETCH=prefetch, SPLIT=split, VEC=vec, COOP=coop, HOLD=hold, ASYNC=async_, **hints)
 
 
 def _unique(configs: list) -> list:
@@ -259,7 +258,7 @@ def async_configs(N: int, dtype_str: str) -> list:
 
     if not kernel_async.available() or N % (16 // ELEMENT_SIZE[dtype_str]) or next_pow2(N) > kernel_async.MAX_BLOCK_N:
         return []
-    return [fat.Config(**_cfg(128, 4, policy=0).kwargs, ASYNC=1)]
+    return [_cfg(128, 4, policy=0, async_=1)]
 
 
 def cuda_space(M: int, N: int, dtype_str: str) -> list:
@@ -401,5 +400,7 @@ def validate(config: fat.Config, M: int, N: int, dtype: str, x=None, **_: object
     """``validate=`` of the tuner: a stored or shipped winner must be a config this space offers for
     the shape (or its default). Without a tensor (``flyautotune import``), any backend's space counts."""
     backends = [backend_of(x.device)] if x is not None else ["cuda", "rocm", "cpu"]
+    if "ASYNC" not in config.kwargs:  # stored before the knob existed: the Triton body, as it ran then
+        config = fat.Config(compile_hints=config.hints, **config.kwargs, ASYNC=0)
     return any(config in _here(space_for(b, M, N, dtype), x) or config == default_config(M, N, dtype, b)
                for b in backends)
