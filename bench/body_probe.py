@@ -26,7 +26,6 @@ Nothing here enters the config space: whichever difference pays is then built in
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import re
 import subprocess
@@ -264,11 +263,8 @@ def main(argv=None):
     os.environ.setdefault("FLYAUTOTUNE_CACHE_DIR", tempfile.mkdtemp(prefix="fat-body-"))
     import torch
 
-    from rmsnorm import (EPS, graph_gbps, load_quack, print_ranking, probe_fns, rotating_inputs, save_rows,
-                         searched_inputs, shape_spec)
+    from rmsnorm import check_and_rank, load_quack, probe_fns, save_and_rank, searched_inputs, shape_spec
     from space_probe import describe
-
-    from flyautotune_rmsnorm.reference import relative_error, rmsnorm_reference, tolerance
 
     quack = load_quack()
     kernel, persist = _kernel(False), _persist_kernel(False)
@@ -278,21 +274,10 @@ def main(argv=None):
         x, w, picked = searched_inputs(M, N, ds)
         fns = probe_fns(N, quack)
         add_bodies(fns, M, N, ds, picked, kernel, persist, torch.cuda.get_device_properties(x.device))
-        ref = rmsnorm_reference(x, w, EPS)
-        for name, fn in fns.items():
-            if name != "clone":
-                err = relative_error(fn(x, w), ref)
-                assert err <= 5 * tolerance(x.dtype), (spec, name, err)
-        gbps, spread = graph_gbps(fns, rotating_inputs(x, M, N, ds), w, args.rounds, M, N, ds)
-        row = {"shape": spec, "picked": describe(picked), "gbps": gbps, "spread": spread}
-        rows.append(row)
-        print(json.dumps(row), flush=True)
+        rows.append(check_and_rank(fns, x, w, spec, args.rounds, describe(picked)))
         del x
         torch.cuda.empty_cache()
-    save_rows(args.out, "body_probe.json", rows)
-    for r in rows:
-        print_ranking(f"{r['shape']} (picked {r['picked']}; clone {r['gbps']['clone']:.0f} GB/s)", r["gbps"],
-                      r["spread"])
+    save_and_rank(args.out, "body_probe.json", rows)
     return 0
 
 

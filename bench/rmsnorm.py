@@ -265,6 +265,32 @@ def print_ranking(heading, gbps, spread):
             print(f"| {name} | {v:.0f} | {lo:.0f}–{hi:.0f} | {v / best:.3f} |")
 
 
+def check_and_rank(fns, x, w, spec, rounds, picked, **extra):
+    """A probe's row for one shape: every implementation in ``fns`` but the clone checked against the fp64
+    reference (the bench's bound), then timed by :func:`graph_gbps`; ``picked`` describes the search's pick,
+    ``extra`` joins the row. The row is printed as JSON too."""
+    from flyautotune_rmsnorm.reference import relative_error, rmsnorm_reference, tolerance
+
+    M, N, ds = shape_spec(spec)
+    ref = rmsnorm_reference(x, w, EPS)
+    for name, fn in fns.items():
+        if name != "clone":
+            err = relative_error(fn(x, w), ref)
+            assert err <= 5 * tolerance(x.dtype), (spec, name, err)
+    gbps, spread = graph_gbps(fns, rotating_inputs(x, M, N, ds), w, rounds, M, N, ds)
+    row = {"shape": spec, "picked": picked, "gbps": gbps, "spread": spread, **extra}
+    print(json.dumps(row), flush=True)
+    return row
+
+
+def save_and_rank(out_dir, name, rows):
+    """Write a probe's rows (:func:`save_rows`) and print each shape's ranking (:func:`print_ranking`)."""
+    save_rows(out_dir, name, rows)
+    for r in rows:
+        print_ranking(f"{r['shape']} (picked {r['picked']}; clone {r['gbps']['clone']:.0f} GB/s)", r["gbps"],
+                      r["spread"])
+
+
 def save_rows(out_dir, name, rows):
     """Write ``{"device": ..., "rows": rows}`` to ``out_dir/name`` (the probes' result files)."""
     import torch
