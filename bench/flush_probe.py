@@ -17,7 +17,7 @@ six ways, in interleaved rounds (order rotated, medians kept):
 * ``search``: ``timing.benchmark`` over the search's rotations (inputs only; our configs write one output,
   as ``outputs=`` has the search do; peers allocate theirs).
 
-    python bench/flush_probe.py --out DIR [--shapes 4096x1000:bf16,...] [--rounds 3]
+    python bench/flush_probe.py --out DIR [--shapes 4096x1000:bf16,...] [--rounds 3] [--with-async]
 
 Prints one table per shape (GB/s per mode, and each config over the default per mode); writes flush_probe.json.
 """
@@ -42,6 +42,8 @@ def main(argv=None):
     ap.add_argument("--out", default=".")
     ap.add_argument("--shapes", default=SHAPES)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--with-async", action="store_true",
+                    help="also time the space's asynchronous-copy configs (ASYNC=1) where it offers them")
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     os.environ.setdefault("FLYAUTOTUNE_CACHE_DIR", tempfile.mkdtemp(prefix="fat-flush-"))
@@ -54,7 +56,7 @@ def main(argv=None):
     from space_probe import describe
 
     from flyautotune_rmsnorm.api import launch
-    from flyautotune_rmsnorm.space import default_config
+    from flyautotune_rmsnorm.space import cuda_space, default_config
 
     quack = load_quack()
     big = torch.empty(64 << 20, device="cuda", dtype=torch.float32)  # 256 MB, as do_bench's flush
@@ -84,6 +86,9 @@ def main(argv=None):
         ours = {"default " + describe(default): default}
         if picked != default:
             ours["picked " + describe(picked)] = picked
+        if args.with_async:
+            ours.update({describe(c.kwargs): c.kwargs for c in cuda_space(M, N, ds)
+                         if c.kwargs.get("ASYNC") and c.kwargs != picked})
         for name, kw in ours.items():
             impls[name] = lambda x, w, kw=kw: launch(x, w, torch.empty_like(x), M, N, ds, EPS, N, N, None, **kw)
         xs = rotating_inputs(x, M, N, ds)
