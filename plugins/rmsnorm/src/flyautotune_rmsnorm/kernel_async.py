@@ -39,8 +39,8 @@ except ImportError:  # a Triton without Gluon (before 3.4): the space does not o
 
 #: The body's constexprs, in its signature's order.
 CONST_NAMES = ("N", "BLOCK_N", "ROWS", "VEC")
-#: Longest padded row the body holds (elements): two 16-bit values of x and of the weight per lane and
-#: vector; at 2048 a lane holds 64 of each (no spills on sm_90), above that ptxas spills.
+#: Longest padded row the body holds (elements): at 2048 a lane holds 64 elements of x and 64 of the weight
+#: (no spills on sm_90, fp32 included); at 4096 ptxas spills.
 MAX_BLOCK_N = 2048
 
 
