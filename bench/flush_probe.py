@@ -18,6 +18,7 @@ six ways, in interleaved rounds (order rotated, medians kept):
   as ``outputs=`` has the search do; peers allocate theirs).
 
     python bench/flush_probe.py --out DIR [--shapes 4096x1000:bf16,...] [--rounds 3] [--with-async]
+                                [--search-factors 4,8,16]   # the search's timing over larger footprints
 
 Prints one table per shape (GB/s per mode, and each config over the default per mode); writes flush_probe.json.
 """
@@ -42,6 +43,9 @@ def main(argv=None):
     ap.add_argument("--out", default=".")
     ap.add_argument("--shapes", default=SHAPES)
     ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--search-factors", default="",
+                    help="also time the search's way over rotated footprints of these multiples of L2 (e.g. 4,8,16; "
+                         "the search uses %g): at which footprint the search's ranking meets the bench's" % 2.0)
     ap.add_argument("--with-async", action="store_true",
                     help="also time the space's asynchronous-copy configs (ASYNC=1) where it offers them")
     args = ap.parse_args(argv)
@@ -74,6 +78,8 @@ def main(argv=None):
         del g
         return statistics.median(times) / len(xs)
 
+    factors = [float(f) for f in args.search_factors.split(",") if f]
+    modes = MODES + tuple(f"search x{f:g}" for f in factors)
     rows = []
     for spec in args.shapes.split(","):
         M, N, ds = shape_spec(spec)
@@ -94,11 +100,15 @@ def main(argv=None):
         xs = rotating_inputs(x, M, N, ds)
         xs_long = list(xs)  # ``graph_time`` adds copies to it; the other modes keep the G inputs
         # the search's rotations: its own count (inputs only, as with ``outputs=``), one output for our configs
-        n_rot = timing.rotation_count(x.device, x.numel() * x.element_size() + w.numel() * w.element_size())
+        per_set = x.numel() * x.element_size() + w.numel() * w.element_size()
+        n_rot = timing.rotation_count(x.device, per_set)
         sxs = [x] + [x.clone() for _ in range(n_rot - 1)]
+        # the search's timing over larger rotated footprints (copies of x beyond the search's own count)
+        n_more = {f: timing.rotation_count(x.device, per_set, factor=f, max_count=1024) for f in factors}
+        more = [x.clone() for _ in range(max(n_more.values(), default=0) - len(sxs))]
         out = torch.empty_like(x)
         befores = {"dirty": big.zero_, "clean": lambda: big.sum(), "none": None}
-        samples = {(n, m): [] for n in impls for m in MODES}
+        samples = {(n, m): [] for n in impls for m in modes}
         names = list(impls)
         for r in range(args.rounds):
             for name in names[r % len(names):] + names[:r % len(names)]:
@@ -107,31 +117,32 @@ def main(argv=None):
                 samples[(name, "round")].append(graph_time(fn, xs, w, reps_ms=50, min_replay_ms=0))
                 for mode, before in befores.items():
                     samples[(name, mode)].append(own_graph_ms(fn, xs, w, before))
-                if name in ours:
-                    kw = ours[name]
-                    launches = [lambda xi=xi, kw=kw: launch(xi, w, out, M, N, ds, EPS, N, N, None, **kw)
-                                for xi in sxs]
-                else:
-                    launches = [lambda xi=xi, fn=fn: fn(xi, w) for xi in sxs]
-                m = timing.benchmark(launches[0], rotations=launches, rep=20, method="graph")
-                samples[(name, "search")].append(m.ms)
-        gbps = {mode: gbps_of({n: statistics.median(samples[(n, mode)]) for n in impls}, M, N, ds) for mode in MODES}
+                for mode, xis in [("search", sxs)] + [(f"search x{f:g}", (sxs + more)[:n]) for f, n in n_more.items()]:
+                    if name in ours:
+                        kw = ours[name]
+                        launches = [lambda xi=xi, kw=kw: launch(xi, w, out, M, N, ds, EPS, N, N, None, **kw)
+                                    for xi in xis]
+                    else:
+                        launches = [lambda xi=xi, fn=fn: fn(xi, w) for xi in xis]
+                    m = timing.benchmark(launches[0], rotations=launches, rep=20, method="graph")
+                    samples[(name, mode)].append(m.ms)
+        gbps = {mode: gbps_of({n: statistics.median(samples[(n, mode)]) for n in impls}, M, N, ds) for mode in modes}
         row = {"shape": spec, "picked": picked, "default": default, "bench_calls": len(xs),
-               "bench_copies": len(xs_long), "search_rotations": n_rot, "gbps": gbps}
+               "bench_copies": len(xs_long), "search_rotations": n_rot, "more_rotations": n_more, "gbps": gbps}
         rows.append(row)
         print(json.dumps(row), flush=True)
-        del x, xs, xs_long, sxs
+        del x, xs, xs_long, sxs, more
         torch.cuda.empty_cache()
     save_rows(args.out, "flush_probe.json", rows)
     for r in rows:
         g = r["gbps"]
         dname = next(n for n in g["bench"] if n.startswith("default"))
         print(f"\n### {r['shape']} ({r['bench_calls']} inputs, {r['bench_copies']} in the bench's graphs, search "
-              f"{r['search_rotations']} rotations)\n\n| implementation | " + " | ".join(MODES) + " | " +
-              " | ".join(f"/ default, {m}" for m in MODES) + " |\n" + "|---" * (1 + 2 * len(MODES)) + "|")
+              f"{r['search_rotations']} rotations, more: {r['more_rotations']})\n\n| implementation | " +
+              " | ".join(g) + " | " + " | ".join(f"/ default, {m}" for m in g) + " |\n" + "|---" * (1 + 2 * len(g)) + "|")
         for name in g["bench"]:
-            print(f"| {name} | " + " | ".join(f"{g[m][name]:.0f}" for m in MODES) + " | " +
-                  " | ".join(f"{g[m][name] / g[m][dname]:.3f}" for m in MODES) + " |")
+            print(f"| {name} | " + " | ".join(f"{g[m][name]:.0f}" for m in g) + " | " +
+                  " | ".join(f"{g[m][name] / g[m][dname]:.3f}" for m in g) + " |")
 
 
 if __name__ == "__main__":
