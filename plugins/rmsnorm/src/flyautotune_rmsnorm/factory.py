@@ -478,13 +478,15 @@ def make_launcher(N: int, dtype_str: str, BLOCK_THREADS: int, ROWS_PER_PROGRAM: 
     """
     spec = (N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLICY, PREFETCH, SPLIT, VEC, COOP, HOLD)
     if ASYNC != 0:
-        _check_async(spec, ASYNC)
+        if isinstance(ASYNC, bool) or not isinstance(ASYNC, int):
+            _check_async(spec, ASYNC)  # raises, naming the value
         spec += (ASYNC,)
     launcher = _launchers.get(spec)
     if launcher is None:
         if len(spec) > 11:
             from .async_rows import AsyncRowsLauncher
 
+            _check_async(spec[:11], ASYNC)  # once per specialization, as the other launchers check theirs
             built = AsyncRowsLauncher(*spec[:11])
         elif SPLIT != 1 and not isinstance(SPLIT, bool) and isinstance(SPLIT, int):
             if COOP == 3:
