@@ -294,6 +294,27 @@ def test_rows_of_513_to_2048_also_try_the_asynchronous_copy_body(M, N, ds):
         assert not [c for c in cuda_space(M2, N2, ds2) if c.kwargs.get("ASYNC")], (M2, N2, ds2)
 
 
+
+@pytest.mark.parametrize("clusters,copies", [(True, True), (True, False), (False, True), (False, False)])
+def test_a_gpu_that_cannot_run_a_body_is_not_offered_its_configs(monkeypatch, clusters, copies):
+    """The space a search times drops the cluster configs (COOP=3) on a GPU without clusters and the
+    asynchronous-copy ones (ASYNC=1) on one without cp.async or Gluon: they would only time their fallback."""
+    import types
+
+    from flyautotune_rmsnorm import async_rows, cluster
+    from flyautotune_rmsnorm.space import _here
+
+    monkeypatch.setattr(cluster, "cluster_capable", lambda dev: clusters)
+    monkeypatch.setattr(async_rows, "async_capable", lambda dev: copies)
+    gpu = types.SimpleNamespace(is_cuda=True, get_device=lambda: 0)
+    space = cuda_space(4096, 1000, "bf16") + [_cfg(256, 1, 0, 2, split=8, coop=3)]
+    kept = _here(space, gpu)
+    assert any(c.kwargs["COOP"] == 3 for c in kept) == clusters
+    assert any(c.kwargs["ASYNC"] for c in kept) == copies
+    assert [c for c in space if c.kwargs["COOP"] != 3 and not c.kwargs["ASYNC"]] == \
+        [c for c in kept if c.kwargs["COOP"] != 3 and not c.kwargs["ASYNC"]]
+    assert _here(space, None) == space
+
 @needs_ptxas
 @pytest.mark.parametrize("N", [520, 1000, 2048])
 @pytest.mark.parametrize("ds", ["bf16", "fp16", "fp32"])
