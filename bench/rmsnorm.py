@@ -250,8 +250,9 @@ def graph_gbps(fns, xs, w, rounds, M, N, ds):
     wider than one's own movement from round to round."""
     samples = {}
     gbps = gbps_of(graph_times(fns, xs, w, rounds, samples), M, N, ds)
-    return gbps, {name: [min(g), max(g)] for name, g in
-                  ((name, [nbytes(M, N, ds) / (ms * 1e-3) / 1e9 for ms in v]) for name, v in samples.items())}
+    slowest = gbps_of({name: max(v) for name, v in samples.items()}, M, N, ds)
+    fastest = gbps_of({name: min(v) for name, v in samples.items()}, M, N, ds)
+    return gbps, {name: [slowest[name], fastest[name]] for name in samples}
 
 
 def print_ranking(heading, gbps, spread):

@@ -44,7 +44,7 @@ class AsyncRowsLauncher(RMSNormLauncher):
     def _takes_rows(self, M: int, sx: int, sy: int) -> bool:
         """What :meth:`takes` asks of a launch apart from its device: whole vectors (the width and both row
         strides) and 32-bit offsets."""
-        vec = 16 // self.elem
+        vec = self.vec  # VEC is 16 bytes (the factory checks it)
         return not (self.N % vec or sx % vec or sy % vec) and (M + self.ROWS_PER_PROGRAM) * max(sx, sy) < NARROW_LIMIT
 
     def takes(self, x, M: int, sx: int, sy: int) -> bool:
@@ -82,9 +82,8 @@ class AsyncRowsLauncher(RMSNormLauncher):
         if not self.takes(x, M, sx, sy):
             return self.fallback.compiled(x, w, y, M, sx, sy, options)
         torch = _torch()
-        vec = 16 // self.elem
         with torch.cuda.device(x.get_device()):
-            k = _ka.rmsnorm_async.warmup(x, w, y, M, sx // vec, sy // vec, 1e-6, *self._async_consts,
+            k = _ka.rmsnorm_async.warmup(x, w, y, M, sx // self.vec, sy // self.vec, 1e-6, *self._async_consts,
                                          grid=(self.grid(M),), num_warps=self.ROWS_PER_PROGRAM)
             k.run  # loading the binary fills n_regs / n_spills
         return k

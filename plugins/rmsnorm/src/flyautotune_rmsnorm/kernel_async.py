@@ -30,6 +30,8 @@ from __future__ import annotations
 
 import functools
 
+from .factory import ELEMENT_SIZE, VECTOR_BYTES, next_pow2
+
 try:
     from triton.experimental import gluon
     from triton.experimental.gluon import language as gl
@@ -81,9 +83,7 @@ else:  # pragma: no cover - only without Gluon
 def signature(dtype_str: str, N: int, rows: int, w_dtype_str: str = "") -> tuple:
     """``(signature, constexprs)`` of the body for rows of ``N`` elements of ``dtype_str`` (``bf16``,
     ``fp16``, ``fp32``) and a weight of ``w_dtype_str`` (default: the same), as ``triton.compile`` takes them."""
-    elem = {"bf16": 2, "fp16": 2, "fp32": 4}[dtype_str]
-    block_n = 1 << max(0, N - 1).bit_length()
-    consts = dict(zip(CONST_NAMES, (N, block_n, rows, 16 // elem)))
+    consts = dict(zip(CONST_NAMES, (N, next_pow2(N), rows, VECTOR_BYTES // ELEMENT_SIZE[dtype_str])))
     sig = {"X": f"*{dtype_str}", "W": f"*{w_dtype_str or dtype_str}", "Y": f"*{dtype_str}", "M": "i32", "SX": "i32",
            "SY": "i32", "eps": "fp32"}
     sig.update({k: "constexpr" for k in consts})

@@ -379,10 +379,8 @@ def _here(space: list, x) -> list:
     from .cluster import cluster_capable
 
     dev = x.get_device()
-    drop = {("COOP", 3)} if not cluster_capable(dev) else set()
-    if not async_capable(dev):
-        drop.add(("ASYNC", 1))
-    return [c for c in space if not any(c.kwargs.get(k) == v for k, v in drop)] if drop else space
+    clusters, copies = cluster_capable(dev), async_capable(dev)
+    return [c for c in space if (clusters or c.kwargs.get("COOP") != 3) and (copies or not c.kwargs.get("ASYNC"))]
 
 
 def configs(M: int, N: int, dtype: str, x=None, **_: object) -> list:
