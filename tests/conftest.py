@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import os
+
 import pytest
 
 import flyautotune as fat
@@ -17,6 +19,15 @@ def isolated_store(tmp_path, monkeypatch):
     monkeypatch.delenv("FLYAUTOTUNE", raising=False)
     monkeypatch.delenv("FLYAUTOTUNE_DISABLE_PLUGINS", raising=False)
     monkeypatch.delenv("FLYAUTOTUNE_EVENT_LOG", raising=False)
+    # The CLI's tune and the plan runner set TRITON_INTERPRET=1 in their own process on a machine with no
+    # GPU (devices.use_triton_interpreter); called in-process by a test, that would leak into the tests
+    # after it and the commands they start. Whatever a test sets, the next one starts from the same value.
+    # (monkeypatch restores only what it recorded, and it records nothing when deleting an unset name: set
+    # then delete, so an unset variable is unset again after the test.)
+    interp = os.environ.get("TRITON_INTERPRET")
+    monkeypatch.setenv("TRITON_INTERPRET", interp if interp is not None else "0")
+    if interp is None:
+        monkeypatch.delenv("TRITON_INTERPRET")
     _fat_caches.clear_caches()  # the store moved in place: the tuners' memories belong to the old one
     yield cache
 

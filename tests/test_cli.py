@@ -548,6 +548,20 @@ def test_report_cross_compiles_each_candidate_for_sm90(cli):
         assert 0 < r["occupancy"] <= r["occupancy_max"] == 64 and len(r["binary_sha256"]) == 64
 
 
+
+def test_report_under_triton_interpret_says_so_and_exits_2(cli):
+    """With TRITON_INTERPRET=1 in the environment Triton builds its own library functions for the
+    interpreter, and no kernel using tl.sum could cross-compile: the report says which variable to unset
+    instead of listing every candidate as failed. TRITON_INTERPRET=0 reports as usual."""
+    pytest.importorskip("triton.backends.nvidia")
+    result = cli("report", "clidemo", "--target", "sm_90", "--shape", "2x8", env={"TRITON_INTERPRET": "1"})
+    assert result.returncode == 2 and "Traceback" not in result.stderr
+    assert result.stderr.strip() == ("flyautotune: error: flyautotune report cross-compiles for a GPU target, but "
+                                     "TRITON_INTERPRET='1' is set in the environment (Triton's interpreter); unset "
+                                     "it or set it to 0")
+    out = ok(cli("report", "clidemo", "--target", "sm_90", "--shape", "2x8", env={"TRITON_INTERPRET": "0"}))
+    assert "3 of 4 candidates built 3 distinct binaries." in out
+
 def test_report_cross_compiles_for_gfx942(cli):
     pytest.importorskip("flyautotune_rocm.report")
     pytest.importorskip("triton.backends.amd")

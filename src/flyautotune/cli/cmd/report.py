@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 from typing import Any
 
 from ...progress import first_line
@@ -39,6 +40,12 @@ def _target(text: str) -> Any:
 def run(args: argparse.Namespace) -> None:
     from ...report import ReportError, resource_report
 
+    interp = os.environ.get("TRITON_INTERPRET", "")
+    if interp.strip().lower() in ("1", "true", "yes", "on", "y"):
+        # Triton's own library functions (the combine of tl.sum, ...) are then built for its interpreter
+        # at import, and every kernel that uses them fails to compile for a GPU target.
+        raise UsageError(f"flyautotune report cross-compiles for a GPU target, but TRITON_INTERPRET={interp!r} "
+                         f"is set in the environment (Triton's interpreter); unset it or set it to 0")
     target = _target(args.target)
     adopter = get_adopter(args.adopter)
     if adopter.compile_spec is None:
