@@ -15,7 +15,11 @@ six ways, in interleaved rounds (order rotated, medians kept):
   write-back);
 * ``none``: the same graph, replays back to back (L2 holds the previous replay's lines);
 * ``search``: ``timing.benchmark`` over the search's rotations (inputs only; our configs write one output,
-  as ``outputs=`` has the search do; peers allocate theirs).
+  as ``outputs=`` has the search do; peers allocate theirs);
+* ``search flush``: the same with ``flush=True`` (a buffer twice L2 zeroed before every replay, as the
+  bench's ``do_bench`` does);
+* ``bench out``: ``bench`` with our configs writing one preallocated output (as the search's) instead of
+  allocating theirs per call.
 
     python bench/flush_probe.py --out DIR [--shapes 4096x1000:bf16,...] [--rounds 3] [--with-async]
                                 [--search-factors 4,8,16]   # the search's timing over larger footprints
@@ -35,7 +39,7 @@ import tempfile
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 SHAPES = "4096x1000:bf16,65536x128:bf16,32x3000:bf16,256x8192:bf16,4096x4096:bf16"
-MODES = ("bench", "round", "dirty", "clean", "none", "search")
+MODES = ("bench", "bench out", "round", "dirty", "clean", "none", "search", "search flush")
 
 
 def main(argv=None):
@@ -114,17 +118,22 @@ def main(argv=None):
             for name in names[r % len(names):] + names[:r % len(names)]:
                 fn = impls[name]
                 samples[(name, "bench")].append(graph_time(fn, xs_long, w, reps_ms=50))
+                fixed = (lambda x, w, kw=ours[name]: launch(x, w, out, M, N, ds, EPS, N, N, None, **kw)) \
+                    if name in ours else fn
+                samples[(name, "bench out")].append(graph_time(fixed, xs_long, w, reps_ms=50))
                 samples[(name, "round")].append(graph_time(fn, xs, w, reps_ms=50, min_replay_ms=0))
                 for mode, before in befores.items():
                     samples[(name, mode)].append(own_graph_ms(fn, xs, w, before))
-                for mode, xis in [("search", sxs)] + [(f"search x{f:g}", (sxs + more)[:n]) for f, n in n_more.items()]:
+                for mode, xis in ([("search", sxs), ("search flush", sxs)]
+                                  + [(f"search x{f:g}", (sxs + more)[:n]) for f, n in n_more.items()]):
                     if name in ours:
                         kw = ours[name]
                         launches = [lambda xi=xi, kw=kw: launch(xi, w, out, M, N, ds, EPS, N, N, None, **kw)
                                     for xi in xis]
                     else:
                         launches = [lambda xi=xi, fn=fn: fn(xi, w) for xi in xis]
-                    m = timing.benchmark(launches[0], rotations=launches, rep=20, method="graph")
+                    m = timing.benchmark(launches[0], rotations=launches, rep=20, method="graph",
+                                         flush=mode.endswith("flush"))
                     samples[(name, mode)].append(m.ms)
         gbps = {mode: gbps_of({n: statistics.median(samples[(n, mode)]) for n in impls}, M, N, ds) for mode in modes}
         row = {"shape": spec, "picked": picked, "default": default, "bench_calls": len(xs),

@@ -40,6 +40,32 @@ def test_graph_replays_round_robin_launches_over_the_rotated_copies(gpu):
     assert [e for e in gpu.log if isinstance(e, tuple) and e[0] == "replay"] == [("replay", "default")] * 8
 
 
+def test_every_graph_replay_starts_behind_a_cache_flush_that_is_not_timed(gpu):
+    """Each replay (the untimed first one included) follows a flush of the cache, and the flush sits
+    between the replays' event pairs: a 3 ms flush leaves the 0.01 ms launch at 0.01 ms."""
+    gpu.flush_ms = 3.0
+    rot = launches(gpu, 0.01, 4)
+    m = timing.benchmark(rot[0], rotations=rot, module=gpu, device=DEV, rep=5, warm=False)
+    assert m.method == "graph" and m.ms == pytest.approx(0.01)
+    assert "the cache flushed before each replay" in m.note
+    timed = gpu.log[gpu.log.index(("replay", "default")) - 2:]
+    steps = [e if isinstance(e, str) else e[0] for e in timed if e in ("flush",) or isinstance(e, tuple)
+             and e[0] in ("event", "replay")]
+    assert steps == ["flush", "event", "replay", "event"] * 6
+
+
+def test_flush_false_replays_back_to_back(gpu):
+    rot = launches(gpu, 0.01, 4)
+    m = timing.benchmark(rot[0], rotations=rot, module=gpu, device=DEV, rep=5, warm=False, flush=False)
+    assert m.method == "graph" and m.ms == pytest.approx(0.01)
+    assert "flush" not in gpu.log and "flushed" not in m.note
+
+
+def test_flush_must_be_a_bool(gpu):
+    with pytest.raises(TypeError, match=r"flush='yes'.*True .*or False"):
+        timing.benchmark(lambda: None, module=gpu, device=DEV, flush="yes")
+
+
 def test_a_replay_far_shorter_than_the_eager_estimate_is_captured_again_longer(gpu):
     """An eager launch that also times host work between kernels (0.5 ms) sizes the graph at two
     launches; the first replay shows 0.02 ms, so the graph is captured again with 100."""

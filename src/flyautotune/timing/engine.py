@@ -1,7 +1,8 @@
 """``benchmark()``: the time of one launch, taken the way real use runs it.
 
 On a device with graph capture and no per-launch setup: warm the clocks, then
-graph replays of round-robin launches over rotated inputs (``"graph"``). When
+graph replays of round-robin launches over rotated inputs, each replay behind a
+cache flush (``"graph"``). When
 capture fails, or ``setup`` must run between launches: per-launch device events
 (``"events"``), with a cache flush when there are no rotated inputs, and the
 reason in ``Measurement.note``. On a device without a device module (CPU): the
@@ -103,6 +104,7 @@ def benchmark(
     warm: bool = True,
     module: Any = None,
     name: str = "candidate",
+    flush: bool = True,
 ) -> Measurement:
     """The time of one ``fn()`` launch, with its spread and how it was taken.
 
@@ -123,10 +125,16 @@ def benchmark(
     :param warm: warm the clocks first (once per process and device, again after idling).
     :param module: the device module to use; None = ``torch.get_device_module(device)``.
     :param name: names the candidate in error messages.
+    :param flush: graph timing zeroes a buffer twice the last-level cache before every replay
+        (untimed), so each replay starts behind another kernel's dirty lines, as in real use and as
+        Triton's ``do_bench`` times (False: replays back to back, the cache holding only the
+        launch's own lines).
     :returns: a :class:`flyautotune.Measurement` (``ms`` > 0 and finite,
         ``spread`` >= 0, ``method``, ``reps``, ``note``).
     """
     launches = _check_args(fn, warmup, rep, rotations, method)
+    if not isinstance(flush, bool):
+        raise TypeError(f"benchmark: flush={flush!r}: expected True (flush the cache before each graph replay) or False")
     cutoff = current_cutoff() if cutoff_ms is None else cutoff_ms
     _check_cutoff(cutoff)
     device = device if device is not None else _default_device(stream)
@@ -170,17 +178,19 @@ def benchmark(
                 note = f"{getattr(module, '__name__', 'the device module')} has no graph capture; timed with events"
             else:
                 try:
+                    buf = events.flush_buffer(device, module) if flush else None
                     ms, spread, reps, per = graph.time_graph(launches, module=module, stream=stream,
-                                                             device=device, rep=rep, est_ms=first)
+                                                             device=device, rep=rep, est_ms=first, flush=buf)
                 except graph.CaptureError as exc:
                     note = f"{exc}; timed with events"
                 else:
                     clocks.mark_busy(device)
                     copies = f"{len(launches)} input copies" if len(launches) > 1 else "1 input set (no rotations)"
+                    flushed = ", the cache flushed before each replay" if buf is not None else ""
                     return Measurement(_checked(ms, name, "graph"), spread, "graph", reps,
-                                       f"{per} launches per replay over {copies}")
-        flush = events.flush_buffer(device, module) if len(launches) == 1 else None
-        ms, spread, reps = events.time_events(launches, module=module, stream=stream, setup=setup, flush=flush,
+                                       f"{per} launches per replay over {copies}{flushed}")
+        buf = events.flush_buffer(device, module) if len(launches) == 1 else None
+        ms, spread, reps = events.time_events(launches, module=module, stream=stream, setup=setup, flush=buf,
                                               warmup=warmup, rep=rep, est_ms=first)
         clocks.mark_busy(device)
     return Measurement(_checked(ms, name, "event"), spread, "events", reps, note)

@@ -74,12 +74,15 @@ def time_graph(
     device: Any,
     rep: int,
     est_ms: float,
+    flush: Any = None,
 ) -> tuple:
     """Capture round-robin ``launches`` into one graph and time ``rep`` replays on ``stream``.
 
     The launches per replay come from ``est_ms`` (one eager launch); when the first replay
     shows the graph far shorter than ``MIN_REPLAY_MS`` (an eager launch also times host gaps
-    between a launch's kernels), it is captured once more with enough launches.
+    between a launch's kernels), it is captured once more with enough launches. ``flush``, a
+    buffer, is zeroed (untimed) before every timed replay, as Triton's ``do_bench`` does before
+    each of its repetitions: a replay starts with the cache full of another kernel's dirty lines.
 
     :returns: ``(ms, spread, replays, launches_per_replay)``: ms of one launch
         (median replay / launches), relative interquartile range over replays.
@@ -108,7 +111,7 @@ def time_graph(
         with module.stream(stream):
             if side:
                 stream.wait_stream(capture_stream)
-            first = _time_replays(module, stream, graph, 1)[0]  # also uploads the graph
+            first = _time_replays(module, stream, graph, 1, flush)[0]  # also uploads the graph
             if 0 < first < MIN_REPLAY_MS / 2 and per < MAX_LAUNCHES:
                 longer = launches_per_replay(n, first / per)
                 if longer > per:
@@ -118,7 +121,7 @@ def time_graph(
                     if side:
                         stream.wait_stream(capture_stream)
                     graph.replay()  # untimed: uploads the new graph
-            samples = [t / per for t in _time_replays(module, stream, graph, rep)]
+            samples = [t / per for t in _time_replays(module, stream, graph, rep, flush)]
     finally:
         if graph is not None:
             _reset(graph)
@@ -143,15 +146,24 @@ def _capture(cls: Any, module: Any, device: Any, capture_stream: Any, launches: 
         raise CaptureError(f"graph capture failed: {type(exc).__name__}: {exc}") from exc
 
 
-def _time_replays(module: Any, stream: Any, graph: Any, rep: int) -> list:
-    """Milliseconds of each of ``rep`` back-to-back replays on ``stream``."""
-    marks = [module.Event(enable_timing=True) for _ in range(rep + 1)]
-    marks[0].record(stream)
-    for i in range(rep):
+def _time_replays(module: Any, stream: Any, graph: Any, rep: int, flush: Any = None) -> list:
+    """Milliseconds of each of ``rep`` replays on ``stream``; back to back, or each after zeroing ``flush``."""
+    if flush is None:
+        marks = [module.Event(enable_timing=True) for _ in range(rep + 1)]
+        marks[0].record(stream)
+        for i in range(rep):
+            graph.replay()
+            marks[i + 1].record(stream)
+        marks[-1].synchronize()
+        return [a.elapsed_time(b) for a, b in zip(marks, marks[1:])]
+    pairs = [(module.Event(enable_timing=True), module.Event(enable_timing=True)) for _ in range(rep)]
+    for start, end in pairs:
+        flush.zero_()
+        start.record(stream)
         graph.replay()
-        marks[i + 1].record(stream)
-    marks[-1].synchronize()
-    return [a.elapsed_time(b) for a, b in zip(marks, marks[1:])]
+        end.record(stream)
+    pairs[-1][1].synchronize()
+    return [a.elapsed_time(b) for a, b in pairs]
 
 
 def _reset(graph: Any) -> None:

@@ -36,6 +36,7 @@ class FakeGpu:
         self.captured_on = []
         self.replay_costs = []  # extra GPU time per replay, consumed in order (jitter, outliers)
         self.l2 = l2
+        self.flush_ms = 0.0  # GPU time a cache flush costs (it must never land inside a timed window)
         fake = self
 
         class Stream:
@@ -147,13 +148,14 @@ class FakeGpu:
 
 
 class Flush:
-    """A stand-in cache-flush buffer: ``zero_()`` logs ``"flush"``."""
+    """A stand-in cache-flush buffer: ``zero_()`` logs ``"flush"`` and costs the fake's ``flush_ms``."""
 
     def __init__(self, fake):
         self.fake = fake
 
     def zero_(self):
         self.fake.log.append("flush")
+        self.fake.clock += self.fake.flush_ms
 
 
 def install(fake: FakeGpu, monkeypatch: Any, device_type: str, warm_ms: float = 50.0) -> FakeGpu:
