@@ -87,43 +87,32 @@ def run_child(M, N, ds, triton_cache, store, profile=None, code=CHILD):
 
 
 def graph_ms(M, N, ds, configs, rounds=5):
-    """Per-call ms of each config (a ``fat.Config``, or a dict of kwargs), CUDA-graph replay over rotated
-    inputs, interleaved."""
+    """Per-call ms of each config (a ``fat.Config``, or a dict of kwargs), timed as ``bench/rmsnorm.py``
+    times (``graph_times``: CUDA-graph replays of at least 1 ms over inputs no other call of the replay
+    touches, the cache flushed before each replay, the output allocated per call), interleaved over
+    ``rounds``. An earlier version wrote a preallocated output per input copy and replayed 32 calls: the
+    cold outputs cost the leading configs of 4096 x 1000 and 65536 x 128 5-6 % and reordered them."""
     import torch
-    import triton
 
     import flyautotune as fat
+    from rmsnorm import graph_times, rotating_inputs
+
     from flyautotune_rmsnorm.api import launch
 
     dt = {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[ds]
-    per = (2 * M * N + N) * dt.itemsize
-    count = max(1, min(32, -(-200_000_000 // per)))
-    xs = [torch.randn(M, N, device="cuda", dtype=dt) for _ in range(count)]
-    ys = [torch.empty_like(x) for x in xs]
+    x = torch.randn(M, N, device="cuda", dtype=dt)
     w = torch.rand(N, device="cuda", dtype=dt) + 0.5
-    graphs = []
-    for cfg in configs:
+    xs = rotating_inputs(x, M, N, ds)
+    fns = {}
+    for i, cfg in enumerate(configs):
         kwargs, hints = (cfg.kwargs, cfg.hints) if isinstance(cfg, fat.Config) else (cfg, {})
 
-        def calls(kwargs=kwargs, hints=hints):
+        def fn(x, w, kwargs=kwargs, hints=hints):
             with fat.compile_hints(**hints):
-                for x, y in zip(xs, ys):
-                    launch(x, w, y, M, N, ds, 1e-6, N, N, None, **kwargs)
-        s = torch.cuda.Stream()
-        s.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(s):
-            calls()
-        torch.cuda.current_stream().wait_stream(s)
-        torch.cuda.synchronize()
-        g = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(g, stream=s):  # the warm-up's stream: cooperative configs record their one launch
-            calls()
-        graphs.append(g)
-    samples = [[] for _ in configs]
-    for r in range(rounds):
-        for i, g in enumerate(graphs):
-            samples[i].append(triton.testing.do_bench(g.replay, warmup=5, rep=40, return_mode="median") / count)
-    return [statistics.median(s) for s in samples]
+                return launch(x, w, torch.empty_like(x), M, N, ds, 1e-6, N, N, None, **kwargs)
+        fns[i] = fn
+    got = graph_times(fns, xs, w, rounds=rounds)
+    return [got[i] for i in range(len(configs))]
 
 
 def wins(specs, out):
