@@ -61,6 +61,19 @@ def test_flush_false_replays_back_to_back(gpu):
     assert "flush" not in gpu.log and "flushed" not in m.note
 
 
+def test_a_flush_buffer_that_cannot_be_allocated_leaves_the_timing_unflushed_and_says_so(gpu, monkeypatch):
+    def full(device, module):
+        raise torch.OutOfMemoryError("CUDA out of memory. Tried to allocate 100.00 MiB")
+    monkeypatch.setattr(events, "flush_buffer", full)
+    rot = launches(gpu, 0.01, 4)
+    m = timing.benchmark(rot[0], rotations=rot, module=gpu, device=DEV, rep=5, warm=False)
+    assert m.method == "graph" and m.ms == pytest.approx(0.01)
+    assert "without a cache flush (its buffer could not be allocated: OutOfMemoryError)" in m.note
+    assert "flush" not in gpu.log
+    one = timing.benchmark(rot[0], module=gpu, device=DEV, rep=5, warm=False, method="events")
+    assert one.method == "events" and "without a cache flush" in one.note
+
+
 def test_flush_must_be_a_bool(gpu):
     with pytest.raises(TypeError, match=r"flush='yes'.*True .*or False"):
         timing.benchmark(lambda: None, module=gpu, device=DEV, flush="yes")

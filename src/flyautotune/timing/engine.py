@@ -178,7 +178,7 @@ def benchmark(
                 note = f"{getattr(module, '__name__', 'the device module')} has no graph capture; timed with events"
             else:
                 try:
-                    buf = events.flush_buffer(device, module) if flush else None
+                    buf, why = _flush(device, module) if flush else (None, "")
                     ms, spread, reps, per = graph.time_graph(launches, module=module, stream=stream,
                                                              device=device, rep=rep, est_ms=first, flush=buf)
                 except graph.CaptureError as exc:
@@ -186,14 +186,24 @@ def benchmark(
                 else:
                     clocks.mark_busy(device)
                     copies = f"{len(launches)} input copies" if len(launches) > 1 else "1 input set (no rotations)"
-                    flushed = ", the cache flushed before each replay" if buf is not None else ""
+                    flushed = ", the cache flushed before each replay" if buf is not None else why
                     return Measurement(_checked(ms, name, "graph"), spread, "graph", reps,
                                        f"{per} launches per replay over {copies}{flushed}")
-        buf = events.flush_buffer(device, module) if len(launches) == 1 else None
+        buf, why = _flush(device, module) if len(launches) == 1 else (None, "")
+        note = "; ".join(n for n in (note, why.lstrip(", ")) if n)
         ms, spread, reps = events.time_events(launches, module=module, stream=stream, setup=setup, flush=buf,
                                               warmup=warmup, rep=rep, est_ms=first)
         clocks.mark_busy(device)
     return Measurement(_checked(ms, name, "event"), spread, "events", reps, note)
+
+
+def _flush(device: Any, module: Any) -> tuple:
+    """``(buffer, "")``: the device's cache-flush buffer; ``(None, why)`` where it cannot be allocated (a GPU
+    nearly full): the timing goes on without a flush and its note says so, rather than failing the search."""
+    try:
+        return events.flush_buffer(device, module), ""
+    except (RuntimeError, MemoryError) as exc:  # torch.OutOfMemoryError is a RuntimeError
+        return None, f", without a cache flush (its buffer could not be allocated: {type(exc).__name__})"
 
 
 def _host(launches, setup, warmup, rep, cutoff, name) -> Measurement:
