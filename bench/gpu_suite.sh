@@ -47,7 +47,8 @@ for stage in $STAGES; do
     tests)
       echo "== tests"
       XDIST=$("$PY" -c "import xdist" 2>/dev/null && echo "-n 8" || true)
-      (cd "$ROOT" && "$PY" -m pytest -q -p no:cacheprovider -rs --durations=10 $XDIST \
+      # TESTS_K narrows the run to the tests a change touches (pytest's -k expression)
+      (cd "$ROOT" && "$PY" -m pytest -q -p no:cacheprovider -rs --durations=10 $XDIST ${TESTS_K:+-k "$TESTS_K"} \
         plugins/cuda/tests plugins/rmsnorm/tests tests/test_timing.py 2>&1 | tee "$OUT_DIR/pytest.log") || status=1 ;;
     coretests)
       echo "== core tests that have GPU cases (streams, fast path, CLI on a GPU)"

@@ -50,7 +50,7 @@ def markdown(rows, meta):
                 f", split {c['SPLIT']}" if c.get("SPLIT", 1) > 1 else "") + (
                 {0: "", 1: ", coop", 2: ", persist", 3: ", cluster"}.get(c.get("COOP") or 0, f", coop {c.get('COOP')}")) + (
                 ", hold" if c.get("HOLD") else ", smem" if c.get("COOP") == 3 else "") + (
-                f", vec {c['VEC']}B" if c.get("VEC", 16) != 16 else "") + (", async" if c.get("ASYNC") else "")
+                f", vec {c['VEC']}B" if c.get("VEC", 16) != 16 else "") + {0: "", 1: ", async", 2: ", row"}.get(c.get("ASYNC") or 0, f", ASYNC {c.get('ASYNC')}")
             ratio_s = f"{ratio:.3f}×" if ratio else "—"  # three places: the targets sit at 1.000 and 1.050
             of_clone = f"{vals['tuned'] / vals['clone']:.0%}" if vals["tuned"] and vals["clone"] else "—"
             lines.append(f"| {r['M']} × {r['N']} | {r['dtype']} | " + " | ".join(fmt(vals[n]) for n in IMPLS)

@@ -32,7 +32,7 @@ def describe(cfg: dict) -> str:
     extra = "".join((f" chunk {cfg['CHUNK']}" if cfg.get("CHUNK") else "",
                      f" split {cfg['SPLIT']}" if cfg.get("SPLIT", 1) > 1 else "",
                      f" vec {cfg['VEC']}" if cfg.get("VEC", 16) != 16 else "",
-                     " async" if cfg.get("ASYNC") else ""))
+                     {0: "", 1: " async", 2: " row"}.get(cfg.get("ASYNC") or 0, f" ASYNC {cfg.get('ASYNC')}")))
     return f"{cfg['BLOCK_THREADS']}t x {cfg['ROWS_PER_PROGRAM']}r p{cfg['CACHE_POLICY']}{extra}"
 
 

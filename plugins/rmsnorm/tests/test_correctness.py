@@ -146,22 +146,24 @@ def test_held_rows_strided_and_into_out_on_cpu(dtype):
 
 
 
+@pytest.mark.parametrize("body,N,tile", [(1, 1000, (128, 4, 0)), (2, 3000, (256, 1, 1)), (2, 4096, (512, 1, 1))])
 @pytest.mark.parametrize("dtype", DTYPES, ids=str)
-def test_async_rows_run_the_triton_body_of_their_tile_on_the_cpu(dtype):
-    """ASYNC=1 (the Gluon body, which has no interpreter) computes on the CPU through the Triton body of
-    the same tile: the same rows bit for bit, strided rows and a strided out= included."""
+def test_gluon_bodies_run_the_triton_body_of_their_tile_on_the_cpu(dtype, body, N, tile):
+    """ASYNC=1 and ASYNC=2 (Gluon bodies, which have no interpreter) compute on the CPU through the Triton
+    body of the same tile: the same rows bit for bit, strided rows and a strided out= included."""
     ds = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}[dtype]
-    big, w = inputs((7, 1008), dtype, seed=3)
-    w = w[:1000].contiguous()
-    x = big[:, :1000]
-    out = torch.full((7, 1008), float("nan"), dtype=dtype)
-    L = make_launcher(1000, ds, 128, 4, CACHE_POLICY=0, ASYNC=1)
-    L(x, w, out[:, :1000], 7, 1008, 1008, 1e-6)
-    plain = torch.empty(7, 1000, dtype=dtype)
-    make_launcher(1000, ds, 128, 4, CACHE_POLICY=0)(x, w, plain, 7, 1008, 1000, 1e-6)
-    assert torch.equal(out[:, :1000], plain)
-    assert_close(out[:, :1000], x, w)
-    assert torch.isnan(out[:, 1000:]).all(), "wrote past the row"
+    threads, rows, policy = tile
+    big, w = inputs((7, N + 8), dtype, seed=3)
+    w = w[:N].contiguous()
+    x = big[:, :N]
+    out = torch.full((7, N + 8), float("nan"), dtype=dtype)
+    L = make_launcher(N, ds, threads, rows, CACHE_POLICY=policy, ASYNC=body)
+    L(x, w, out[:, :N], 7, N + 8, N + 8, 1e-6)
+    plain = torch.empty(7, N, dtype=dtype)
+    make_launcher(N, ds, threads, rows, CACHE_POLICY=policy)(x, w, plain, 7, N + 8, N, 1e-6)
+    assert torch.equal(out[:, :N], plain)
+    assert_close(out[:, :N], x, w)
+    assert torch.isnan(out[:, N:]).all(), "wrote past the row"
 
 
 def test_async_rows_are_refused_where_the_body_cannot_apply():
@@ -169,8 +171,16 @@ def test_async_rows_are_refused_where_the_body_cannot_apply():
         make_launcher(1000, "bf16", 256, 4, ASYNC=1)
     with pytest.raises(ValueError, match=r"ASYNC=1 takes a whole row of at most 2048 .*N=4096"):
         make_launcher(4096, "bf16", 128, 4, ASYNC=1)
-    with pytest.raises(ValueError, match=r"ASYNC=2; accepted: 0, or 1"):
-        make_launcher(1000, "bf16", 128, 4, ASYNC=2)
+    with pytest.raises(ValueError, match=r"ASYNC=3; accepted: 0, 1 \(x staged by cp.async, one warp a row\) or 2"):
+        make_launcher(1000, "bf16", 128, 4, ASYNC=3)
+    with pytest.raises(ValueError, match=r"ASYNC=2 takes one whole row a program .*ROWS_PER_PROGRAM=4"):
+        make_launcher(4096, "bf16", 256, 4, ASYNC=2)
+    with pytest.raises(ValueError, match=r"ASYNC=2 takes .*8-32 elements a thread.*N=4096, .*BLOCK_THREADS=1024"):
+        make_launcher(4096, "bf16", 1024, ASYNC=2)  # 4 elements a thread: less than a 16-byte vector
+    with pytest.raises(ValueError, match=r"ASYNC=2 takes .*4-32 elements a thread.*N=65536, .*BLOCK_THREADS=1024"):
+        make_launcher(65536, "fp32", 1024, ASYNC=2)  # 64 elements a thread
+    with pytest.raises(ValueError, match=r"ASYNC=2 takes .*CHUNK=2048"):
+        make_launcher(4096, "bf16", 256, CHUNK=2048, ASYNC=2)
 
 def test_hold_is_refused_where_it_cannot_apply():
     with pytest.raises(ValueError, match="HOLD=1.*16-bit"):

@@ -87,6 +87,48 @@ def test_async_rows_are_right_on_the_gpu_and_run_the_gluon_body(N, dtype):
         _check(y, x, w)
 
 
+@pytest.mark.parametrize("N", [2056, 3000, 4096, 8192, 16384])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+def test_the_gluon_row_body_is_right_on_the_gpu_and_runs(N, dtype):
+    """ASYNC=2 (one row a program, one barrier) on the GPU, at every thread count the space offers: the
+    Gluon body itself runs (none of the fallback's binaries) for one row, a few and 263, strided rows into a
+    strided out=, through the tuned entry's hit path (bind) too; rows whose stride is not whole vectors take
+    the Triton body of the same tile. Every output against fp64."""
+    from flyautotune_rmsnorm.async_rows import async_capable
+    from flyautotune_rmsnorm.space import row_configs
+
+    if not async_capable(0):
+        pytest.skip("the Gluon body needs compute capability 8.0+ on NVIDIA and a Triton with Gluon")
+    ds = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}[dtype]
+    configs = row_configs(1, N, ds)
+    assert configs, "the space offers the row body here"
+    for cfg in configs:
+        L = make_launcher(N, ds, **cfg.kwargs)
+        for M in (1, 37, 263):
+            x, w = _inputs(M, N, dtype)
+            y = torch.full_like(x, float("nan"))
+            L(x, w, y, M, N, N, 1e-6)
+            torch.cuda.synchronize()
+            _check(y, x, w)
+        assert L._launches and not L.fallback._launches, "the Gluon body did not run"
+        vec = 16 // x.element_size()
+        for pad in (vec, 1):  # whole vectors: the Gluon body; otherwise the fallback
+            big = torch.randn(5, N + pad, device="cuda", dtype=dtype)
+            out = torch.full((5, N + pad), float("nan"), device="cuda", dtype=dtype)
+            L(big[:, :N], w, out[:, :N], 5, N + pad, N + pad, 1e-6)
+            torch.cuda.synchronize()
+            _check(out[:, :N], big[:, :N], w)
+            assert torch.isnan(out[:, N:]).all(), "wrote past the row"
+        assert L.fallback._launches, "rows of a stride off the vectors did not take the fallback"
+        k = L.compiled(x, w, torch.empty_like(x), M, N, N)
+        assert not k.n_spills
+        run = L.bind(M, N, N, 0, w.dtype, ())
+        y = torch.full_like(x, float("nan"))
+        run(x, w, y, M, N, ds, 1e-6, N, N)
+        torch.cuda.synchronize()
+        _check(y, x, w)
+
+
 @pytest.mark.parametrize("N", [16384, 32768 - 5, 65536, 65536 - 3])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
 def test_held_rows_are_right_on_the_gpu_strided_and_into_out(N, dtype):

@@ -295,6 +295,59 @@ def test_rows_of_513_to_2048_also_try_the_asynchronous_copy_body(M, N, ds):
 
 
 
+@pytest.mark.parametrize("M,N,ds,threads", [(1, 4096, "bf16", [256, 512]), (32, 3000, "bf16", [256, 512]),
+                                            (256, 8192, "fp32", [512, 1024]), (8, 16384, "fp16", [1024]),
+                                            (263, 2056, "bf16", [256, 512])])
+def test_a_few_long_rows_also_try_the_gluon_row_body(M, N, ds, threads):
+    """A few rows of 2049-16384 elements of whole 16-byte vectors get the Gluon row body (ASYNC=2: one row
+    a program, one barrier) at 16 and 8 elements a thread, streaming x (CACHE_POLICY=1), built by the
+    factory; many rows, odd widths and rows outside that range get none."""
+    from flyautotune_rmsnorm.async_rows import AsyncRowsLauncher
+
+    got = [c for c in cuda_space(M, N, ds) if c.kwargs["ASYNC"] == 2]
+    assert [c.kwargs["BLOCK_THREADS"] for c in got] == threads
+    assert {(c.kwargs["ROWS_PER_PROGRAM"], c.kwargs["CACHE_POLICY"], c.kwargs["CHUNK"]) for c in got} == {(1, 1, 0)}
+    for c in got:
+        L = make_launcher(N, ds, **c.kwargs)
+        assert isinstance(L, AsyncRowsLauncher) and L.ASYNC == 2
+    for M2, N2, ds2 in ((264, 4096, "bf16"), (4096, 8192, "bf16"), (1, 4100, "bf16"), (1, 2048, "bf16"),
+                        (1, 32768, "bf16"), (1, 4098, "fp32")):
+        assert not [c for c in cuda_space(M2, N2, ds2) if c.kwargs["ASYNC"] == 2], (M2, N2, ds2)
+
+
+@needs_ptxas
+@pytest.mark.parametrize("N,threads", [(3000, 256), (4096, 256), (4096, 512), (8192, 512), (16384, 1024)])
+@pytest.mark.parametrize("ds", ["bf16", "fp16", "fp32"])
+def test_the_gluon_row_body_meets_its_sum_behind_one_barrier(N, threads, ds):
+    """sm_90: each warp sums its part with five shuffles, writes it to shared memory once, and after the one
+    barrier every thread reads all the warps' sums with 16-byte shared loads (Triton's tl.sum over the same
+    row: two barriers and a second round of shuffles). x and the weight arrive by 16-byte loads, all issued
+    before the barrier (ptxas places the weight's with x's, or, where registers are scarce, among the first
+    shuffles); 16-byte stores; no spills."""
+    import re
+
+    from triton.backends.compiler import GPUTarget
+
+    from flyautotune_rmsnorm import kernel_async
+
+    k = kernel_async.compile_row_for(GPUTarget("cuda", 90, 32), ds, N, threads, ("evict_first", "evict_last", ""))
+    ptx = k.asm["ptx"]
+    elem = {"bf16": 2, "fp16": 2, "fp32": 4}[ds]
+    per_lane = next_pow2(N) * elem // threads // 16  # 16-byte vectors of x a thread holds
+    assert len(re.findall(r"ld\.global[.\w:]*\.v4\.b32", ptx)) == 2 * per_lane  # x and the weight
+    assert len(re.findall(r"st\.global[.\w:]*\.v4\.b32", ptx)) == per_lane
+    assert ptx.count("bar.sync") == 1 and ptx.count("shfl.sync.bfly") == 5
+    assert k.metadata.shared == 4 * threads // 32  # one fp32 sum a warp
+    assert _stack_and_local(k, f"row_{ds}_{N}_{threads}")[0] == (0, 0)
+    ins = _sass(k)
+    bars = [i for i, op in enumerate(ins) if re.search(r"\bBAR\.SYNC", op)]
+    loads = [i for i, op in enumerate(ins) if re.search(r"\bLDG\b|\bLDG\.", op)]
+    assert len(bars) == 1 and len(loads) == 2 * per_lane and max(loads) < bars[0], "the weight waits for the sum"
+    # CACHE_POLICY=1's policies reach the loads: x streamed (evict-first), the weight kept (evict-last)
+    assert sum(".EF." in ins[i] for i in loads) == per_lane and sum(".EL." in ins[i] for i in loads) == per_lane
+    assert sum(bool(re.match(r"(@!?\w+\s+)?STS\b", op)) for op in ins) == 1
+
+
 @pytest.mark.parametrize("clusters,copies", [(True, True), (True, False), (False, True), (False, False)])
 def test_a_gpu_that_cannot_run_a_body_is_not_offered_its_configs(monkeypatch, clusters, copies):
     """The space a search times drops the cluster configs (COOP=3) on a GPU without clusters and the

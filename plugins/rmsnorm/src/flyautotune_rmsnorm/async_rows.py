@@ -1,4 +1,4 @@
-"""The launcher of ``ASYNC=1``: the asynchronous-copy body (``kernel_async.py``, Gluon) where it takes the
+"""The launcher of ``ASYNC=1`` and ``ASYNC=2``: the Gluon bodies (``kernel_async.py``) where they take the
 call, the Triton body of the same tile everywhere else."""
 
 from __future__ import annotations
@@ -6,8 +6,8 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from . import kernel_async as _ka
-from .factory import _INTERPRET, NARROW_LIMIT, Launch, RMSNormLauncher, _direct_call, _runtime_call, _torch, \
-    torch_stream
+from .factory import _INTERPRET, CACHE_POLICIES, NARROW_LIMIT, Launch, RMSNormLauncher, _direct_call, \
+    _runtime_call, _torch, torch_stream
 
 _capable: dict = {}
 
@@ -24,22 +24,32 @@ def async_capable(dev: int) -> bool:
 
 
 class AsyncRowsLauncher(RMSNormLauncher):
-    """``ROWS_PER_PROGRAM`` rows a program, one warp a row (``BLOCK_THREADS = 32 * ROWS_PER_PROGRAM``), x
-    staged in shared memory by ``cp.async`` (:mod:`.kernel_async`). Called like
+    """The Gluon bodies (:mod:`.kernel_async`). ``ASYNC=1``: ``ROWS_PER_PROGRAM`` rows a program, one warp
+    a row (``BLOCK_THREADS = 32 * ROWS_PER_PROGRAM``), x staged in shared memory by ``cp.async``.
+    ``ASYNC=2``: one row a program on ``BLOCK_THREADS`` threads, the row's sum met behind one barrier, the
+    loads with ``CACHE_POLICY``'s eviction policies. Called like
     :class:`~flyautotune_rmsnorm.factory.RMSNormLauncher`.
 
-    The body takes rows of whole 16-byte vectors with row strides of whole vectors, offsets within 32
+    The bodies take rows of whole 16-byte vectors with row strides of whole vectors, offsets within 32
     bits, on an NVIDIA GPU of compute capability 8.0+ with Gluon; any other call (the CPU, the interpreter,
     ROCm, odd widths or strides) runs :attr:`fallback`, the Triton body of the same tile and cache policy,
     which computes the same rows."""
 
-    def __init__(self, *spec: Any):
+    def __init__(self, *spec: Any, ASYNC: int = 1):
         super().__init__(*spec)
+        self.ASYNC = ASYNC
         self.fallback = RMSNormLauncher(*spec)
-        self._async_consts = tuple(_ka.signature(self.dtype_str, self.N, self.ROWS_PER_PROGRAM)[1].values())
+        if ASYNC == 2:
+            x_last, _, w_pol, y_pol = CACHE_POLICIES[self.CACHE_POLICY]
+            consts = _ka.row_signature(self.dtype_str, self.N, self.BLOCK_THREADS, (x_last, w_pol, y_pol))[1]
+            self._body, self._warps = _ka.rmsnorm_row, self.BLOCK_THREADS // 32
+        else:
+            consts = _ka.signature(self.dtype_str, self.N, self.ROWS_PER_PROGRAM)[1]
+            self._body, self._warps = _ka.rmsnorm_async, self.ROWS_PER_PROGRAM
+        self._async_consts = tuple(consts.values())
 
     def __repr__(self) -> str:
-        return super().__repr__()[:-1] + ", ASYNC=1)"
+        return super().__repr__()[:-1] + f", ASYNC={self.ASYNC})"
 
     def _takes_rows(self, M: int, sx: int, sy: int) -> bool:
         """What :meth:`takes` asks of a launch apart from its device: whole vectors (the width and both row
@@ -48,7 +58,7 @@ class AsyncRowsLauncher(RMSNormLauncher):
         return not (self.N % vec or sx % vec or sy % vec) and (M + self.ROWS_PER_PROGRAM) * max(sx, sy) < NARROW_LIMIT
 
     def takes(self, x, M: int, sx: int, sy: int) -> bool:
-        """True when the asynchronous-copy body runs this call (else :attr:`fallback` does)."""
+        """True when the Gluon body runs this call (else :attr:`fallback` does)."""
         return x.is_cuda and not _INTERPRET and self._takes_rows(M, sx, sy) and async_capable(x.get_device())
 
     # The base class's launch path, with this body's constexprs and compile step.
@@ -59,8 +69,7 @@ class AsyncRowsLauncher(RMSNormLauncher):
         torch = _torch()
         dev = key[0]
         with torch.cuda.device(dev), torch.cuda.stream(torch_stream(stream, x.device)):
-            compiled = _ka.rmsnorm_async[(self.grid(M),)](x, w, y, M, sxv, syv, eps, *consts,
-                                                         num_warps=self.ROWS_PER_PROGRAM)
+            compiled = self._body[(self.grid(M),)](x, w, y, M, sxv, syv, eps, *consts, num_warps=self._warps)
             launch = Launch(_direct_call(compiled), compiled, _runtime_call(compiled))
         with self._lock:
             self._launches[key] = launch
@@ -83,7 +92,7 @@ class AsyncRowsLauncher(RMSNormLauncher):
             return self.fallback.compiled(x, w, y, M, sx, sy, options)
         torch = _torch()
         with torch.cuda.device(x.get_device()):
-            k = _ka.rmsnorm_async.warmup(x, w, y, M, sx // self.vec, sy // self.vec, 1e-6, *self._async_consts,
-                                         grid=(self.grid(M),), num_warps=self.ROWS_PER_PROGRAM)
+            k = self._body.warmup(x, w, y, M, sx // self.vec, sy // self.vec, 1e-6, *self._async_consts,
+                                  grid=(self.grid(M),), num_warps=self._warps)
             k.run  # loading the binary fills n_regs / n_spills
         return k

@@ -154,22 +154,31 @@ def _check_spec(N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLI
 
 
 def _check_async(spec: tuple, ASYNC: Any) -> None:
-    """``ASYNC=1`` (x staged by cp.async, one warp a row: ``kernel_async.py``) takes whole rows held in
-    registers (``CHUNK=0``, ``SPLIT=1``, ``HOLD=0``, 16-byte accesses) of at most ``MAX_BLOCK_N`` padded
-    elements, with one warp per row of the program (``BLOCK_THREADS = 32 * ROWS_PER_PROGRAM``)."""
-    from .kernel_async import MAX_BLOCK_N
+    """The Gluon bodies (``kernel_async.py``) take whole rows held in registers (``CHUNK=0``, ``SPLIT=1``,
+    ``HOLD=0``, ``PREFETCH=0``, ``COOP=0``, 16-byte accesses). ``ASYNC=1`` (x staged by cp.async, one warp a
+    row): rows of at most ``MAX_BLOCK_N`` padded elements, ``BLOCK_THREADS = 32 * ROWS_PER_PROGRAM``.
+    ``ASYNC=2`` (one row a program, one barrier): ``ROWS_PER_PROGRAM=1`` and whole 16-byte vectors of at most
+    ``MAX_ROW_PER_LANE`` elements a lane (``next_pow2(N) / BLOCK_THREADS``)."""
+    from .kernel_async import MAX_BLOCK_N, MAX_ROW_PER_LANE
 
     N, dtype_str, threads, rows, chunk, _, prefetch, split, vec, coop, hold = spec
     _check_spec(*spec)
-    if isinstance(ASYNC, bool) or ASYNC != 1:
-        raise ValueError(f"rmsnorm factory: ASYNC={ASYNC!r}; accepted: 0, or 1 (x staged by cp.async, one warp a row)")
-    if (chunk and chunk < next_pow2(N)) or split != 1 or hold or prefetch or coop or vec != VECTOR_BYTES \
-            or threads != 32 * rows or next_pow2(N) > MAX_BLOCK_N:
+    if isinstance(ASYNC, bool) or ASYNC not in (1, 2):
+        raise ValueError(f"rmsnorm factory: ASYNC={ASYNC!r}; accepted: 0, 1 (x staged by cp.async, one warp a "
+                         f"row) or 2 (one row a program, its sum met behind one barrier)")
+    common = (chunk and chunk < next_pow2(N)) or split != 1 or hold or prefetch or coop or vec != VECTOR_BYTES
+    knobs = (f"got N={N}, CHUNK={chunk}, SPLIT={split}, HOLD={hold}, PREFETCH={prefetch}, COOP={coop}, "
+             f"VEC={vec}, BLOCK_THREADS={threads}, ROWS_PER_PROGRAM={rows}")
+    if ASYNC == 1 and (common or threads != 32 * rows or next_pow2(N) > MAX_BLOCK_N):
         raise ValueError(f"rmsnorm factory: ASYNC=1 takes a whole row of at most {MAX_BLOCK_N} padded elements "
                          f"(CHUNK=0, SPLIT=1, HOLD=0, PREFETCH=0, COOP=0, VEC=16) with one warp a row "
-                         f"(BLOCK_THREADS = 32 * ROWS_PER_PROGRAM), got N={N}, CHUNK={chunk}, SPLIT={split}, "
-                         f"HOLD={hold}, PREFETCH={prefetch}, COOP={coop}, VEC={vec}, BLOCK_THREADS={threads}, "
-                         f"ROWS_PER_PROGRAM={rows}")
+                         f"(BLOCK_THREADS = 32 * ROWS_PER_PROGRAM), {knobs}")
+    per_lane, lane_vec = next_pow2(N) // threads, VECTOR_BYTES // ELEMENT_SIZE[dtype_str]
+    if ASYNC == 2 and (common or rows != 1 or threads < 32 or threads % 32 or per_lane < lane_vec
+                       or per_lane > MAX_ROW_PER_LANE or per_lane * threads != next_pow2(N)):
+        raise ValueError(f"rmsnorm factory: ASYNC=2 takes one whole row a program (ROWS_PER_PROGRAM=1, CHUNK=0, "
+                         f"SPLIT=1, HOLD=0, PREFETCH=0, COOP=0, VEC=16) with {lane_vec}-{MAX_ROW_PER_LANE} "
+                         f"elements a thread (next_pow2(N) / BLOCK_THREADS), {knobs}")
 
 
 def row_vec(sx: int, sy: int, elem: int, vec_bytes: int = VECTOR_BYTES) -> int:
@@ -473,7 +482,7 @@ def make_launcher(N: int, dtype_str: str, BLOCK_THREADS: int, ROWS_PER_PROGRAM: 
     """The (cached) launcher for one specialization; raises on an invalid knob value.
 
     ``SPLIT > 1`` gives a :class:`~flyautotune_rmsnorm.split.SplitLauncher` (a
-    :class:`~flyautotune_rmsnorm.cluster.ClusterLauncher` with ``COOP=3``), ``ASYNC=1`` an
+    :class:`~flyautotune_rmsnorm.cluster.ClusterLauncher` with ``COOP=3``), ``ASYNC=1`` or ``2`` an
     :class:`~flyautotune_rmsnorm.async_rows.AsyncRowsLauncher`; each is called the same way.
     """
     spec = (N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLICY, PREFETCH, SPLIT, VEC, COOP, HOLD)
@@ -487,7 +496,7 @@ def make_launcher(N: int, dtype_str: str, BLOCK_THREADS: int, ROWS_PER_PROGRAM: 
             from .async_rows import AsyncRowsLauncher
 
             _check_async(spec[:11], ASYNC)  # once per specialization, as the other launchers check theirs
-            built = AsyncRowsLauncher(*spec[:11])
+            built = AsyncRowsLauncher(*spec[:11], ASYNC=ASYNC)
         elif SPLIT != 1 and not isinstance(SPLIT, bool) and isinstance(SPLIT, int):
             if COOP == 3:
                 from .cluster import ClusterLauncher as launcher_class

@@ -30,7 +30,9 @@ Knobs (structural kwargs the factory consumes):
   memory (staged through L1).
 * ``ASYNC``: ``1`` runs the asynchronous-copy body (``kernel_async.py``, in Gluon): one warp a row, x
   staged in shared memory by ``cp.async`` while the weight loads; offered for rows of 513-2048 elements
-  (:func:`async_configs`). A winner stored before the knob existed (no ``ASYNC``) is taken as ``ASYNC=0``.
+  (:func:`async_configs`). ``2`` runs the Gluon row body: one row a program whose sum meets behind one
+  barrier instead of Triton's two, the weight loaded with x; offered for a few rows of 2-16 K elements
+  (:func:`row_configs`). A winner stored before the knob existed (no ``ASYNC``) is taken as ``ASYNC=0``.
 * ``HOLD``: a whole 16-bit row held in registers in its own dtype across the
   reduction: rows of 16K-64K elements read once at 1024 threads without spills.
   Not in the CUDA space: on the H200 it lost to two-pass chunks on every long-row
@@ -261,6 +263,20 @@ def async_configs(N: int, dtype_str: str) -> list:
     return [_cfg(128, 4, policy=0, async_=1)]
 
 
+def row_configs(M: int, N: int, dtype_str: str) -> list:
+    """A few rows (``M < FEW_ROWS``) of 2049-16384 elements of whole 16-byte vectors on the Gluon row body
+    (``ASYNC=2``), where this Triton has it: 8 or 16 elements a thread, streaming x and keeping the weight
+    (``CACHE_POLICY=1``, what the Triton body's picks use at these shapes). A launch there is latency bound;
+    Triton's block-wide sum costs two barriers and a second round of shuffles after x arrives, this body
+    one barrier and two 16-byte shared loads at 8 warps (sm_90 SASS, ``tests/test_kernel_async.py``)."""
+    from . import kernel_async
+
+    npad, lane_vec = next_pow2(N), 16 // ELEMENT_SIZE[dtype_str]
+    if not kernel_async.available() or M >= FEW_ROWS or N % lane_vec or not 2048 < npad <= 16384:
+        return []
+    return [_cfg(npad // per_lane, 1, policy=1, async_=2) for per_lane in (16, 8) if npad // per_lane <= 1024]
+
+
 def cuda_space(M: int, N: int, dtype_str: str) -> list:
     """The CUDA search space: at most 24 candidates (30 for many short rows), tuned in seconds."""
     npad = next_pow2(N)
@@ -300,6 +316,7 @@ def cuda_space(M: int, N: int, dtype_str: str) -> list:
                         out.append(_cfg(bt, 1, chunk, policy))
         if npad == MAX_REGISTER_ROW:
             out += [_cfg(1024, 1, 8192, 2, 1), _cfg(1024, 1, 16384, 2, 0), _cfg(1024, 1, 16384, 2, 1)]
+        out += row_configs(M, N, dtype_str)
     else:
         for chunk, bt in ((8192, 512), (8192, 1024), (16384, 1024), (32768, 1024)):
             for prefetch in (0, 1):
