@@ -58,7 +58,7 @@ def test_async_rows_are_right_on_the_gpu_and_run_the_gluon_body(N, dtype):
         pytest.skip("the Gluon body needs compute capability 8.0+ on NVIDIA and a Triton with Gluon")
     ds = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}[dtype]
     L = make_launcher(N, ds, 128, 4, CACHE_POLICY=0, ASYNC=1)
-    for M in (4097, 1, 8):
+    for M in (1, 4097, 8):  # one row first: its binary must not be specialized on M == 1
         x, w = _inputs(M, N, dtype)
         y = torch.full_like(x, float("nan"))
         L(x, w, y, M, N, N, 1e-6)
@@ -104,7 +104,7 @@ def test_the_gluon_row_body_is_right_on_the_gpu_and_runs(N, dtype):
     assert configs, "the space offers the row body here"
     for cfg in configs:
         L = make_launcher(N, ds, **cfg.kwargs)
-        for M in (1, 37, 263):
+        for M in (1, 37, 263):  # one row first: its binary must not be specialized on M == 1
             x, w = _inputs(M, N, dtype)
             y = torch.full_like(x, float("nan"))
             L(x, w, y, M, N, N, 1e-6)
@@ -122,11 +122,13 @@ def test_the_gluon_row_body_is_right_on_the_gpu_and_runs(N, dtype):
         assert L.fallback._launches, "rows of a stride off the vectors did not take the fallback"
         k = L.compiled(x, w, torch.empty_like(x), M, N, N)
         assert not k.n_spills
-        run = L.bind(M, N, N, 0, w.dtype, ())
-        y = torch.full_like(x, float("nan"))
-        run(x, w, y, M, N, ds, 1e-6, N, N)
-        torch.cuda.synchronize()
-        _check(y, x, w)
+        for m in (1, M):  # the tuned entry's hit path: the first call fills it, the second takes it
+            run = L.bind(m, N, N, 0, w.dtype, ())
+            for _ in range(2):
+                y = torch.full_like(x[:m], float("nan"))
+                run(x[:m], w, y, m, N, ds, 1e-6, N, N)
+                torch.cuda.synchronize()
+                _check(y, x[:m], w)
 
 
 @pytest.mark.parametrize("N", [16384, 32768 - 5, 65536, 65536 - 3])

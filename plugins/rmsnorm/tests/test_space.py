@@ -315,6 +315,17 @@ def test_a_few_long_rows_also_try_the_gluon_row_body(M, N, ds, threads):
         assert not [c for c in cuda_space(M2, N2, ds2) if c.kwargs["ASYNC"] == 2], (M2, N2, ds2)
 
 
+def test_every_body_leaves_the_row_count_and_strides_unspecialized():
+    """A launcher keeps one binary per constexpr tuple and runs it for every row count and stride: Triton
+    must not specialize those arguments (on 1, or on divisibility by 16), or the binary built for one row
+    would run a later launch of many with M fixed at 1 (and claunch's runtime-only launch would refuse it)."""
+    from flyautotune_rmsnorm import kernel, kernel_async
+
+    for fn, names in ((kernel.jit_kernel(), ("M", "sx_vec", "sy_vec")),
+                      (kernel_async.rmsnorm_async, ("M", "SX", "SY")), (kernel_async.rmsnorm_row, ("M", "SX", "SY"))):
+        assert {p.name for p in fn.params if p.do_not_specialize} >= set(names), fn
+
+
 @needs_ptxas
 @pytest.mark.parametrize("N,threads", [(3000, 256), (4096, 256), (4096, 512), (8192, 512), (16384, 1024)])
 @pytest.mark.parametrize("ds", ["bf16", "fp16", "fp32"])

@@ -72,8 +72,12 @@ if gluon is not None:
     _copy = getattr(_cp, "async_load", None) or _cp.async_copy_global_to_shared
     # ... and the CTA barrier (thread_barrier in 3.6, barrier in 3.9).
     _barrier = getattr(gl, "barrier", None) or gl.thread_barrier
+    # The row count and strides vary between calls that share a launcher's binary (its cache is keyed by
+    # the constexprs): Triton must not specialize them (on 1, or on divisibility by 16), as the Triton
+    # body's do not either.
+    RUNTIME_INTS = ("M", "SX", "SY")
 
-    @gluon.jit
+    @gluon.jit(do_not_specialize=RUNTIME_INTS)
     def rmsnorm_async(X, W, Y, M, SX, SY, eps, N: gl.constexpr, BLOCK_N: gl.constexpr, ROWS: gl.constexpr,
                       VEC: gl.constexpr):
         layout: gl.constexpr = gl.BlockedLayout([1, VEC], [1, 32], [ROWS, 1], [1, 0])
@@ -92,7 +96,7 @@ if gluon is not None:
         y = x * rstd[:, None] * w[None, :]
         gl.store(Y + ((rows * (SY * VEC))[:, None] + cols[None, :]), y.to(Y.dtype.element_ty), mask=ok)
 
-    @gluon.jit
+    @gluon.jit(do_not_specialize=RUNTIME_INTS)
     def rmsnorm_row(X, W, Y, M, SX, SY, eps, N: gl.constexpr, BLOCK_N: gl.constexpr, WARPS: gl.constexpr,
                     VEC: gl.constexpr, X_POLICY: gl.constexpr, W_POLICY: gl.constexpr, Y_POLICY: gl.constexpr):
         C: gl.constexpr = BLOCK_N // WARPS  # columns of each warp's part
