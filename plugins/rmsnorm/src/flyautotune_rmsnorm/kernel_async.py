@@ -26,7 +26,8 @@ bound: Triton's ``tl.sum`` over a row spread across warps meets twice in shared 
 a barrier, one warp's shuffles over those, a second barrier to hand the total back). This body lays the
 row out as ``[warps, columns]`` so each warp sums its own part with shuffles, writes it to shared memory,
 and after the one barrier every thread reads all the warps' sums (two 16-byte loads at 8 warps) and adds
-them itself. The weight is loaded with x, before the sum.
+them itself. The weight's loads are issued before the barrier (ptxas places them with x's, or among the
+first shuffles where registers are scarce).
 
 Row strides are passed in vectors (``SX * VEC`` elements) so the compiler knows
 every row starts 16-byte aligned; offsets are 32-bit (the launcher sends larger
