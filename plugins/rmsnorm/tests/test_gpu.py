@@ -46,19 +46,15 @@ def test_every_config_of_the_space_is_right_on_the_gpu(N, dtype):
             _check(y, x, w)
 
 
-@pytest.mark.parametrize("N", [520, 1000, 1024, 2048])
-@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
-def test_async_rows_are_right_on_the_gpu_and_run_the_gluon_body(N, dtype):
-    """ASYNC=1 on the GPU: the Gluon body itself runs (its own binaries, none of the fallback's) for
-    packed rows, a row count that is not a multiple of 4, one row, strided rows into a strided out=; rows
-    whose stride is not whole vectors take the Triton body of the same tile. Every output against fp64."""
-    from flyautotune_rmsnorm.async_rows import async_capable
-
-    if not async_capable(0):
-        pytest.skip("the Gluon body needs compute capability 8.0+ on NVIDIA and a Triton with Gluon")
+def _gluon_body_runs(L, N, dtype, counts, strided_rows):
+    """A Gluon body's launcher on the GPU: the body itself runs (its own binaries, none of the fallback's)
+    for each row count of ``counts`` (one row first: its binary must not be specialized on M == 1), strided
+    rows into a strided out=; rows whose stride is not whole vectors take the Triton body of the same tile;
+    a search's precompile builds it without launching; the tuned entry's hit path (bind) fills itself on a
+    first call and takes its direct launch on the second, for one row and for the last count. Every output
+    against fp64. Returns the precompiled kernel."""
     ds = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}[dtype]
-    L = make_launcher(N, ds, 128, 4, CACHE_POLICY=0, ASYNC=1)
-    for M in (1, 4097, 8):  # one row first: its binary must not be specialized on M == 1
+    for M in counts:
         x, w = _inputs(M, N, dtype)
         y = torch.full_like(x, float("nan"))
         L(x, w, y, M, N, N, 1e-6)
@@ -67,68 +63,56 @@ def test_async_rows_are_right_on_the_gpu_and_run_the_gluon_body(N, dtype):
     assert L._launches and not L.fallback._launches, "the Gluon body did not run"
     vec = 16 // x.element_size()
     for pad in (vec, 1):  # whole vectors: the Gluon body; otherwise the fallback
-        big = torch.randn(37, N + pad, device="cuda", dtype=dtype)
-        out = torch.full((37, N + pad), float("nan"), device="cuda", dtype=dtype)
-        L(big[:, :N], w, out[:, :N], 37, N + pad, N + pad, 1e-6)
+        big = torch.randn(strided_rows, N + pad, device="cuda", dtype=dtype)
+        out = torch.full((strided_rows, N + pad), float("nan"), device="cuda", dtype=dtype)
+        L(big[:, :N], w, out[:, :N], strided_rows, N + pad, N + pad, 1e-6)
         torch.cuda.synchronize()
         _check(out[:, :N], big[:, :N], w)
         assert torch.isnan(out[:, N:]).all(), "wrote past the row"
     assert L.fallback._launches, "rows of a stride off the vectors did not take the fallback"
-    # a search's precompile builds the body without launching it
-    x, w = _inputs(300, N, dtype)
-    k = L.compiled(x, w, torch.empty_like(x), 300, N, N)
-    assert k.metadata.shared and not k.n_spills
-    # the tuned entry's hit path (bind) runs the same binaries
-    run = L.bind(300, N, N, 0, w.dtype, ())
-    for _ in range(2):
-        y = torch.full_like(x, float("nan"))
-        run(x, w, y, 300, N, ds, 1e-6, N, N)
-        torch.cuda.synchronize()
-        _check(y, x, w)
+    k = L.compiled(x, w, torch.empty_like(x), M, N, N)
+    assert not k.n_spills
+    for m in (1, M):
+        run = L.bind(m, N, N, 0, w.dtype, ())
+        for _ in range(2):
+            y = torch.full_like(x[:m], float("nan"))
+            run(x[:m], w, y, m, N, ds, 1e-6, N, N)
+            torch.cuda.synchronize()
+            _check(y, x[:m], w)
+    return k
+
+
+def _needs_gluon():
+    from flyautotune_rmsnorm.async_rows import async_capable
+
+    if not async_capable(0):
+        pytest.skip("the Gluon bodies need compute capability 8.0+ on NVIDIA and a Triton with Gluon")
+
+
+@pytest.mark.parametrize("N", [520, 1000, 1024, 2048])
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+def test_async_rows_are_right_on_the_gpu_and_run_the_gluon_body(N, dtype):
+    """ASYNC=1 on the GPU (:func:`_gluon_body_runs`): one row, a row count that is not a multiple of 4,
+    300; x staged in shared memory."""
+    _needs_gluon()
+    ds = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}[dtype]
+    k = _gluon_body_runs(make_launcher(N, ds, 128, 4, CACHE_POLICY=0, ASYNC=1), N, dtype, (1, 4097, 300), 37)
+    assert k.metadata.shared
 
 
 @pytest.mark.parametrize("N", [2056, 3000, 4096, 8192, 16384])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
 def test_the_gluon_row_body_is_right_on_the_gpu_and_runs(N, dtype):
-    """ASYNC=2 (one row a program, one barrier) on the GPU, at every thread count the space offers: the
-    Gluon body itself runs (none of the fallback's binaries) for one row, a few and 263, strided rows into a
-    strided out=, through the tuned entry's hit path (bind) too; rows whose stride is not whole vectors take
-    the Triton body of the same tile. Every output against fp64."""
-    from flyautotune_rmsnorm.async_rows import async_capable
+    """ASYNC=2 (one row a program, one barrier) on the GPU at every thread count the space offers
+    (:func:`_gluon_body_runs`): one row, 37, 263."""
     from flyautotune_rmsnorm.space import row_configs
 
-    if not async_capable(0):
-        pytest.skip("the Gluon body needs compute capability 8.0+ on NVIDIA and a Triton with Gluon")
+    _needs_gluon()
     ds = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}[dtype]
     configs = row_configs(1, N, ds)
     assert configs, "the space offers the row body here"
     for cfg in configs:
-        L = make_launcher(N, ds, **cfg.kwargs)
-        for M in (1, 37, 263):  # one row first: its binary must not be specialized on M == 1
-            x, w = _inputs(M, N, dtype)
-            y = torch.full_like(x, float("nan"))
-            L(x, w, y, M, N, N, 1e-6)
-            torch.cuda.synchronize()
-            _check(y, x, w)
-        assert L._launches and not L.fallback._launches, "the Gluon body did not run"
-        vec = 16 // x.element_size()
-        for pad in (vec, 1):  # whole vectors: the Gluon body; otherwise the fallback
-            big = torch.randn(5, N + pad, device="cuda", dtype=dtype)
-            out = torch.full((5, N + pad), float("nan"), device="cuda", dtype=dtype)
-            L(big[:, :N], w, out[:, :N], 5, N + pad, N + pad, 1e-6)
-            torch.cuda.synchronize()
-            _check(out[:, :N], big[:, :N], w)
-            assert torch.isnan(out[:, N:]).all(), "wrote past the row"
-        assert L.fallback._launches, "rows of a stride off the vectors did not take the fallback"
-        k = L.compiled(x, w, torch.empty_like(x), M, N, N)
-        assert not k.n_spills
-        for m in (1, M):  # the tuned entry's hit path: the first call fills it, the second takes it
-            run = L.bind(m, N, N, 0, w.dtype, ())
-            for _ in range(2):
-                y = torch.full_like(x[:m], float("nan"))
-                run(x[:m], w, y, m, N, ds, 1e-6, N, N)
-                torch.cuda.synchronize()
-                _check(y, x[:m], w)
+        _gluon_body_runs(make_launcher(N, ds, **cfg.kwargs), N, dtype, (1, 37, 263), 5)
 
 
 @pytest.mark.parametrize("N", [16384, 32768 - 5, 65536, 65536 - 3])
