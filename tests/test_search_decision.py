@@ -376,3 +376,25 @@ def test_outputs_must_name_write_only_parameters(pm):
     with pytest.raises(ValueError, match=r"outputs names 'y', which restore_value or reset_to_zero also names"):
         fat.autotune(configs=[fat.Config(B=1)], key=["n"], outputs=["y"], restore_value=["y"],
                      plugin_manager=pm)(launch)
+
+
+def test_a_search_gives_the_cache_flush_buffers_back_when_it_ends(pm):
+    """The graph timing's flush buffers (twice the last-level cache per device: 100 MB on an H200, 512 MB on
+    an MI300) belong to the search: when it ends they are released for the caller's tensors; the next timing
+    that needs one makes it again."""
+    from flyautotune.timing import events as timing_events
+
+    seen = []
+
+    class Flushing(FixedTimes):
+        @fat.hookimpl(tryfirst=True)
+        def flyautotune_benchmark(self, fn, setup, target, stream, warmup, rep, rotations, cutoff_ms):
+            with timing_events._flush_lock:
+                timing_events._flush_buffers[("fake", 0)] = torch.empty(16, dtype=torch.int8)  # as a GPU timing would
+            seen.append(len(timing_events._flush_buffers))
+            return FixedTimes.flyautotune_benchmark(self, fn, setup, target, stream, warmup, rep, rotations, cutoff_ms)
+
+    pm.register(Flushing({1: [1.0], 2: [0.9], 3: [1.1]}))
+    sel = tuner(pm, "d_flush_release").select(torch.zeros(2), 2, force=True)
+    assert sel.config == fat.Config(B=2) and seen and all(seen)
+    assert timing_events._flush_buffers == {}

@@ -11,6 +11,7 @@ import time
 from typing import Any, Optional
 
 from .. import events, streams
+from ..timing import events as timing_events
 from ..config import Config
 from ..measurement import Measurement
 from ..store.jsontext import canonical_config_json
@@ -413,6 +414,7 @@ class Search:
                 self.rerank()
         finally:
             self.settle()
+            timing_events.release_flush_buffers()  # the cache-flush buffers are the search's, not the caller's
             if self.precompiler is not None:
                 self.precompiler.stop()
             if self._snapshot is not None:
