@@ -318,12 +318,25 @@ def test_a_few_long_rows_also_try_the_gluon_row_body(M, N, ds, threads):
 def test_every_body_leaves_the_row_count_and_strides_unspecialized():
     """A launcher keeps one binary per constexpr tuple and runs it for every row count and stride: Triton
     must not specialize those arguments (on 1, or on divisibility by 16), or the binary built for one row
-    would run a later launch of many with M fixed at 1 (and claunch's runtime-only launch would refuse it)."""
+    would run a later launch of many with M fixed at 1 (and claunch's runtime-only launch would refuse it).
+    Checked through Triton's own argument binder (what a GPU launch runs) for M = 1, SX = 1, SY = 32: each
+    stays a runtime i32 with no attribute."""
+    import torch
+    from triton.backends.compiler import GPUTarget
+    from triton.compiler.compiler import make_backend
+    from triton.runtime.jit import create_function_from_signature
+
     from flyautotune_rmsnorm import kernel, kernel_async
 
-    for fn, names in ((kernel.jit_kernel(), ("M", "sx_vec", "sy_vec")),
-                      (kernel_async.rmsnorm_async, ("M", "SX", "SY")), (kernel_async.rmsnorm_row, ("M", "SX", "SY"))):
+    backend = make_backend(GPUTarget("cuda", 90, 32))
+    x = torch.empty(64, 4096, dtype=torch.bfloat16)
+    for fn in (kernel.jit_kernel(), kernel_async.rmsnorm_async, kernel_async.rmsnorm_row):
+        names = [p.name for p in fn.params][3:6]  # M and the two row strides
         assert {p.name for p in fn.params if p.do_not_specialize} >= set(names), fn
+        binder = create_function_from_signature(fn.signature, fn.params, backend)
+        consts = [1] * sum(p.is_constexpr for p in fn.params)
+        _, spec, _ = binder(x, x, x, 1, 1, 32, 1e-6, *consts)
+        assert list(spec[3:6]) == [("i32", None)] * 3, (fn, dict(zip(names, spec[3:6])))
 
 
 @needs_ptxas
