@@ -628,6 +628,13 @@ def main(argv=None):
     except Exception as exc:
         log(f"plot failed: {exc!r}")
     print(md)
+    # A peer may fail (Liger refuses rows past 65536); ours failing is a bug: the run says so in its status.
+    ours_failed = [f"{r['M']}x{r['N']} {r['dtype']} {name}" for r in rows for name in ("default", "tuned")
+                   if not r["graph_ms"].get(name)]
+    if ours_failed:
+        log(f"our own launches failed at: {', '.join(ours_failed)}")
+        return 1
+    return 0
 
 
 if __name__ == "__main__":

@@ -55,16 +55,21 @@ def markdown(rows, meta):
             of_clone = f"{vals['tuned'] / vals['clone']:.0%}" if vals["tuned"] and vals["clone"] else "—"
             lines.append(f"| {r['M']} × {r['N']} | {r['dtype']} | " + " | ".join(fmt(vals[n]) for n in IMPLS)
                          + f" | {ratio_s} | {of_clone} | {cfg} |")
-        ratios = []
+        ratios, missing = [], []
         for r in rows:
             peers = [gbps(r, mode, p) for p in PEERS if gbps(r, mode, p)]
             t = gbps(r, mode, "tuned")
             if peers and t:
                 ratios.append(t / max(peers))
+            elif not t:
+                missing.append(f"{r['M']} × {r['N']} {r['dtype']}")
         if ratios:
             geo = math.exp(sum(math.log(v) for v in ratios) / len(ratios))
             lines += ["", f"Geometric mean of tuned / best peer ({mode}): {geo:.3f}× over {len(ratios)} shapes; "
                           f"minimum {min(ratios):.3f}×."]
+        if missing:  # a failed tuned launch must not pass for a smaller bench
+            lines += ["", f"**No tuned figure** ({mode}) at {', '.join(missing)}: the tuned launch failed there "
+                          f"(the log says why); the mean above leaves those shapes out."]
         lines.append("")
     return "\n".join(lines)
 
