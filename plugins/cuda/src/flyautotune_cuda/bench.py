@@ -1,7 +1,8 @@
 """Timing candidates on an NVIDIA GPU: the core's timing engine on the launch stream.
 
 The engine (``flyautotune.timing``) warms the clocks, then times graph replays
-of round-robin launches over rotated inputs, or per-launch CUDA events when a
+of round-robin launches over rotated inputs (each replay behind an untimed L2
+flush; ``flush=False`` replays back to back), or per-launch CUDA events when a
 graph cannot be captured or ``setup`` must run between launches.
 """
 
