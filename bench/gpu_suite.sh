@@ -30,6 +30,12 @@ export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
 "$PY" -c "import torch, triton, flyautotune as fat; print('torch', torch.__version__, 'triton', triton.__version__, 'plugins', sorted(fat.plugin_manager().plugin_infos))"
 
 status=0
+# probe SCRIPT MD [ARGS...]: a bench/ script writing into OUT_DIR, its printout also kept as OUT_DIR/MD
+probe() {
+  local script=$1 md=$2
+  shift 2
+  "$PY" "$ROOT/bench/$script" --out "$OUT_DIR" "$@" | tee "$OUT_DIR/$md" || status=1
+}
 for stage in $STAGES; do
   case $stage in
     coop)
@@ -73,7 +79,7 @@ for stage in $STAGES; do
         | tee "$OUT_DIR/wins.md" || status=1 ;;
     cluster)
       echo "== the cluster body (COOP=3, CuTe DSL): every SPLIT x threads it takes, against QuACK and the space"
-      "$PY" "$ROOT/bench/cluster_probe.py" --out "$OUT_DIR" ${CLUSTER_ARGS:-} | tee "$OUT_DIR/cluster_probe.md" || status=1 ;;
+      probe cluster_probe.py cluster_probe.md ${CLUSTER_ARGS:-} ;;
     inductor)
       echo "== torch.compile's generated kernels and launch configs for short-row shapes"
       "$PY" "$ROOT/bench/inductor_code.py" --out "$OUT_DIR" ${INDUCTOR_SHAPES:+--shapes "$INDUCTOR_SHAPES"} \
@@ -84,28 +90,28 @@ for stage in $STAGES; do
         | tee "$OUT_DIR/long_rows.md" || status=1 ;;
     addressing)
       echo "== row addressing (WIDE, PACKED) for the tuned config of each shape"
-      "$PY" "$ROOT/bench/addressing_probe.py" --out "$OUT_DIR" ${ADDRESSING_ARGS:-} | tee "$OUT_DIR/addressing.md" || status=1 ;;
+      probe addressing_probe.py addressing.md ${ADDRESSING_ARGS:-} ;;
     weight)
       echo "== the weight's load issued with x's in a one-row body, against the plain body (latency-bound shapes)"
-      "$PY" "$ROOT/bench/weight_probe.py" --out "$OUT_DIR" ${WEIGHT_ARGS:-} | tee "$OUT_DIR/weight_probe.md" || status=1 ;;
+      probe weight_probe.py weight_probe.md ${WEIGHT_ARGS:-} ;;
     space)
       echo "== every config of the space next to the peers, and the search's pick"
-      "$PY" "$ROOT/bench/space_probe.py" --out "$OUT_DIR" ${SPACE_ARGS:-} | tee "$OUT_DIR/space_probe.md" || status=1 ;;
+      probe space_probe.py space_probe.md ${SPACE_ARGS:-} ;;
     body)
       echo "== one whole-row body written as Inductor writes it (knob by knob) and persistent cp.async variants, against ours and the peers"
-      "$PY" "$ROOT/bench/body_probe.py" --out "$OUT_DIR" ${BODY_ARGS:-} | tee "$OUT_DIR/body_probe.md" || status=1 ;;
+      probe body_probe.py body_probe.md ${BODY_ARGS:-} ;;
     gluon)
       echo "== QuACK's short-row kernel written in Gluon (one warp a row, x through cp.async or registers), against QuACK and ours"
-      "$PY" "$ROOT/bench/gluon_probe.py" --out "$OUT_DIR" ${GLUON_ARGS:-} | tee "$OUT_DIR/gluon_probe.md" || status=1 ;;
+      probe gluon_probe.py gluon_probe.md ${GLUON_ARGS:-} ;;
     flush)
       echo "== the L2 state before a timed replay: the search's timing against the bench's, per config"
-      "$PY" "$ROOT/bench/flush_probe.py" --out "$OUT_DIR" ${FLUSH_ARGS:-} | tee "$OUT_DIR/flush_probe.md" || status=1 ;;
+      probe flush_probe.py flush_probe.md ${FLUSH_ARGS:-} ;;
     cold)
       echo "== a search's first timing from cold compiles: compile pool on, off, drained first"
-      "$PY" "$ROOT/bench/cold_probe.py" --out "$OUT_DIR" ${COLD_ARGS:-} | tee "$OUT_DIR/cold_probe.md" || status=1 ;;
+      probe cold_probe.py cold_probe.md ${COLD_ARGS:-} ;;
     harness)
       echo "== the timing harness: GB/s against calls per graph, and the kernels' own durations"
-      "$PY" "$ROOT/bench/harness_probe.py" --out "$OUT_DIR" ${HARNESS_ARGS:-} | tee "$OUT_DIR/harness.md" || status=1 ;;
+      probe harness_probe.py harness.md ${HARNESS_ARGS:-} ;;
     agree)
       echo "== agreement: two gloo ranks tune one key inside fat.distributed"
       "$PY" "$ROOT/bench/agree_gpu.py" --out "$OUT_DIR" | tee "$OUT_DIR/agree.md" || status=1 ;;
