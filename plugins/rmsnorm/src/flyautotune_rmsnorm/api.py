@@ -344,15 +344,7 @@ def compile_spec(shape, dtype, config, target=None) -> tuple:
             raise fat.IncompatibleConfigError(
                 f"rmsnorm: {config} is a Gluon body (ASYNC={kw['ASYNC']}, NVIDIA only), which this "
                 f"target or Triton does not have; elsewhere its launch runs the Triton body of the same tile")
-        if kw["ASYNC"] == 2:
-            from .factory import CACHE_POLICIES
-
-            x_last, _, w_pol, y_pol = CACHE_POLICIES[launcher.CACHE_POLICY]
-            sig, consts = kernel_async.row_signature(ds, N, launcher.BLOCK_THREADS, (x_last, w_pol, y_pol))
-            body = kernel_async.rmsnorm_row
-        else:
-            sig, consts = kernel_async.signature(ds, N, launcher.ROWS_PER_PROGRAM)
-            body = kernel_async.rmsnorm_async
+        body, sig, consts = launcher.source  # the AsyncRowsLauncher's own choice of body
         vec = consts["VEC"]
         return body, sig, consts, {"options": options, "values": {"M": M, "SX": N // vec, "SY": N // vec}}
     if launcher.SPLIT > 1 and launcher.COOP == 2:

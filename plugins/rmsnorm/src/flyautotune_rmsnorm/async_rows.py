@@ -41,11 +41,13 @@ class AsyncRowsLauncher(RMSNormLauncher):
         self.fallback = RMSNormLauncher(*spec)
         if ASYNC == 2:
             x_last, _, w_pol, y_pol = CACHE_POLICIES[self.CACHE_POLICY]
-            consts = _ka.row_signature(self.dtype_str, self.N, self.BLOCK_THREADS, (x_last, w_pol, y_pol))[1]
+            sig, consts = _ka.row_signature(self.dtype_str, self.N, self.BLOCK_THREADS, (x_last, w_pol, y_pol))
             self._body, self._warps = _ka.rmsnorm_row, self.BLOCK_THREADS // 32
         else:
-            consts = _ka.signature(self.dtype_str, self.N, self.ROWS_PER_PROGRAM)[1]
+            sig, consts = _ka.signature(self.dtype_str, self.N, self.ROWS_PER_PROGRAM)
             self._body, self._warps = _ka.rmsnorm_async, self.ROWS_PER_PROGRAM
+        #: ``(body, signature, constexprs)``: what ``compile_spec`` hands a compiler for this launcher
+        self.source = (self._body, sig, consts)
         self._async_consts = tuple(consts.values())
 
     def __repr__(self) -> str:

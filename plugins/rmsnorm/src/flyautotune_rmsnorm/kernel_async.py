@@ -119,45 +119,47 @@ else:  # pragma: no cover - only without Gluon
     rmsnorm_async = rmsnorm_row = None
 
 
-def signature(dtype_str: str, N: int, rows: int, w_dtype_str: str = "") -> tuple:
-    """``(signature, constexprs)`` of the body for rows of ``N`` elements of ``dtype_str`` (``bf16``,
-    ``fp16``, ``fp32``) and a weight of ``w_dtype_str`` (default: the same), as ``triton.compile`` takes them."""
-    consts = dict(zip(CONST_NAMES, (N, next_pow2(N), rows, VECTOR_BYTES // ELEMENT_SIZE[dtype_str])))
+def _signature(names: tuple, values: tuple, dtype_str: str, w_dtype_str: str) -> tuple:
+    """``(signature, constexprs)`` of a Gluon body: its runtime arguments, then ``names`` bound to
+    ``values`` as constexprs."""
+    consts = dict(zip(names, values))
     sig = {"X": f"*{dtype_str}", "W": f"*{w_dtype_str or dtype_str}", "Y": f"*{dtype_str}", "M": "i32", "SX": "i32",
            "SY": "i32", "eps": "fp32"}
     sig.update({k: "constexpr" for k in consts})
     return sig, consts
+
+
+def signature(dtype_str: str, N: int, rows: int, w_dtype_str: str = "") -> tuple:
+    """``(signature, constexprs)`` of the body for rows of ``N`` elements of ``dtype_str`` (``bf16``,
+    ``fp16``, ``fp32``) and a weight of ``w_dtype_str`` (default: the same), as ``triton.compile`` takes them."""
+    return _signature(CONST_NAMES, (N, next_pow2(N), rows, VECTOR_BYTES // ELEMENT_SIZE[dtype_str]), dtype_str,
+                      w_dtype_str)
 
 
 def row_signature(dtype_str: str, N: int, threads: int, policies: tuple = ("", "", ""),
                   w_dtype_str: str = "") -> tuple:
     """``(signature, constexprs)`` of the row body (``ASYNC=2``): rows of ``N`` elements on ``threads``
     threads, ``policies`` the eviction policies of x, the weight and y."""
-    consts = dict(zip(ROW_CONST_NAMES, (N, next_pow2(N), threads // 32, VECTOR_BYTES // ELEMENT_SIZE[dtype_str],
-                                        *policies)))
-    sig = {"X": f"*{dtype_str}", "W": f"*{w_dtype_str or dtype_str}", "Y": f"*{dtype_str}", "M": "i32", "SX": "i32",
-           "SY": "i32", "eps": "fp32"}
-    sig.update({k: "constexpr" for k in consts})
-    return sig, consts
+    return _signature(ROW_CONST_NAMES, (N, next_pow2(N), threads // 32, VECTOR_BYTES // ELEMENT_SIZE[dtype_str],
+                                        *policies), dtype_str, w_dtype_str)
+
+
+def _compile(body, sig: dict, consts: dict, target, num_warps: int):
+    """``body`` cross-compiled for ``target`` with every pointer 16-byte aligned: no GPU needed."""
+    import triton
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    src = GluonASTSource(body, sig, consts, {(i,): [["tt.divisibility", 16]] for i in range(3)})
+    return triton.compile(src, target=target, options={"num_warps": num_warps})
 
 
 def compile_row_for(target, dtype_str: str, N: int, threads: int, policies: tuple = ("", "", ""),
                     w_dtype_str: str = ""):
     """The row body cross-compiled for ``target`` (as :func:`compile_for`)."""
-    import triton
-    from triton.experimental.gluon._runtime import GluonASTSource
-
-    sig, consts = row_signature(dtype_str, N, threads, policies, w_dtype_str)
-    src = GluonASTSource(rmsnorm_row, sig, consts, {(i,): [["tt.divisibility", 16]] for i in range(3)})
-    return triton.compile(src, target=target, options={"num_warps": threads // 32})
+    return _compile(rmsnorm_row, *row_signature(dtype_str, N, threads, policies, w_dtype_str), target, threads // 32)
 
 
 def compile_for(target, dtype_str: str, N: int, rows: int, w_dtype_str: str = ""):
     """The body cross-compiled for ``target`` (a Triton ``GPUTarget``) with every pointer 16-byte aligned
     (:func:`signature`'s launch): no GPU needed (tests and reports read ``.asm``)."""
-    import triton
-    from triton.experimental.gluon._runtime import GluonASTSource
-
-    sig, consts = signature(dtype_str, N, rows, w_dtype_str)
-    src = GluonASTSource(rmsnorm_async, sig, consts, {(i,): [["tt.divisibility", 16]] for i in range(3)})
-    return triton.compile(src, target=target, options={"num_warps": rows})
+    return _compile(rmsnorm_async, *signature(dtype_str, N, rows, w_dtype_str), target, rows)
