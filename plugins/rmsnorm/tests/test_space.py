@@ -498,13 +498,14 @@ def _assert_one_thread_polls_for_the_cta(wait: str) -> None:
 @needs_ptxas
 @pytest.mark.parametrize("M,N,forced", [(1, 65536, None), (4, 131072, None), (1, 262144, None), (3, 40001, None),
                                         (1, 65536, (256, 64)), (1, 65536, (1024, 8))])
-def test_cooperative_split_cross_compiles_to_one_uniform_wait_per_row(M, N, forced):
+def test_cooperative_split_cross_compiles_to_one_sense_reversing_wait_per_row(M, N, forced):
     """The CPU counterpart of the GPU barrier test: the one-launch kernel of each cooperative config, or of
-    ``forced`` (threads, SPLIT) outside the space (64 sums at 256 threads add up through shared memory, whose
-    CTA barriers pair up wrongly if warps leave the wait apart), writes its partial sum from one thread,
-    releases its arrival after a CTA barrier, waits in a loop where one thread polls the row's count with
-    acquire loads and the CTA reads the result through shared memory (so every warp leaves the wait
-    together), counts departures once so the last one resets the count, and does not spill."""
+    ``forced`` (threads, SPLIT) outside the space (64 sums at 256 threads add up through shared memory after
+    the wait), writes its partial sum from one thread and releases its arrival after a CTA barrier; program 0
+    of the row adds ``2**31 - (SPLIT - 1)`` and the others 1, so the count's top bit flips when the last one
+    arrives; the wait polls with plain acquire loads (no read-modify-write, no CTA barrier inside the loop)
+    until that bit differs from the one the program arrived on, and a CTA barrier follows it; nothing counts
+    departures or resets the count; and the kernel does not spill."""
     import re
 
     if forced:
@@ -516,20 +517,22 @@ def test_cooperative_split_cross_compiles_to_one_uniform_wait_per_row(M, N, forc
         k, consts, _ = _sm90(M, N, "bf16", cfg)
         ptx, split = k.asm["ptx"], consts["SPLIT"]
         assert re.search(r"@%p\d+ st\.global\.b32 [^\n]*\n[^@]*bar\.sync\s+0;[^@]*"
-                         r"@%p\d+ (red|atom)\.global\.gpu\.release\.add", ptx), \
+                         r"@%p\d+ atom\.global\.gpu\.release\.add", ptx), \
             "the sum is not written by one thread and released after a CTA barrier"
+        assert re.search(rf"selp\.b32\s+%r\d+, {2**31 - (split - 1)}, 1, %p\d+;", ptx), \
+            "program 0 does not add 2**31 - (SPLIT - 1) and the others 1"
         wait = re.search(r"(\$L__BB\d+_\d+):[^\n]*Loop Header(.*?)bra(\.uni)?\s+\1;", ptx, re.S)
         assert wait, "no wait loop"
-        _assert_one_thread_polls_for_the_cta(wait.group(2))
-        assert re.search(rf"setp\.lt\.s32\s+%p\d+, %r\d+, {split};", wait.group(2)), "the wait is not on SPLIT arrivals"
-        assert "ld.volatile" not in wait.group(2), "the wait polls the slots"
+        body = wait.group(2)
+        assert "ld.global.acquire.gpu.b32" in body, "the wait does not poll with acquire loads"
+        assert "atom." not in body and "bar.sync" not in body, "the wait has a read-modify-write or a CTA barrier"
+        assert re.search(r"xor\.b32[^\n]*\n\s*(//[^\n]*\n\s*|\.loc[^\n]*\n\s*)*setp\.gt\.s32\s+%p\d+, %r\d+, -1;", body), \
+            "the wait does not compare the count's top bit with the one it arrived on"
+        after = ptx[wait.end():]
+        assert re.match(r"(\s*(//|\.loc)[^\n]*\n)*\s*bar\.sync\s+0;", after), "no CTA barrier after the wait"
         if forced == (256, 64):
-            after = ptx[wait.end():ptx.index("acq_rel")]
-            assert "st.shared" in after and "bar.sync" in after, "the 64 sums are not added through shared memory"
-        assert len(re.findall(r"atom\.global\.gpu\.acq_rel\.add\.u32", ptx)) == 1, "departures are not counted once"
-        assert re.search(rf"setp\.(ne|eq)\.b32\s+%p\d+, %r\d+, {2 * split - 1};", ptx), \
-            "the count is not reset by the last of SPLIT departures"
-        assert re.search(r"@%p\d+ atom\.global\.gpu\.relaxed\.exch\.b32", ptx), "the count is not reset"
+            assert "st.shared" in after and after.count("bar.sync") >= 2, "the 64 sums are not added through shared memory"
+        assert "acq_rel" not in ptx and "exch" not in ptx, "departures are counted or the count is reset"
         stack_and_local, report = _stack_and_local(k, f"rmsnorm_coop_{N}")
         assert stack_and_local == (0, 0), f"{cfg} spills: {report}"
 

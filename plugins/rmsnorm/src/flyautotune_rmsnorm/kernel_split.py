@@ -16,11 +16,12 @@ Rows go on grid axis 0 (up to 2**31 - 1), slices on axis 1 (at most 128).
 ``_split_coop`` (``COOP=1``) does both in one launch, for grids the GPU holds
 at once (the launcher checks ``M * SPLIT`` against the SM count): each program
 keeps its slice in registers, writes its partial sum into its slot of the row
-and waits for the row's other programs the way ``_split_persist`` does (one
-count per row in global memory: release after a CTA barrier, acquire polls by
-one thread shared through shared memory, so the whole CTA leaves the wait at
-once; the last program out resets the count for the next launch), so x is read
-once and there is no second launch. It never runs under the interpreter (one
+and waits for the row's other programs on one count per row in global memory:
+a sense-reversing barrier (the arrival is released after a CTA barrier;
+program 0 adds ``2**31 - (SPLIT - 1)``, the others 1, so the top bit flips when
+the last one arrives and the low bits are back to 0; every thread polls with
+plain acquire loads until the bit flips; nothing resets the count), so x is
+read once and there is no second launch. It never runs under the interpreter (one
 program at a time would wait forever): there the two-launch bodies compute the
 same result.
 
@@ -107,7 +108,7 @@ def _split_coop(
     W,
     Y,
     P,  # fp32 [rows, SPLIT_POW2]: each program's partial sum of squares (any values between launches)
-    C,  # int32 [rows]: programs of the row arrived (up to SPLIT), then done (up to 2 * SPLIT); 0 between launches
+    C,  # int32 [rows]: the row's sense-reversing count (low 31 bits 0 between launches, the top bit flips each)
     sx_vec,
     sy_vec,
     eps,
@@ -122,11 +123,12 @@ def _split_coop(
     Y_POLICY: tl.constexpr,
 ):
     # The SPLIT programs of a row meet once, on the row's count. Each writes its partial sum into its slot,
-    # then (after a CTA barrier, with release semantics) adds one to the count; one thread polls the count
-    # (acquire) and the CTA reads the sums once it reaches SPLIT, so the wait is one uniform loop (a wait
-    # on a tensor of slots is replicated per warp: warps leave it apart, and the CTA barriers of the
-    # reductions after it pair up wrongly). The slots need no "empty" value: the count says when they are
-    # full, and the next launch writes them only after this one has finished.
+    # then (after a CTA barrier, with release semantics) arrives; every thread polls the count with acquire
+    # loads until the barrier opens. The slots need no "empty" value: the count says when they are full, and
+    # the next launch writes them only after this one has finished. H200, 1 x 262144 bf16 at SPLIT 128,
+    # flushed graph replay: 3.25 us, against 4.33 for the body before it, where one thread polled with atomic
+    # adds of 0 (read-modify-writes that queue behind the arrivals at the same address) and the last program
+    # out reset the count (plugins/rmsnorm/NOTES.md).
     row = tl.program_id(0).to(tl.int64)
     s = tl.program_id(1)
     offs = s * BLOCK_N + tl.arange(0, BLOCK_N)
@@ -140,21 +142,28 @@ def _split_coop(
     count = C + row
     tl.store(slots + s, tl.reduce(xf * xf, 0, tl.standard._sum_combine))
     tl.debug_barrier()  # the sum is written before the arrival is released
-    tl.atomic_add(count, 1, sem="release")
-    # Programs done with the sums add to the same count past SPLIT, so it may be above SPLIT here: wait
-    # while it is below.
-    while tl.atomic_add(count, 0, sem="acquire") < SPLIT:  # one thread, broadcast: a uniform loop
+    # A sense-reversing arrival: program 0 adds 2**31 - (SPLIT - 1), the others 1, so the count's top bit
+    # flips when the last of the row arrives and its low bits are back to 0: no reset, no departure count.
+    old = tl.atomic_add(count, tl.where(s == 0, 2**31 - (SPLIT - 1), 1), sem="release")
+    # Every thread polls with plain acquire loads (no read-modify-write queueing behind the arrivals) until
+    # the top bit differs from the one it arrived on; no CTA barrier inside the loop, one after it.
+    while (_load_acquire(count) ^ old) >= 0:
         pass
+    tl.debug_barrier()
     parts = tl.arange(0, SPLIT_POW2)
     mine = parts < SPLIT
     p = tl.load(slots + parts, mask=mine, other=0.0, volatile=True)
     total = tl.reduce(tl.where(mine, p, 0.0), 0, tl.standard._sum_combine)
     y = (xf * tl.rsqrt(total / N + eps) * w.to(tl.float32)).to(Y.dtype.element_ty)
     tl.store(Y + row * sy_vec * ROW_VEC + offs, y, mask=ok, eviction_policy=Y_POLICY)
-    # The row's last program out resets the count for the next launch (every program of the row has left
-    # the wait by then).
-    if tl.atomic_add(count, 1, sem="acq_rel") == 2 * SPLIT - 1:
-        tl.atomic_xchg(count, 0, sem="relaxed")
+
+
+@triton.jit
+def _load_acquire(ptr):
+    """The int32 at ``ptr``, loaded with acquire semantics at GPU scope (``ld.acquire``: Triton 3.6 has no
+    atomic load, and an atomic add of 0 is a read-modify-write that queues behind the arrivals)."""
+    return tl.inline_asm_elementwise("ld.global.acquire.gpu.b32 $0, [$1];", "=r,l", [ptr], dtype=tl.int32,
+                                     is_pure=False, pack=1)
 
 
 def _split_persist(
