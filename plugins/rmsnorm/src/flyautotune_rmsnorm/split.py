@@ -20,6 +20,16 @@ _persist_workspaces: dict = {}
 MAX_SPLIT = 128
 
 
+def _on_rocm() -> bool:
+    global _ROCM
+    if _ROCM is None:
+        _ROCM = bool(_torch().version.hip)
+    return _ROCM
+
+
+_ROCM: Optional[bool] = None
+
+
 def sm_count(dev: int) -> int:
     n = _sm_counts.get(dev)
     if n is None:
@@ -243,7 +253,8 @@ class SplitLauncher(RMSNormLauncher):
         """True when a launch of ``M`` rows on device ``dev`` takes the one-launch form."""
         if self.COOP == 2:
             return self.TILES == 1
-        return bool(self.COOP) and self.TILES == 1 and M * self.programs <= sm_count(dev)
+        # COOP=1's wait polls with a PTX acquire load: on ROCm its rows take the two-launch form
+        return bool(self.COOP) and self.TILES == 1 and not _on_rocm() and M * self.programs <= sm_count(dev)
 
     def compiled(self, x, w, y, M: int, sx: int, sy: int, options: tuple = ()):
         """The ``CompiledKernel`` a launch of these rows runs, loaded: the one-launch kernel where ``COOP``
