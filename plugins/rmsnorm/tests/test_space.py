@@ -702,3 +702,22 @@ def test_persistent_split_cross_compiles_to_one_uniform_wait_per_trip(M, N, ds):
         assert len(re.findall(r"atom\.global\.gpu\.acq_rel\.add\.u32", ptx)) == 1, "departures are not counted once"
         stack_and_local, report = _stack_and_local(k, f"rmsnorm_persist_{N}")
         assert stack_and_local == (0, 0), f"{cfg} spills: {report}"
+
+
+def test_cooperative_config_cross_compiles_for_gfx942_as_its_two_launch_form():
+    """On ROCm COOP=1's rows take the two-launch form (its wait's acquire load is PTX): ``compile_spec`` for a
+    gfx942 target gives the normalize kernel, which compiles to AMDGCN; for sm_90 it gives the one-launch
+    kernel."""
+    pytest.importorskip("triton.backends.amd")
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    cfg = _cfg(128, 1, 0, 2, split=128, coop=1)
+    kernel, sig, consts, extra = api.compile_spec((1, 262144), "bf16", cfg, target=fat.Target("rocm", "gfx942", 64))
+    assert kernel.fn.__name__ == "_split_normalize"
+    k = triton.compile(triton.compiler.ASTSource(kernel, sig, consts), target=GPUTarget("hip", "gfx942", 64),
+                       options=extra["options"])
+    isa = k.asm["amdgcn"]
+    assert "global_load" in isa and "global_store" in isa and "atomic" not in isa  # no barrier in global memory
+    cuda, *_ = api.compile_spec((1, 262144), "bf16", cfg, target=fat.Target("cuda", "sm_90", 32))
+    assert cuda.fn.__name__ == "_split_coop"

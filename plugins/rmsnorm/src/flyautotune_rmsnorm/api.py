@@ -356,7 +356,8 @@ def compile_spec(shape, dtype, config, target=None) -> tuple:
         sig.update({k: "constexpr" for k in consts})
         return persist_kernel(), sig, consts, {"options": options, "values": {"M": M, "sx_vec": N // rv,
                                                                              "sy_vec": N // rv, "R": 1}}
-    if launcher.SPLIT > 1 and launcher.COOP:
+    if launcher.SPLIT > 1 and launcher.COOP == 1 and getattr(target, "backend", "cuda") == "cuda":
+        # (elsewhere its rows take the two-launch form, whose normalize kernel is compiled below)
         from .kernel_split import coop_kernel
 
         consts = launcher.coop_constexprs(rv)

@@ -20,14 +20,15 @@ _persist_workspaces: dict = {}
 MAX_SPLIT = 128
 
 
+_ROCM: Optional[bool] = None
+
+
 def _on_rocm() -> bool:
+    """True under HIP's torch (read once)."""
     global _ROCM
     if _ROCM is None:
         _ROCM = bool(_torch().version.hip)
     return _ROCM
-
-
-_ROCM: Optional[bool] = None
 
 
 def sm_count(dev: int) -> int:
