@@ -70,9 +70,10 @@ class _FakeCudaTensor:
 @pytest.mark.parametrize("capability,hip,offered", [((9, 0), None, True), ((8, 0), None, False),
                                                     ((9, 4), "6.2", False)])
 def test_the_search_offers_cluster_configs_only_to_gpus_with_clusters(monkeypatch, capability, hip, offered):
-    from flyautotune_rmsnorm import cluster
+    from flyautotune_rmsnorm import cluster, factory
 
     monkeypatch.setattr(cluster, "_capable", {})
+    monkeypatch.setattr(factory, "_ROCM", None)  # read again from the torch.version.hip set below
     monkeypatch.setattr(torch.cuda, "get_device_capability", lambda dev=None: capability)
     monkeypatch.setattr(torch.version, "hip", hip)
     monkeypatch.setattr(space_mod, "backend_of", lambda device: "cuda")

@@ -151,13 +151,13 @@ def test_persistent_grid_fits_what_the_gpu_holds(monkeypatch):
 def test_cooperative_one_launch_form_is_cuda_only(monkeypatch):
     """COOP=1's wait polls with a PTX acquire load, so on ROCm (HIP's torch) its rows take the two-launch
     form, whatever the grid; on CUDA the one-launch form is taken while the grid fits the SMs."""
-    from flyautotune_rmsnorm import split
+    from flyautotune_rmsnorm import factory, split
 
     L = make_launcher(262144, "bf16", 128, 1, 0, 2, 0, 128, 16, 1)
     assert (L.COOP, L.programs, L.TILES) == (1, 128, 1)
     monkeypatch.setitem(split._sm_counts, 7, 132)
-    monkeypatch.setattr(split, "_ROCM", False)
+    monkeypatch.setattr(factory, "_ROCM", False)
     assert L.uses_coop(1, 7) and not L.uses_coop(2, 7)  # 256 programs do not fit 132 SMs
-    monkeypatch.setattr(split, "_ROCM", None)
+    monkeypatch.setattr(factory, "_ROCM", None)
     monkeypatch.setattr(torch.version, "hip", "6.2.0")
     assert not L.uses_coop(1, 7)

@@ -7,7 +7,7 @@ from typing import Any, Optional
 
 from . import kernel_async as _ka
 from .factory import _INTERPRET, CACHE_POLICIES, NARROW_LIMIT, Launch, RMSNormLauncher, _direct_call, \
-    _runtime_call, _torch, torch_stream
+    _runtime_call, _torch, on_rocm, torch_stream
 
 _capable: dict = {}
 
@@ -17,8 +17,7 @@ def async_capable(dev: int) -> bool:
     or newer), and a Triton whose Gluon has what the body uses."""
     ok = _capable.get(dev)
     if ok is None:
-        torch = _torch()
-        ok = _ka.available() and torch.version.hip is None and torch.cuda.get_device_capability(dev)[0] >= 8
+        ok = _ka.available() and not on_rocm() and _torch().cuda.get_device_capability(dev)[0] >= 8
         _capable[dev] = ok
     return ok
 

@@ -7,7 +7,7 @@ import threading
 from typing import Any, Optional
 
 from . import kernel_cluster as _kc
-from .factory import _INTERPRET, _torch, torch_stream
+from .factory import _INTERPRET, _torch, on_rocm, torch_stream
 from .split import SplitLauncher, sm_count
 
 _TORCH_DS = {"torch.bfloat16": "bf16", "torch.float16": "fp16", "torch.float32": "fp32"}
@@ -19,9 +19,7 @@ def cluster_capable(dev: int) -> bool:
     ROCm) and CuTe DSL is installed."""
     ok = _capable.get(dev)
     if ok is None:
-        torch = _torch()
-        ok = (_kc.available() and torch.version.hip is None
-              and torch.cuda.get_device_capability(dev)[0] >= 9)
+        ok = _kc.available() and not on_rocm() and _torch().cuda.get_device_capability(dev)[0] >= 9
         _capable[dev] = ok
     return ok
 

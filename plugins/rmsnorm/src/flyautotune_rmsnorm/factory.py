@@ -76,15 +76,25 @@ def pdl_for_arch(arch: str) -> int:
     return int(hasattr(getattr(tl.extra, "cuda", None), "gdc_wait"))
 
 
+_ROCM: Optional[bool] = None
+
+
+def on_rocm() -> bool:
+    """True under HIP's torch (read once per process): the NVIDIA-only bodies and launches step aside."""
+    global _ROCM
+    if _ROCM is None:
+        _ROCM = bool(_torch().version.hip)
+    return _ROCM
+
+
 def pdl_for(dev: int) -> int:
     """:func:`pdl_for_arch` of CUDA device ``dev`` (0 on HIP), decided once per device and process."""
     on = _pdl_devices.get(dev)
     if on is None:
-        torch = _torch()
-        if torch.version.hip:
+        if on_rocm():
             on = 0
         else:
-            major, minor = torch.cuda.get_device_capability(dev)
+            major, minor = _torch().cuda.get_device_capability(dev)
             on = pdl_for_arch(f"sm_{major}{minor}")
         _pdl_devices[dev] = on
     return on

@@ -9,7 +9,7 @@ from typing import Any, Optional
 
 from . import kernel_split as _ks
 from .factory import (_INTERPRET, CACHE_POLICIES, Launch, RMSNormLauncher, _direct_call, _torch, launch_key,
-                      next_pow2, row_vec, stream_handle, torch_stream)
+                      next_pow2, on_rocm, row_vec, stream_handle, torch_stream)
 
 
 _workspaces: dict = {}
@@ -18,17 +18,6 @@ _sm_counts: dict = {}
 _persist_workspaces: dict = {}
 #: Widest split a cooperative launch uses (the partial-sum slots per row).
 MAX_SPLIT = 128
-
-
-_ROCM: Optional[bool] = None
-
-
-def _on_rocm() -> bool:
-    """True under HIP's torch (read once)."""
-    global _ROCM
-    if _ROCM is None:
-        _ROCM = bool(_torch().version.hip)
-    return _ROCM
 
 
 def sm_count(dev: int) -> int:
@@ -255,7 +244,7 @@ class SplitLauncher(RMSNormLauncher):
         if self.COOP == 2:
             return self.TILES == 1
         # COOP=1's wait polls with a PTX acquire load: on ROCm its rows take the two-launch form
-        return bool(self.COOP) and self.TILES == 1 and not _on_rocm() and M * self.programs <= sm_count(dev)
+        return bool(self.COOP) and self.TILES == 1 and not on_rocm() and M * self.programs <= sm_count(dev)
 
     def compiled(self, x, w, y, M: int, sx: int, sy: int, options: tuple = ()):
         """The ``CompiledKernel`` a launch of these rows runs, loaded: the one-launch kernel where ``COOP``
