@@ -562,6 +562,16 @@ def test_report_under_triton_interpret_says_so_and_exits_2(cli):
     out = ok(cli("report", "clidemo", "--target", "sm_90", "--shape", "2x8", env={"TRITON_INTERPRET": "0"}))
     assert "3 of 4 candidates built 3 distinct binaries." in out
 
+
+def test_report_reads_triton_interpret_as_triton_does(cli):
+    """``y`` turns Triton's interpreter on, so the report refuses it; `` 1`` (with a space) does not, as
+    Triton does not strip the value, so the report cross-compiles as usual."""
+    pytest.importorskip("triton.backends.nvidia")
+    result = cli("report", "clidemo", "--target", "sm_90", "--shape", "2x8", env={"TRITON_INTERPRET": "y"})
+    assert result.returncode == 2 and "TRITON_INTERPRET='y' is set in the environment" in result.stderr
+    out = ok(cli("report", "clidemo", "--target", "sm_90", "--shape", "2x8", env={"TRITON_INTERPRET": " 1"}))
+    assert "3 of 4 candidates built 3 distinct binaries." in out
+
 def test_report_cross_compiles_for_gfx942(cli):
     pytest.importorskip("flyautotune_rocm.report")
     pytest.importorskip("triton.backends.amd")

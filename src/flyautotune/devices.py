@@ -53,3 +53,22 @@ def use_triton_interpreter() -> None:
     import os
 
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+#: What Triton reads as "on" in ``TRITON_INTERPRET`` (its C ``getenv_bool``: case-insensitive, not
+#: stripped), for a Triton without ``triton.knobs``.
+_TRITON_TRUE = ("1", "true", "yes", "on", "y")
+
+
+def triton_interprets() -> bool:
+    """True when Triton runs kernels under its interpreter (``TRITON_INTERPRET``), read as Triton itself
+    reads it (``triton.knobs.runtime.interpret``), so whoever asks agrees with what Triton will do: ``y``
+    is on, `` 1`` is not."""
+    import os
+
+    try:
+        from triton import knobs
+
+        return bool(knobs.runtime.interpret)
+    except (ImportError, AttributeError):
+        return os.environ.get("TRITON_INTERPRET", "").lower() in _TRITON_TRUE

@@ -83,3 +83,17 @@ def test_factory_rejects_knob_values_it_cannot_build(kw, words):
         make_launcher(4096, "bf16", **kw)
     with pytest.raises(ValueError, match="dtype_str='fp64'"):
         make_launcher(4096, "fp64", 256)
+
+
+@pytest.mark.parametrize("value, interprets", [("1", True), ("y", True), ("YES", True), (" 1", False), ("0", False)])
+def test_the_factory_reads_triton_interpret_as_triton_does(value, interprets):
+    """GPU tensors go through the interpreter exactly when Triton itself interprets (``y`` is on, `` 1`` is
+    off): a factory that compiled while Triton interprets would hand Triton a binary it cannot run."""
+    import subprocess
+    import sys
+
+    code = ("from triton import knobs; from flyautotune_rmsnorm import factory; "
+            "print(factory._INTERPRET, knobs.runtime.interpret)")
+    env = dict(__import__("os").environ, TRITON_INTERPRET=value)
+    out = subprocess.run([sys.executable, "-c", code], env=env, capture_output=True, text=True, check=True).stdout
+    assert out.split() == [str(interprets), str(interprets)]

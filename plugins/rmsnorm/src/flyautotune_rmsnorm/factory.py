@@ -17,6 +17,7 @@ import threading
 from typing import Any, Mapping, Optional
 
 import attrs
+from flyautotune.devices import triton_interprets
 
 from . import kernel as _kernel
 
@@ -42,8 +43,8 @@ _CONST_NAMES = ("N", "BLOCK_N", "ROWS", "NUM_CHUNKS", "EVEN_N", "EVEN_M", "ROW_V
 NARROW_LIMIT = 2**31
 #: Fewer rows than this (about two per SM of an H100/H200) are latency-bound.
 FEW_ROWS = 264
-#: TRITON_INTERPRET=1 runs GPU tensors through the interpreter too (debugging).
-_INTERPRET = os.environ.get("TRITON_INTERPRET", "0").lower() in ("1", "true", "yes", "on")
+#: TRITON_INTERPRET=1 runs GPU tensors through the interpreter too (debugging); read as Triton reads it.
+_INTERPRET = triton_interprets()
 
 
 _ON = ("1", "true", "yes", "on")

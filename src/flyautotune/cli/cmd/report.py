@@ -38,10 +38,11 @@ def _target(text: str) -> Any:
 
 
 def run(args: argparse.Namespace) -> None:
+    from ...devices import triton_interprets
     from ...report import ReportError, resource_report
 
-    interp = os.environ.get("TRITON_INTERPRET", "")
-    if interp.strip().lower() in ("1", "true", "yes", "on", "y"):
+    if triton_interprets():
+        interp = os.environ.get("TRITON_INTERPRET", "")
         # Triton's own library functions (the combine of tl.sum, ...) are then built for its interpreter
         # at import, and every kernel that uses them fails to compile for a GPU target.
         raise UsageError(f"flyautotune report cross-compiles for a GPU target, but TRITON_INTERPRET={interp!r} "
