@@ -272,7 +272,7 @@ def main(argv=None):
     for spec in args.shapes.split(","):
         M, N, ds = shape_spec(spec)
         x, w, picked = searched_inputs(M, N, ds)
-        fns = probe_fns(N, quack)
+        fns = probe_fns(N, quack, x, w)
         add_bodies(fns, M, N, ds, picked, kernel, persist, torch.cuda.get_device_properties(x.device))
         rows.append(check_and_rank(fns, x, w, spec, args.rounds, describe(picked)))
         del x

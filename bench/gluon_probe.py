@@ -413,7 +413,7 @@ def main(argv=None):
     for spec in args.shapes.split(","):
         M, N, ds = shape_spec(spec)
         x, w, picked = searched_inputs(M, N, ds)
-        fns = probe_fns(N, quack)
+        fns = probe_fns(N, quack, x, w)
         fns[describe(picked)] = lambda x, w, kw=picked: launch(x, w, torch.empty_like(x), M, N, ds, EPS, N, N, None,
                                                                **kw)
         for name, knobs in VARIANTS.items():

@@ -38,7 +38,8 @@ CACHE_POLICIES = {
     2: ("evict_first", "evict_last", "evict_last", "evict_first"),  # ... and stream y out
 }
 _CONST_NAMES = ("N", "BLOCK_N", "ROWS", "NUM_CHUNKS", "EVEN_N", "EVEN_M", "ROW_VEC",
-                "X_LAST", "X_KEEP", "W_POLICY", "Y_POLICY", "PREFETCH", "HOLD", "WIDE", "PACKED", "PDL")
+                "X_LAST", "X_KEEP", "W_POLICY", "Y_POLICY", "PREFETCH", "HOLD", "WIDE", "PACKED", "PDL", "ALIGN",
+                "EDGES")
 #: Row offsets (elements) from this on need 64-bit arithmetic in the body.
 NARROW_LIMIT = 2**31
 #: Fewer rows than this (about two per SM of an H100/H200) are latency-bound.
@@ -48,6 +49,8 @@ _INTERPRET = triton_interprets()
 
 
 _ON = ("1", "true", "yes", "on")
+ALIGN_ROWS = True  # PROBE
+ALIGN_EDGES = 1  # PROBE
 _pdl_env: Optional[bool] = None  # FLYAUTOTUNE_RMSNORM_PDL, read on first use
 _pdl_devices: dict = {}
 
@@ -332,17 +335,33 @@ class RMSNormLauncher:
             return 1, 0
         return int((M + self.ROWS_PER_PROGRAM) * max(sx, sy) >= NARROW_LIMIT), int(sx == self.N and sy == self.N)
 
-    def _constexprs(self, M: int, rv: int, sx: int, sy: int, pdl: int = 0) -> tuple:
+    def align(self, sx: int, sy: int) -> int:
+        if not ALIGN_ROWS:
+            return 0
+        """``ALIGN`` of a launch with these row strides and 16-byte aligned ``x`` and ``y``: the elements
+        of one vector where a whole row's width is not a multiple of it (each row is then read as the
+        aligned vectors that hold it, and written so where they lie wholly inside it), else 0. It needs
+        the row's first element at the same place in its vector in x and y (row strides equal modulo the
+        vector) and the padded row to hold the window (``BLOCK_N >= N + vector - 1``)."""
+        v = self.vec
+        if (v == 1 or self.N % v == 0 or self.NUM_CHUNKS != 1 or self.HOLD or (sx - sy) % v
+                or self.BLOCK_N < self.N + v - 1):
+            return 0
+        return v
+
+    def _constexprs(self, M: int, rv: int, sx: int, sy: int, pdl: int = 0, aligned: bool = True) -> tuple:
         """The body's constexprs for a launch over ``M`` rows with these row strides, in ``_CONST_NAMES``
-        order (``WIDE`` and ``PACKED``: :meth:`addressing` of the launch; ``PDL`` last: ``pdl``, see
-        :func:`pdl_for`)."""
+        order (``WIDE`` and ``PACKED``: :meth:`addressing` of the launch; ``PDL``: ``pdl``, see
+        :func:`pdl_for`; ``ALIGN`` last: :meth:`align`, where ``aligned``, both x and y 16-byte aligned)."""
         wide, packed = self.addressing(M, sx, sy)
         even_m = M % self.ROWS_PER_PROGRAM == 0
-        consts = self._consts.get((even_m, rv, pdl, wide, packed))
+        align = self.align(sx, sy) if aligned else 0
+        edges = ALIGN_EDGES if align else 0
+        consts = self._consts.get((even_m, rv, pdl, wide, packed, align, edges))
         if consts is None:
-            consts = self._consts[(even_m, rv, pdl, wide, packed)] = (
+            consts = self._consts[(even_m, rv, pdl, wide, packed, align, edges)] = (
                 self.N, self.BLOCK_N, self.ROWS_PER_PROGRAM, self.NUM_CHUNKS, self.EVEN_N, even_m, rv,
-                *CACHE_POLICIES[self.CACHE_POLICY], self._prefetch, self.HOLD, wide, packed, pdl)
+                *CACHE_POLICIES[self.CACHE_POLICY], self._prefetch, self.HOLD, wide, packed, pdl, align, edges)
         return consts
 
     # -- launching -------------------------------------------------------------
@@ -363,13 +382,13 @@ class RMSNormLauncher:
         rv = vec if not (sx | sy) & (vec - 1) else row_vec(sx, sy, self.elem, self.VEC)
         if interpret is None:
             interpret = not x.is_cuda or _INTERPRET
+        xp, wp, yp = x.data_ptr(), w.data_ptr(), y.data_ptr()
         if interpret:
-            consts = self._constexprs(M, rv, sx, sy)
+            consts = self._constexprs(M, rv, sx, sy, aligned=not (xp | yp) & 15)
             _kernel.interpreted_kernel()[(self.grid(M),)](x, w, y, M, sx // rv, sy // rv, eps, *consts)
             return
         dev = x.get_device()
-        consts = self._constexprs(M, rv, sx, sy, pdl_for(dev))
-        xp, wp, yp = x.data_ptr(), w.data_ptr(), y.data_ptr()
+        consts = self._constexprs(M, rv, sx, sy, pdl_for(dev), not (xp | yp) & 15)
         key = launch_key(dev, consts, xp, yp, wp, w.dtype, options)
         launch = self._launches.get(key)
         if launch is None:
@@ -431,7 +450,7 @@ class RMSNormLauncher:
         """
         rv = row_vec(sx, sy, self.elem, self.VEC)
         pdl = pdl_for(x.get_device())
-        kw = dict(zip(_CONST_NAMES, self._constexprs(M, rv, sx, sy, pdl)))
+        kw = dict(zip(_CONST_NAMES, self._constexprs(M, rv, sx, sy, pdl, not (x.data_ptr() | y.data_ptr()) & 15)))
         torch = _torch()
         with torch.cuda.device(x.get_device()):
             k = _kernel.jit_kernel().warmup(x, w, y, M, sx // rv, sy // rv, 1e-6, grid=(self.grid(M),),

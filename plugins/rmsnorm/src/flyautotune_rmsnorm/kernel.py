@@ -67,6 +67,8 @@ def _rmsnorm_fwd(
     WIDE: tl.constexpr,  # 64-bit row offsets (0: every row offset of the launch fits 32 bits)
     PACKED: tl.constexpr,  # both row strides are N: the stride is a compile-time constant
     PDL: tl.constexpr,  # launched with programmatic dependent launch (needs launch_pdl=True)
+    ALIGN: tl.constexpr = 0,  # rows off the 16-byte grid, read as the aligned vectors that hold them (elements a vector)
+    EDGES: tl.constexpr = 0,
 ):
     if PDL:
         # Nothing of the kernel ahead is visible before the wait (x, the weight, and y, which it may still
@@ -88,7 +90,49 @@ def _rmsnorm_fwd(
         y_row = Y + (rows_o * sy_vec * ROW_VEC)[:, None]
     row_ok = (rows < M)[:, None]
 
-    if NUM_CHUNKS == 1:
+    if ALIGN:
+        # A whole row whose width is not a multiple of the 16-byte vector: rows start at any element, so
+        # element-wise addresses would give one 2- or 4-byte access per element. Each row is read instead
+        # as the aligned vectors that hold it (a window from the vector its first element lies in), which
+        # never leaves those vectors; elements of the neighbouring rows count as 0. The vectors wholly
+        # inside the row are written as vectors, the row's first and last partial vectors element by
+        # element. The weight, aligned differently in every row, is read element by element (from L1).
+        if PACKED:
+            ox = rows_o * N
+            oy = ox
+        else:
+            ox = rows_o * sx_vec * ROW_VEC
+            oy = rows_o * sy_vec * ROW_VEC
+        head = ox % ALIGN  # the row's first element in its vector; the launcher checks y's is the same
+        bx = tl.multiple_of(ox - head, ALIGN)
+        by = tl.multiple_of(oy - head, ALIGN)
+        vec0 = tl.max_constancy((cols // ALIGN) * ALIGN, ALIGN)  # each column's vector, in the window
+        end = (head + N)[:, None]
+        first = head[:, None]
+        x = tl.load(X + bx[:, None] + cols[None, :], mask=row_ok & (vec0[None, :] < end), other=0.0,
+                    eviction_policy=X_LAST)
+        in_row = (cols[None, :] >= first) & (cols[None, :] < end)
+        xf = tl.where(in_row, x.to(tl.float32), 0.0)
+        w = tl.load(W + (cols[None, :] - first), mask=in_row, other=0.0, eviction_policy=W_POLICY)
+        rstd = tl.rsqrt(tl.reduce(xf * xf, 1, tl.standard._sum_combine) / N + eps)
+        y = (xf * rstd[:, None] * w.to(tl.float32)).to(Y.dtype.element_ty)
+        whole = (vec0[None, :] >= first) & (vec0[None, :] + ALIGN <= end)
+        tl.store(Y + by[:, None] + cols[None, :], y, mask=row_ok & whole, eviction_policy=Y_POLICY)
+        if EDGES:
+            # The row's first and last vectors alone, recomputed (x from L1) in a tensor of their own: one
+            # store an element there, not one predicated store per element of the window.
+            e = tl.arange(0, 2 * ALIGN)[None, :]
+            last = ((end - 1) // ALIGN) * ALIGN
+            pos = tl.where(e < ALIGN, e, last + (e - ALIGN))
+            vpos = (pos // ALIGN) * ALIGN
+            ok = row_ok & (pos >= first) & (pos < end) & ~((vpos >= first) & (vpos + ALIGN <= end))
+            xe = tl.load(X + bx[:, None] + pos, mask=ok, other=0.0).to(tl.float32)
+            we = tl.load(W + (pos - first), mask=ok, other=0.0).to(tl.float32)
+            tl.store(Y + by[:, None] + pos, (xe * rstd[:, None] * we).to(Y.dtype.element_ty), mask=ok,
+                     eviction_policy=Y_POLICY)
+        else:
+            tl.store(Y + by[:, None] + cols[None, :], y, mask=row_ok & in_row & ~whole, eviction_policy=Y_POLICY)
+    elif NUM_CHUNKS == 1:
         # Whole row in registers: one read of x, one write of y.
         col_ok = (cols < N)[None, :]
         if EVEN_N:
