@@ -49,10 +49,6 @@ def main(argv=None):
     ap.add_argument("--rotated-outputs", action="store_true",
                     help="also time every config writing into a preallocated output per input copy (as a search "
                          "times it: each timed launch writes a cold buffer), named 'CONFIG, out rotated'")
-    ap.add_argument("--align-variants", action="store_true",
-                    help="rows off the 16-byte grid: also time every config with the aligned-vector access off "
-                         "('CONFIG, unaligned') and with its edge vectors stored by predicates over the window "
-                         "('CONFIG, edges 0')")
     args = ap.parse_args(argv)
     extra = []  # (threads, rows, policy) of each --extra config
     for item in filter(None, args.extra.split(",")):
@@ -103,24 +99,6 @@ def main(argv=None):
             assert err <= 5 * tolerance(dt), (spec, name, err)
             fns[name] = fn
             configs[name] = kw
-        if args.align_variants:
-            from flyautotune_rmsnorm import factory
-
-            def variant(fn, on, edges):
-                def run(x, w):
-                    old = factory.ALIGN_ROWS, factory.ALIGN_EDGES
-                    factory.ALIGN_ROWS, factory.ALIGN_EDGES = on, edges
-                    try:
-                        return fn(x, w)
-                    finally:
-                        factory.ALIGN_ROWS, factory.ALIGN_EDGES = old
-                return run
-
-            for name in list(configs):
-                for label, on, edges in ((", unaligned", False, 1), (", edges 0", True, 0)):
-                    fn = variant(fns[name], on, edges)
-                    assert relative_error(fn(x, w), ref) <= 5 * tolerance(dt), (spec, name, label)
-                    fns[name + label] = fn
         xs = rotating_inputs(x, M, N, ds)
         if args.rotated_outputs:
             outs = {xi.data_ptr(): torch.empty_like(xi) for xi in xs}

@@ -253,3 +253,50 @@ def test_64_bit_row_offsets_compute_the_same_rows(dtype, knobs, packed):
         outs.append(y)
     assert relative_error(outs[1], rmsnorm_reference(x, w)) <= tolerance(dtype)
     assert torch.equal(outs[0], outs[1])
+
+
+def _padded_rows(M, N, sx, dtype, seed):
+    """x: ``M`` rows of ``N`` at row stride ``sx`` (a view of a wider tensor) and a weight."""
+    base, w = inputs((M, sx), dtype, seed=seed)
+    return base[:, :N], w[:N].contiguous()
+
+
+@pytest.mark.parametrize("dtype", DTYPES, ids=str)
+@pytest.mark.parametrize("N,stride_pad", [(9, 0), (9, 3), (33, 0), (100, 2), (1001, 0), (1001, 5), (3001, 0),
+                                          (7, 1)])
+@pytest.mark.parametrize("tile", [(64, 1), (128, 2), (256, 4)], ids=lambda t: f"{t[0]}t x {t[1]}r")
+def test_rows_off_the_vector_grid_are_read_as_aligned_vectors(dtype, N, stride_pad, tile):
+    """Rows whose width is not a multiple of the 16-byte vector start at any element: the body reads
+    each as the aligned vectors that hold it (``ALIGN``), so the neighbouring rows' elements pass
+    through its registers. The result is the fp64 reference, and nothing outside a row is written (the
+    padding of a wider output keeps its NaN), for every row start in a vector, rows per program and
+    row stride."""
+    M = 13
+    sx = N + stride_pad
+    x, w = _padded_rows(M, N, sx, dtype, seed=N * 7 + stride_pad)
+    L = make_launcher(N, str(dtype).split(".")[1].replace("bfloat16", "bf16").replace("float16", "fp16")
+                      .replace("float32", "fp32"), tile[0], tile[1], 0, 1)
+    elem_vec = 16 // x.element_size()
+    assert L.align(sx, sx) == (elem_vec if N % elem_vec and L.BLOCK_N >= N + elem_vec - 1 else 0)
+    y = torch.full((M, sx), float("nan"), dtype=dtype)
+    L(x, w, y, M, sx, sx, 1e-6)
+    assert_close(y[:, :N], x, w)
+    assert y[:, N:].isnan().all(), "an element outside the rows was written"
+
+
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float32], ids=str)
+def test_rows_off_the_vector_grid_in_place_and_from_unaligned_starts(dtype):
+    """``out=x`` (rows overwrite what their neighbours still read as padding of their vectors), and a
+    tensor that starts off a 16-byte boundary (the body then keeps element-wise addresses): both give
+    the reference."""
+    x, w = inputs((9, 1001), dtype, seed=5)
+    ref = x.clone()
+    y = rmsnorm(x, w, out=x)
+    assert y is x
+    assert_close(y, ref, w)
+    flat, w2 = inputs((9 * 1001 + 1,), dtype, seed=6)
+    x2 = flat[1:].view(9, 1001)  # one element past an aligned start
+    assert x2.data_ptr() % 16
+    L = make_launcher(1001, "bf16" if dtype == torch.bfloat16 else "fp32", 128, 2, 0, 1)
+    assert L._constexprs(9, 1, 1001, 1001, aligned=False)[-1] == 0
+    assert_close(rmsnorm(x2, w2[:1001].contiguous()), x2, w2[:1001])

@@ -210,6 +210,38 @@ def test_strided_rows_and_out_on_the_gpu():
     assert torch.all(out_buf[:, :100] == 3.0) and torch.all(out_buf[:, 1124:] == 3.0)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+@pytest.mark.parametrize("N", [9, 1001, 2999, 3001, 5001])
+def test_rows_off_the_vector_grid_on_the_gpu(N, dtype):
+    """Odd widths run the aligned-vector body (``ALIGN``): every config of the space into a padded output
+    (nothing outside the rows written), strided rows, ``out=x``, the tuned entry's hit path, and a tensor
+    off a 16-byte boundary (element-wise addresses): each against fp64."""
+    ds = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}[dtype]
+    M = 37
+    base, w = _inputs(M, N + 3, dtype)
+    w = w[:N].contiguous()
+    for x in (base[:, :N], base[:, :N].contiguous()):
+        sx = x.stride(0)
+        for cfg in cuda_space(4096, N, ds) + [default_config(M, N, ds)]:
+            kw = cfg.kwargs
+            L = make_launcher(N, ds, **kw)
+            for attempt in ("jit", "direct"):
+                y = torch.full((M, sx), float("nan"), device="cuda", dtype=dtype)
+                L(x, w, y, M, sx, sx, 1e-6, None, (("num_warps", kw["BLOCK_THREADS"] // 32),))
+                torch.cuda.synchronize()
+                _check(y[:, :N], x, w)
+                assert torch.isnan(y[:, N:]).all(), f"{kw}: an element outside the rows was written"
+    x = base[:, :N].contiguous()
+    ref = x.clone()
+    assert rmsnorm(x, w, out=x) is x
+    torch.cuda.synchronize()
+    _check(x, ref, w)
+    for _ in range(2):  # the second call takes the specialized hit
+        _check(rmsnorm_autotuned(ref, w), ref, w)
+    shifted = torch.randn(M * N + 1, device="cuda", dtype=dtype)[1:].view(M, N)
+    _check(rmsnorm(shifted, w), shifted, w)
+
+
 def test_unaligned_pointer_gets_its_own_binary():
     base, w = _inputs(8, 4097, torch.bfloat16)
     x_aligned = base[:, :4096]

@@ -721,3 +721,28 @@ def test_cooperative_config_cross_compiles_for_gfx942_as_its_two_launch_form():
     assert "global_load" in isa and "global_store" in isa and "atomic" not in isa  # no barrier in global memory
     cuda, *_ = api.compile_spec((1, 262144), "bf16", cfg, target=fat.Target("cuda", "sm_90", 32))
     assert cuda.fn.__name__ == "_split_coop"
+
+
+@needs_ptxas
+@pytest.mark.parametrize("M,N,ds,tile", [(4096, 1001, "bf16", (64, 1)), (16384, 2999, "bf16", (256, 1)),
+                                         (32, 3001, "bf16", (256, 1)), (4096, 1001, "fp32", (128, 2)),
+                                         (1024, 5001, "fp16", (256, 1))])
+def test_rows_off_the_vector_grid_cross_compile_to_16_byte_accesses(M, N, ds, tile):
+    """The CPU counterpart of the GPU runs of odd widths: with ``ALIGN`` (what ``compile_spec`` reports for
+    a contiguous input) x is read and y written by 16-byte vectors, each thread storing at most one edge
+    element by itself; without it (a tensor off a 16-byte boundary) every access is one element wide."""
+    import re
+
+    cfg = _cfg(tile[0], tile[1], policy=0)
+    vectors = {}
+    for align in (None, 0):
+        k, consts, _ = _sm90(M, N, ds, cfg, **({} if align is None else {"ALIGN": align}))
+        ptx = k.asm["ptx"]
+        vectors[align] = (len(re.findall(r"ld\.global[^\n]*\.v4", ptx)), len(re.findall(r"st\.global[^\n]*\.v4", ptx)),
+                          len(re.findall(r"st\.global(?![^\n]*\.v[24])", ptx)))
+        if align is None:
+            assert consts["ALIGN"] == 16 // {"bf16": 2, "fp16": 2, "fp32": 4}[ds]
+    per_thread = tile[1] * next_pow2(N) // tile[0]
+    loads, stores, scalar_stores = vectors[None]
+    assert loads * 16 >= per_thread * (2 if ds != "fp32" else 4) and stores == loads and scalar_stores == 1, vectors
+    assert vectors[0][:2] == (0, 0) and vectors[0][2] >= per_thread, vectors

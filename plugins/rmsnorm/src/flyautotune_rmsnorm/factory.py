@@ -38,8 +38,7 @@ CACHE_POLICIES = {
     2: ("evict_first", "evict_last", "evict_last", "evict_first"),  # ... and stream y out
 }
 _CONST_NAMES = ("N", "BLOCK_N", "ROWS", "NUM_CHUNKS", "EVEN_N", "EVEN_M", "ROW_VEC",
-                "X_LAST", "X_KEEP", "W_POLICY", "Y_POLICY", "PREFETCH", "HOLD", "WIDE", "PACKED", "PDL", "ALIGN",
-                "EDGES")
+                "X_LAST", "X_KEEP", "W_POLICY", "Y_POLICY", "PREFETCH", "HOLD", "WIDE", "PACKED", "PDL", "ALIGN")
 #: Row offsets (elements) from this on need 64-bit arithmetic in the body.
 NARROW_LIMIT = 2**31
 #: Fewer rows than this (about two per SM of an H100/H200) are latency-bound.
@@ -49,8 +48,6 @@ _INTERPRET = triton_interprets()
 
 
 _ON = ("1", "true", "yes", "on")
-ALIGN_ROWS = True  # PROBE
-ALIGN_EDGES = 1  # PROBE
 _pdl_env: Optional[bool] = None  # FLYAUTOTUNE_RMSNORM_PDL, read on first use
 _pdl_devices: dict = {}
 
@@ -336,8 +333,6 @@ class RMSNormLauncher:
         return int((M + self.ROWS_PER_PROGRAM) * max(sx, sy) >= NARROW_LIMIT), int(sx == self.N and sy == self.N)
 
     def align(self, sx: int, sy: int) -> int:
-        if not ALIGN_ROWS:
-            return 0
         """``ALIGN`` of a launch with these row strides and 16-byte aligned ``x`` and ``y``: the elements
         of one vector where a whole row's width is not a multiple of it (each row is then read as the
         aligned vectors that hold it, and written so where they lie wholly inside it), else 0. It needs
@@ -356,12 +351,11 @@ class RMSNormLauncher:
         wide, packed = self.addressing(M, sx, sy)
         even_m = M % self.ROWS_PER_PROGRAM == 0
         align = self.align(sx, sy) if aligned else 0
-        edges = ALIGN_EDGES if align else 0
-        consts = self._consts.get((even_m, rv, pdl, wide, packed, align, edges))
+        consts = self._consts.get((even_m, rv, pdl, wide, packed, align))
         if consts is None:
-            consts = self._consts[(even_m, rv, pdl, wide, packed, align, edges)] = (
+            consts = self._consts[(even_m, rv, pdl, wide, packed, align)] = (
                 self.N, self.BLOCK_N, self.ROWS_PER_PROGRAM, self.NUM_CHUNKS, self.EVEN_N, even_m, rv,
-                *CACHE_POLICIES[self.CACHE_POLICY], self._prefetch, self.HOLD, wide, packed, pdl, align, edges)
+                *CACHE_POLICIES[self.CACHE_POLICY], self._prefetch, self.HOLD, wide, packed, pdl, align)
         return consts
 
     # -- launching -------------------------------------------------------------
