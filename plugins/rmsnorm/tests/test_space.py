@@ -746,3 +746,29 @@ def test_rows_off_the_vector_grid_cross_compile_to_16_byte_accesses(M, N, ds, ti
     loads, stores, scalar_stores = vectors[None]
     assert loads * 16 >= per_thread * (2 if ds != "fp32" else 4) and stores == loads and scalar_stores == 1, vectors
     assert vectors[0][:2] == (0, 0) and vectors[0][2] >= per_thread, vectors
+
+
+def test_rows_off_the_vector_grid_cross_compile_to_16_byte_accesses_for_gfx942():
+    """ROCm runs the same Triton body: a 2999-wide bf16 row of the ROCm space's first config compiles to
+    16-byte loads and stores of x and y with ``ALIGN`` (one short store per thread for the edges), and to
+    none without it."""
+    pytest.importorskip("triton.backends.amd")
+    import re
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    cfg = rocm_space(16384, 2999, "bf16")[0]
+    found = {}
+    for override in ({}, {"ALIGN": 0}):
+        kernel, sig, consts, extra = api.compile_spec((16384, 2999), "bf16", cfg,
+                                                      target=fat.Target("rocm", "gfx942", 64))
+        attrs = {(i,): [["tt.divisibility", 16]] for i, t in enumerate(sig.values()) if t.startswith("*")}
+        k = triton.compile(triton.compiler.ASTSource(kernel, sig, dict(consts, **override), attrs),
+                           target=GPUTarget("hip", "gfx942", 64), options=extra["options"])
+        isa = k.asm["amdgcn"]
+        found[bool(override)] = tuple(len(re.findall(p, isa)) for p in (
+            r"(global|buffer)_load_dwordx4", r"(global|buffer)_store_dwordx4", r"(global|buffer)_store_short"))
+        assert consts["ALIGN"] == 8
+    assert found[False][0] >= 2 and found[False][1] >= 2 and found[False][2] == 1, found
+    assert found[True][:2] == (0, 0) and found[True][2] >= 8, found
