@@ -54,7 +54,7 @@ SHAPES = [
     (1, 65536, "bf16"), (4, 131072, "bf16"), (1, 262144, "bf16"),
     (65536, 128, "bf16"), (262144, 256, "bf16"), (4096, 1000, "bf16"), (32, 3000, "bf16"),
     # widths off the 16-byte grid (N not a multiple of 8): rows start at any 2-byte address
-    (32, 3001, "bf16"), (256, 4095, "bf16"), (4096, 1001, "bf16"),
+    (32, 3001, "bf16"), (256, 4095, "bf16"), (4096, 1001, "bf16"), (16384, 2999, "bf16"),
 ]
 EPS = 1e-6
 #: Footprint the rotating inputs of one graph should exceed (about 3x an H200's L2).

@@ -63,8 +63,8 @@ class AsyncRowsLauncher(RMSNormLauncher):
         return x.is_cuda and not _INTERPRET and self._takes_rows(M, sx, sy) and async_capable(x.get_device())
 
     # The base class's launch path, with this body's constexprs and compile step.
-    def _constexprs(self, M: int, rv: int, sx: int, sy: int, pdl: int = 0) -> tuple:
-        return self._async_consts
+    def _constexprs(self, M: int, rv: int, sx: int, sy: int, pdl: int = 0, aligned: bool = True) -> tuple:
+        return self._async_consts  # whole 16-byte vectors only (takes): never ALIGN
 
     def _first_launch(self, key, x, w, y, M, sxv, syv, eps, consts, options, stream) -> None:
         torch = _torch()
