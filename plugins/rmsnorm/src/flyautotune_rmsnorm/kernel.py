@@ -100,7 +100,7 @@ def _rmsnorm_fwd(
         # never leaves those vectors; elements of the neighbouring rows count as 0. The vectors wholly
         # inside the row are written as vectors, the row's first and last partial vectors element by
         # element. The weight, aligned differently in every row, is read element by element (from L1).
-        # H200, graph replay: 7-13 % faster than element-wise access at 32 x 3001, 4096 x 1001 and
+        # H200, graph replay: 6-13 % faster than element-wise access at 32 x 3001, 4096 x 1001 and
         # 16384 x 2999 bf16, 4096 x 1001 fp32 and 1024 x 5001 fp16 (plugins/rmsnorm/NOTES.md).
         if PACKED:
             ox = rows_o * N
