@@ -166,6 +166,16 @@ def test_gluon_bodies_run_the_triton_body_of_their_tile_on_the_cpu(dtype, body, 
     assert torch.isnan(out[:, N:]).all(), "wrote past the row"
 
 
+@pytest.mark.parametrize("body,N,tile", [(1, 1000, (128, 4)), (2, 3000, (256, 1))])
+def test_gluon_launchers_take_the_base_launch_paths_arguments(body, N, tile):
+    """The Gluon launchers run the base class's launch path (on a GPU) with their own constexprs: whatever
+    that path passes (the PDL flag, the pointers' alignment) gives the Gluon body's constexprs, never the
+    Triton body's (the GPU tests found a launcher that did not take the alignment flag)."""
+    L = make_launcher(N, "bf16", tile[0], tile[1], CACHE_POLICY=0, ASYNC=body)
+    for pdl, aligned in ((0, True), (1, False)):
+        assert L._constexprs(37, 8, N, N, pdl, aligned) == L._async_consts
+
+
 def test_async_rows_are_refused_where_the_body_cannot_apply():
     with pytest.raises(ValueError, match=r"ASYNC=1 takes .* one warp a row .*BLOCK_THREADS=256, ROWS_PER_PROGRAM=4"):
         make_launcher(1000, "bf16", 256, 4, ASYNC=1)
