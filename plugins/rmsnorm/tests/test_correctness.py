@@ -6,6 +6,7 @@ import torch.nn.functional as F
 
 from flyautotune_rmsnorm.reference import relative_error, rmsnorm_reference, tolerance
 from flyautotune_rmsnorm import make_launcher, rmsnorm, rmsnorm_autotuned
+from flyautotune_rmsnorm.api import dtype_str
 from flyautotune_rmsnorm.factory import CACHE_POLICIES
 from flyautotune_rmsnorm.space import KNOBS, cuda_space, rocm_space
 
@@ -284,8 +285,7 @@ def test_rows_off_the_vector_grid_are_read_as_aligned_vectors(dtype, N, stride_p
     M = 13
     sx = N + stride_pad
     x, w = _padded_rows(M, N, sx, dtype, seed=N * 7 + stride_pad)
-    L = make_launcher(N, str(dtype).split(".")[1].replace("bfloat16", "bf16").replace("float16", "fp16")
-                      .replace("float32", "fp32"), tile[0], tile[1], 0, 1)
+    L = make_launcher(N, dtype_str(dtype), tile[0], tile[1], 0, 1)
     elem_vec = 16 // x.element_size()
     assert L.align(sx, sx) == (elem_vec if N % elem_vec and L.BLOCK_N >= N + elem_vec - 1 else 0)
     y = torch.full((M, sx), float("nan"), dtype=dtype)
@@ -307,6 +307,6 @@ def test_rows_off_the_vector_grid_in_place_and_from_unaligned_starts(dtype):
     flat, w2 = inputs((9 * 1001 + 1,), dtype, seed=6)
     x2 = flat[1:].view(9, 1001)  # one element past an aligned start
     assert x2.data_ptr() % 16
-    L = make_launcher(1001, "bf16" if dtype == torch.bfloat16 else "fp32", 128, 2, 0, 1)
+    L = make_launcher(1001, dtype_str(dtype), 128, 2, 0, 1)
     assert L._constexprs(9, 1, 1001, 1001, aligned=False)[-1] == 0
     assert_close(rmsnorm(x2, w2[:1001].contiguous()), x2, w2[:1001])

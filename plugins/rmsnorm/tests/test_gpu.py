@@ -5,7 +5,7 @@ import torch
 
 import flyautotune as fat
 from flyautotune_rmsnorm import cuda_space, default_config, make_launcher, rmsnorm, rmsnorm_autotuned
-from flyautotune_rmsnorm.api import launch, tuned_launch
+from flyautotune_rmsnorm.api import dtype_str, launch, tuned_launch
 from flyautotune_rmsnorm.reference import relative_error, rmsnorm_reference, tolerance
 
 pytestmark = [
@@ -216,7 +216,7 @@ def test_rows_off_the_vector_grid_on_the_gpu(N, dtype):
     """Odd widths run the aligned-vector body (``ALIGN``): every config of the space into a padded output
     (nothing outside the rows written), strided rows, ``out=x``, the tuned entry's hit path, and a tensor
     off a 16-byte boundary (element-wise addresses): each against fp64."""
-    ds = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}[dtype]
+    ds = dtype_str(dtype)
     M = 37
     base, w = _inputs(M, N + 3, dtype)
     w = w[:N].contiguous()
