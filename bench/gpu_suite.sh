@@ -2,7 +2,7 @@
 # Everything that needs an NVIDIA GPU, in one go: install the packages, run the
 # plugin tests with CUDA, then the RMSNorm benchmark and the dispatch benchmark.
 #
-#   bash bench/gpu_suite.sh OUT_DIR [coop] [persist] [claunch] [cluster] [tests] [coretests] [bench] [explore] [stability] [wins] [longrows] [inductor] [harness] [addressing] [weight] [space] [body] [gluon] [flush] [cold] [agree] [plan] [dispatch] [overhead]
+#   bash bench/gpu_suite.sh OUT_DIR [coop] [persist] [claunch] [cluster] [tests] [coretests] [bench] [explore] [stability] [wins] [longrows] [inductor] [harness] [addressing] [weight] [wshift] [default] [space] [body] [gluon] [flush] [cold] [agree] [plan] [dispatch] [overhead]
 #
 # No network is needed: the three packages are built from this checkout
 # (setuptools must be installed); wheels under .whl/ (e.g. liger-kernel) are
@@ -94,6 +94,12 @@ for stage in $STAGES; do
     weight)
       echo "== the weight's load issued with x's in a one-row body, against the plain body (latency-bound shapes)"
       probe weight_probe.py weight_probe.md ${WEIGHT_ARGS:-} ;;
+    wshift)
+      echo "== rows off the 16-byte grid: the weight read from shifted copies (vectors), against the body as shipped"
+      probe wshift_probe.py wshift_probe.md ${WSHIFT_ARGS:-} ;;
+    default)
+      echo "== the zero-search default of a few long rows against the space's split configs"
+      probe default_probe.py default_probe.md ${DEFAULT_ARGS:-} ;;
     space)
       echo "== every config of the space next to the peers, and the search's pick"
       probe space_probe.py space_probe.md ${SPACE_ARGS:-} ;;

@@ -1,0 +1,80 @@
+"""The zero-search default of a few long rows against the split configs of the space, on one CUDA GPU.
+
+``rmsnorm()`` (and a tuned call before any search) runs :func:`~flyautotune_rmsnorm.space.default_config`.
+For a few long rows the space's best configs split each row across programs, which the default has
+not. Per shape this times the default, every split config of the CUDA space (two launches, and the
+one-launch ``COOP=1`` form), QuACK, torch.compile and a clone, as ``bench/rmsnorm.py`` times its peers
+(CUDA-graph replay over rotating inputs, interleaved rounds, medians kept). No search runs.
+
+    python bench/default_probe.py --out DIR [--shapes 1x65536:bf16,...] [--rounds 3]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+SHAPES = "1x32768:bf16,1x65536:bf16,8x65536:bf16,1x131072:bf16,4x131072:bf16,1x262144:bf16,2x65536:fp32"
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=".")
+    ap.add_argument("--shapes", default=SHAPES)
+    ap.add_argument("--rounds", type=int, default=3)
+    args = ap.parse_args(argv)
+    os.makedirs(args.out, exist_ok=True)
+    os.environ.setdefault("FLYAUTOTUNE_CACHE_DIR", tempfile.mkdtemp(prefix="fat-default-"))
+    import torch
+
+    from rmsnorm import EPS, graph_gbps, load_quack, print_ranking, probe_fns, rotating_inputs, save_rows
+    from rmsnorm import shape_spec, torch_dtype
+    from space_probe import describe
+
+    from flyautotune_rmsnorm.api import launch
+    from flyautotune_rmsnorm.reference import relative_error, rmsnorm_reference, tolerance
+    from flyautotune_rmsnorm.space import default_config, split_configs
+
+    quack = load_quack()
+    rows = []
+    for spec in args.shapes.split(","):
+        M, N, ds = shape_spec(spec)
+        dt = torch_dtype(ds)
+        torch.manual_seed(M + N)
+        x = torch.randn(M, N, device="cuda", dtype=dt)
+        w = torch.rand(N, device="cuda", dtype=dt) + 0.5
+        ref = rmsnorm_reference(x, w, EPS)
+        fns = probe_fns(N, quack, x, w)
+        del fns["tuned"]  # no search here
+        default = default_config(M, N, ds)
+        configs = {"default: " + describe(default.kwargs): default.kwargs}
+        for c in split_configs(M, N, ds, coop=True):
+            name = describe(c.kwargs) + (" coop" if c.kwargs["COOP"] == 1 else "")
+            configs.setdefault(name, c.kwargs)
+        for name, kw in configs.items():
+            def fn(x, w, kw=kw):
+                return launch(x, w, torch.empty_like(x), M, N, ds, EPS, N, N, None, **kw)
+
+            err = relative_error(fn(x, w), ref)
+            assert err <= 5 * tolerance(dt), (spec, name, err)
+            fns[name] = fn
+        xs = rotating_inputs(x, M, N, ds)
+        gbps, spread = graph_gbps(fns, xs, w, args.rounds, M, N, ds)
+        row = {"shape": spec, "default": default.kwargs, "gbps": gbps, "spread": spread, "configs": configs}
+        rows.append(row)
+        print(json.dumps(row), flush=True)
+        del x, xs
+        torch.cuda.empty_cache()
+    save_rows(args.out, "default_probe.json", rows)
+    for r in rows:
+        print_ranking(f"{r['shape']}: default {describe(r['default'])}, clone {r['gbps']['clone']:.0f} GB/s",
+                      r["gbps"], r["spread"])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
