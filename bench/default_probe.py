@@ -1,9 +1,10 @@
-"""The zero-search default of a few long rows against the split configs of the space, on one CUDA GPU.
+"""The zero-search default against the space's split and whole-row configs, on one CUDA GPU.
 
 ``rmsnorm()`` (and a tuned call before any search) runs :func:`~flyautotune_rmsnorm.space.default_config`.
-For a few long rows the space's best configs split each row across programs, which the default has
-not. Per shape this times the default, every split config of the CUDA space (two launches, and the
-one-launch ``COOP=1`` form), QuACK, torch.compile and a clone, as ``bench/rmsnorm.py`` times its peers
+For a few long rows the space's best configs split each row across programs; for rows off the 16-byte
+grid they hold the whole row. Per shape this times the default, every split config of the CUDA space (two
+launches, and the one-launch ``COOP=1`` form), every whole-row config of it, QuACK, torch.compile and a
+clone, as ``bench/rmsnorm.py`` times its peers
 (CUDA-graph replay over rotating inputs, interleaved rounds, medians kept). No search runs.
 
     python bench/default_probe.py --out DIR [--shapes 1x65536:bf16,...] [--rounds 3]
@@ -19,7 +20,8 @@ import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-SHAPES = "1x32768:bf16,1x65536:bf16,8x65536:bf16,1x131072:bf16,4x131072:bf16,1x262144:bf16,2x65536:fp32"
+SHAPES = ("1x32768:bf16,1x65536:bf16,8x65536:bf16,16x65536:bf16,32x32768:bf16,1x131072:bf16,4x131072:bf16,"
+          "1x262144:bf16,2x65536:fp32,8x5001:fp32,4096x3001:fp32,256x6001:bf16")
 
 
 def main(argv=None):
@@ -38,7 +40,7 @@ def main(argv=None):
 
     from flyautotune_rmsnorm.api import launch
     from flyautotune_rmsnorm.reference import relative_error, rmsnorm_reference, tolerance
-    from flyautotune_rmsnorm.space import default_config, split_configs
+    from flyautotune_rmsnorm.space import cuda_space, default_config, split_configs
 
     quack = load_quack()
     rows = []
@@ -53,7 +55,8 @@ def main(argv=None):
         del fns["tuned"]  # no search here
         default = default_config(M, N, ds)
         configs = {"default: " + describe(default.kwargs): default.kwargs}
-        for c in split_configs(M, N, ds, coop=True):
+        whole = [c for c in cuda_space(M, N, ds) if not c.kwargs["CHUNK"] and c.kwargs["SPLIT"] == 1]
+        for c in split_configs(M, N, ds, coop=True) + whole:
             name = describe(c.kwargs) + (" coop" if c.kwargs["COOP"] == 1 else "")
             configs.setdefault(name, c.kwargs)
         for name, kw in configs.items():

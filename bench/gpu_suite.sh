@@ -98,7 +98,7 @@ for stage in $STAGES; do
       echo "== rows off the 16-byte grid: the weight read from shifted copies (vectors), against the body as shipped"
       probe wshift_probe.py wshift_probe.md ${WSHIFT_ARGS:-} ;;
     default)
-      echo "== the zero-search default of a few long rows against the space's split configs"
+      echo "== the zero-search default against the space's split and whole-row configs"
       probe default_probe.py default_probe.md ${DEFAULT_ARGS:-} ;;
     space)
       echo "== every config of the space next to the peers, and the search's pick"

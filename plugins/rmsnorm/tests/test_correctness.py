@@ -310,3 +310,34 @@ def test_rows_off_the_vector_grid_in_place_and_from_unaligned_starts(dtype):
     L = make_launcher(1001, dtype_str(dtype), 128, 2, 0, 1)
     assert L._constexprs(9, 1, 1001, 1001, aligned=False)[-1] == 0
     assert_close(rmsnorm(x2, w2[:1001].contiguous()), x2, w2[:1001])
+
+
+@pytest.mark.parametrize("M,N,dtype", [(3, 40000, torch.bfloat16), (2, 32768, torch.float32)], ids=str)
+def test_the_cuda_default_of_a_few_long_rows_computes_their_rows_on_cpu(M, N, dtype):
+    """The CUDA default of a few long rows splits each across programs (one launch on a GPU); under the
+    interpreter the same config runs its two-launch form: the same rows, a partial last slice included."""
+    from flyautotune_rmsnorm.space import default_config
+
+    kw = default_config(M, N, dtype_str(dtype)).kwargs
+    assert kw["SPLIT"] > 1 and kw["COOP"] == 1
+    x, w = inputs((M, N), dtype, seed=N)
+    y = torch.full_like(x, float("nan"))
+    make_launcher(N, dtype_str(dtype), **kw)(x, w, y, M, N, N, 1e-6)
+    assert_close(y, x, w)
+
+
+@pytest.mark.parametrize("N,dtype", [(2999, torch.bfloat16), (5001, torch.float16), (3001, torch.float32)], ids=str)
+def test_the_cuda_default_of_rows_off_the_vector_grid_computes_their_rows_on_cpu(N, dtype):
+    """The CUDA default of such rows holds a whole row (read as aligned vectors): strided rows into a
+    padded output leave the padding alone."""
+    from flyautotune_rmsnorm.space import default_config
+
+    kw = default_config(16384, N, dtype_str(dtype)).kwargs
+    L = make_launcher(N, dtype_str(dtype), **kw)
+    assert L.align(N + 5, N + 5)
+    base, w = inputs((7, N + 5), dtype, seed=N)
+    x = base[:, :N]
+    y = torch.full_like(base, float("nan"))
+    L(x, w[:N].contiguous(), y, 7, N + 5, N + 5, 1e-6)
+    assert_close(y[:, :N], x, w[:N])
+    assert torch.isnan(y[:, N:]).all()

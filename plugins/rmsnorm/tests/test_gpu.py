@@ -442,3 +442,36 @@ def test_packed_rows_past_two_to_the_31_elements():
         _check(y[rows], x[rows], w)
     del x, y
     torch.cuda.empty_cache()
+
+
+@pytest.mark.parametrize("M,N,dtype", [(1, 65536, torch.bfloat16), (3, 40000, torch.bfloat16),
+                                       (8, 65536, torch.float16), (2, 65536, torch.float32),
+                                       (1, 262144, torch.bfloat16), (16384, 2999, torch.bfloat16),
+                                       (33, 5001, torch.float16)], ids=str)
+def test_the_default_runs_on_the_gpu(M, N, dtype):
+    """``rmsnorm()`` without a search: a few long rows take the one-launch split (every program resident),
+    rows off the 16-byte grid a whole row read as aligned vectors; eager and in a CUDA graph, each against
+    fp64."""
+    from flyautotune_rmsnorm.split import sm_count
+
+    ds = dtype_str(dtype)
+    kw = default_config(M, N, ds).kwargs
+    L = make_launcher(N, ds, **kw)
+    if kw["SPLIT"] > 1:
+        assert kw["COOP"] == 1 and L.uses_coop(M, 0) == (M * kw["SPLIT"] <= sm_count(0))
+    else:
+        assert L.align(N, N)
+    x, w = _inputs(M, N, dtype)
+    _check(rmsnorm(x, w), x, w)
+    y = torch.full_like(x, float("nan"))
+    g = torch.cuda.CUDAGraph()
+    s = torch.cuda.Stream()
+    with torch.cuda.stream(s):
+        rmsnorm(x, w, out=y)  # the stream's first launch makes the one-launch form's workspace
+    torch.cuda.synchronize()
+    y.fill_(float("nan"))
+    with torch.cuda.graph(g, stream=s):
+        rmsnorm(x, w, out=y)
+    g.replay()
+    torch.cuda.synchronize()
+    _check(y, x, w)

@@ -9,7 +9,7 @@ import torch
 import flyautotune as fat
 from flyautotune_rmsnorm import api, cuda_space, default_config, rmsnorm_autotuned, rocm_space
 from flyautotune_rmsnorm.api import tuned_launch
-from flyautotune_rmsnorm.factory import make_launcher, next_pow2
+from flyautotune_rmsnorm.factory import ELEMENT_SIZE, make_launcher, next_pow2
 from flyautotune_rmsnorm.space import KNOBS, MAX_REGISTER_ROW, SMALL_N, _cfg, split_configs
 
 ANCHOR_SHAPES = [
@@ -93,8 +93,46 @@ def test_few_long_rows_may_split_across_programs(M, N):
     space = cuda_space(M, N, "bf16")
     splits = [c for c in space if c.kwargs["SPLIT"] > 1]
     assert splits and {c.kwargs["SPLIT"] for c in splits} <= {2, 4, 8, 16, 32, 64, 128}
-    assert default_config(M, N, "bf16").kwargs["SPLIT"] == 1  # the default stays one program per row
     assert split_configs(4096, N, "bf16") == []  # enough rows fill the GPU without splitting
+
+
+@pytest.mark.parametrize("M,N,ds,split", [(1, 32768, "bf16", 16), (1, 65536, "bf16", 32), (8, 65536, "bf16", 16),
+                                          (4, 131072, "bf16", 32), (1, 262144, "bf16", 128),
+                                          (2, 65536, "fp32", 32), (3, 40000, "bf16", 32), (16, 32768, "bf16", 8)])
+def test_a_few_long_rows_default_to_the_one_launch_split_on_cuda(M, N, ds, split):
+    """Without a search, a few long rows split into slices of 2048 elements (more where the rows would pass
+    one program per SM), in one launch (COOP=1), a config the space offers; the CPU and ROCm defaults keep
+    one program per row."""
+    from flyautotune_rmsnorm.space import COOP_PROGRAMS, MAX_COOP_SLICE, MIN_SLICE
+
+    kw = default_config(M, N, ds).kwargs
+    assert (kw["SPLIT"], kw["COOP"], kw["CHUNK"]) == (split, 1, 0)
+    assert M * split <= COOP_PROGRAMS and MIN_SLICE <= next_pow2(N) // split <= MAX_COOP_SLICE
+    assert kw["BLOCK_THREADS"] * 16 == next_pow2(N) // split  # 16 elements of the slice a thread
+    assert default_config(M, N, ds) in cuda_space(M, N, ds)
+    make_launcher(N, ds, **kw)  # the factory builds it
+    for backend in ("cpu", "rocm"):
+        assert default_config(M, N, ds, backend).kwargs["SPLIT"] == 1
+
+
+@pytest.mark.parametrize("M,N", [(64, 65536), (1024, 65536), (16, 131072), (4096, 32768), (200, 16384)])
+def test_rows_that_fill_the_gpu_or_fit_one_program_keep_one_program_per_row_by_default(M, N):
+    assert default_config(M, N, "bf16").kwargs["SPLIT"] == 1
+
+
+@pytest.mark.parametrize("M,N,ds,threads", [(16384, 2999, "bf16", 128), (32, 3001, "bf16", 128),
+                                            (1024, 5001, "fp16", 256), (8, 5001, "fp32", 512),
+                                            (4096, 3001, "fp32", 256)])
+def test_rows_off_the_vector_grid_default_to_a_whole_row_read_as_aligned_vectors(M, N, ds, threads):
+    """Rows of 2-8 K elements whose width is not whole 16-byte vectors stay whole by default (64 bytes a
+    thread), so the launch reads them as aligned vectors (ALIGN), not in two element-wise passes."""
+    cfg = default_config(M, N, ds)
+    kw = cfg.kwargs
+    assert (kw["BLOCK_THREADS"], kw["CHUNK"], kw["SPLIT"]) == (threads, 0, 1)
+    assert cfg in cuda_space(M, N, ds)
+    assert make_launcher(N, ds, **kw).align(N, N) == 16 // ELEMENT_SIZE[ds]
+    # a width whose padded row cannot hold the aligned window keeps the old default
+    assert default_config(M, 4095, "bf16") == default_config(M, 4088, "bf16")
 
 
 def test_adopter_is_registered_through_its_entry_point():
