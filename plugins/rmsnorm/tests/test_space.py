@@ -98,16 +98,20 @@ def test_few_long_rows_may_split_across_programs(M, N):
 
 @pytest.mark.parametrize("M,N,ds,split", [(1, 32768, "bf16", 16), (1, 65536, "bf16", 32), (8, 65536, "bf16", 16),
                                           (4, 131072, "bf16", 32), (1, 262144, "bf16", 128),
-                                          (2, 65536, "fp32", 32), (3, 40000, "bf16", 32), (16, 32768, "bf16", 8)])
+                                          (2, 65536, "fp32", 32), (3, 40000, "bf16", 32), (16, 32768, "bf16", 8),
+                                          (32, 32768, "bf16", 0), (16, 65536, "bf16", 0)])
 def test_a_few_long_rows_default_to_the_one_launch_split_on_cuda(M, N, ds, split):
-    """Without a search, a few long rows split into slices of 2048 elements (more where the rows would pass
-    one program per SM), in one launch (COOP=1), a config the space offers; the CPU and ROCm defaults keep
-    one program per row."""
-    from flyautotune_rmsnorm.space import COOP_PROGRAMS, MAX_COOP_SLICE, MIN_SLICE
+    """Without a search, a few long rows split into slices of 2048 elements (up to 4096 where the rows would
+    pass one program per SM; none where that is not enough), in one launch (COOP=1), a config the space
+    offers; the CPU and ROCm defaults keep one program per row."""
+    from flyautotune_rmsnorm.space import COOP_PROGRAMS, MIN_SLICE
 
     kw = default_config(M, N, ds).kwargs
+    if not split:  # 32 x 32768 and 16 x 65536 would need slices of 8192: one program a row
+        assert kw["SPLIT"] == 1
+        return
     assert (kw["SPLIT"], kw["COOP"], kw["CHUNK"]) == (split, 1, 0)
-    assert M * split <= COOP_PROGRAMS and MIN_SLICE <= next_pow2(N) // split <= MAX_COOP_SLICE
+    assert M * split <= COOP_PROGRAMS and MIN_SLICE <= next_pow2(N) // split <= 4096
     assert kw["BLOCK_THREADS"] * 16 == next_pow2(N) // split  # 16 elements of the slice a thread
     assert default_config(M, N, ds) in cuda_space(M, N, ds)
     make_launcher(N, ds, **kw)  # the factory builds it
@@ -121,10 +125,10 @@ def test_rows_that_fill_the_gpu_or_fit_one_program_keep_one_program_per_row_by_d
 
 
 @pytest.mark.parametrize("M,N,ds,threads", [(16384, 2999, "bf16", 128), (32, 3001, "bf16", 128),
-                                            (1024, 5001, "fp16", 256), (8, 5001, "fp32", 512),
-                                            (4096, 3001, "fp32", 256)])
+                                            (1024, 5001, "fp16", 256), (8, 5001, "fp32", 256),
+                                            (4096, 3001, "fp32", 128)])
 def test_rows_off_the_vector_grid_default_to_a_whole_row_read_as_aligned_vectors(M, N, ds, threads):
-    """Rows of 2-8 K elements whose width is not whole 16-byte vectors stay whole by default (64 bytes a
+    """Rows of 2-8 K elements whose width is not whole 16-byte vectors stay whole by default (32 elements a
     thread), so the launch reads them as aligned vectors (ALIGN), not in two element-wise passes."""
     cfg = default_config(M, N, ds)
     kw = cfg.kwargs

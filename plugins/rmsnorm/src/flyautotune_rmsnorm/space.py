@@ -69,6 +69,8 @@ MIN_SLICE = 1024
 COOP_PROGRAMS = 132
 #: Longest slice a cooperative program holds in registers (elements).
 MAX_COOP_SLICE = 8192
+#: Longest slice the default's one-launch split takes (:func:`coop_split`; 8192 measured slower there).
+DEFAULT_MAX_SLICE = 4096
 #: Rows at least this long (padded) are where the persistent split (``COOP=2``) could pay: one program
 #: per row streams it twice, a split row is read once.
 PERSIST_MIN_N = 32768
@@ -221,9 +223,10 @@ def default_config(M: int, N: int, dtype_str: str, backend: str = "cuda") -> fat
       program per row left 1.9-8.4x on the table (1 x 262144 bf16: 478 GB/s
       against 57);
     * rows of 2-8 K elements off the 16-byte grid, whose padded row holds the
-      aligned window (``factory.RMSNormLauncher.align``), stay whole at 64 bytes
-      a thread (16384 x 2999 bf16: 3805 GB/s against 1960 in two passes; 1024 x
-      5001 fp16 2509 against 1310).
+      aligned window (``factory.RMSNormLauncher.align``), stay whole at 32
+      elements a thread (16384 x 2999 bf16: 3805 GB/s against 1960 in two
+      passes; 1024 x 5001 fp16 2509 against 1310; 8 x 5001 fp32 143 against 133
+      at 16 elements a thread; 4096 x 3001 fp32 3669, 1 % behind 16).
     """
     npad = next_pow2(N)
     if npad <= SMALL_N:
@@ -235,8 +238,7 @@ def default_config(M: int, N: int, dtype_str: str, backend: str = "cuda") -> fat
         return _cfg(128, max(1, 2048 // npad), policy=0)
     if backend == "cuda":
         if N % vec and npad <= 8192 and N + vec - 1 <= npad:
-            # 64 bytes a thread: 32 16-bit elements (fp32 rows, unmeasured there, keep their registers)
-            return _cfg(npad * ELEMENT_SIZE[dtype_str] // 64, 1, policy=0 if npad <= 4096 else 1)
+            return _cfg(npad // 32, 1, policy=0 if npad <= 4096 else 1)
         split = coop_split(M, N)
         if split:
             return _cfg(min(1024, max(64, npad // split // 16)), 1, 0, 2, split=split, coop=1)
@@ -252,19 +254,20 @@ def default_config(M: int, N: int, dtype_str: str, backend: str = "cuda") -> fat
 def coop_split(M: int, N: int) -> int:
     """``SPLIT`` of the default for a few long rows on CUDA, or 0: rows of at least ``PERSIST_MIN_N`` (padded)
     elements split into slices of 2048 (more where ``M * SPLIT`` would pass ``COOP_PROGRAMS``, up to
-    ``MAX_COOP_SLICE``), so that the one-launch form (``COOP=1``) holds the grid at one program per SM.
+    ``DEFAULT_MAX_SLICE``), so that the one-launch form (``COOP=1``) holds the grid at one program per SM.
 
     H200, bf16 unless said, GB/s, graph replay (``bench/default_probe.py``), this split against one program per
     row: 1 x 32768 69 against 49; 1 x 65536 132 against 66 (QuACK 122); 8 x 65536 640 against 359 (QuACK 661);
     1 x 131072 251 against 73; 4 x 131072 662 against 215 (QuACK 682); 1 x 262144 478 against 57 (QuACK 409);
-    2 x 65536 fp32 402 against 132. It was the fastest split of the space at each but 1 x 32768 (70 at 32 x 1024)."""
+    2 x 65536 fp32 402 against 132. It was the fastest split of the space at each but 1 x 32768 (70 at 32 x 1024).
+    Slices of 8192 did not pay: 32 x 32768 909 against 938 for one program a row."""
     npad = next_pow2(N)
     if npad < PERSIST_MIN_N:
         return 0
     split = min(SPLIT_CHOICES[-1], npad // 2048)
     while split > 1 and M * split > COOP_PROGRAMS:
         split //= 2
-    return split if split > 1 and npad // split <= MAX_COOP_SLICE else 0
+    return split if split > 1 and npad // split <= DEFAULT_MAX_SLICE else 0
 
 
 def deep_short_tiles(M: int, N: int, dtype_str: str) -> list:
