@@ -220,11 +220,11 @@ def default_config(M: int, N: int, dtype_str: str, backend: str = "cuda") -> fat
 
     * a few rows of 32 K elements and more (the one-launch split fits the GPU:
       :func:`coop_split`) split across programs of 2048 elements each, where one
-      program per row left 1.9-8.4x on the table (1 x 262144 bf16: 478 GB/s
+      program per row left 1.4-8.4x on the table (1 x 262144 bf16: 478 GB/s
       against 57);
     * rows of 2-8 K elements off the 16-byte grid, whose padded row holds the
       aligned window (``factory.RMSNormLauncher.align``), stay whole at 32
-      elements a thread (16384 x 2999 bf16: 3805 GB/s against 1960 in two
+      elements a thread (16384 x 2999 bf16: 3805 GB/s against 1970 in two
       passes; 1024 x 5001 fp16 2509 against 1310; 8 x 5001 fp32 143 against 133
       at 16 elements a thread; 4096 x 3001 fp32 3669, 1 % behind 16).
     """
