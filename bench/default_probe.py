@@ -12,11 +12,8 @@ clone, as ``bench/rmsnorm.py`` times its peers
 
 from __future__ import annotations
 
-import argparse
-import json
 import os
 import sys
-import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
@@ -25,32 +22,24 @@ SHAPES = ("1x32768:bf16,1x65536:bf16,8x65536:bf16,16x65536:bf16,32x32768:bf16,1x
 
 
 def main(argv=None):
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=".")
-    ap.add_argument("--shapes", default=SHAPES)
-    ap.add_argument("--rounds", type=int, default=3)
-    args = ap.parse_args(argv)
-    os.makedirs(args.out, exist_ok=True)
-    os.environ.setdefault("FLYAUTOTUNE_CACHE_DIR", tempfile.mkdtemp(prefix="fat-default-"))
+    from rmsnorm import probe_args
+
+    args = probe_args(argv, __doc__, SHAPES, "fat-default-")
     import torch
 
-    from rmsnorm import EPS, graph_gbps, load_quack, print_ranking, probe_fns, rotating_inputs, save_rows
-    from rmsnorm import shape_spec, torch_dtype
+    from rmsnorm import EPS, check_and_rank, load_quack, probe_fns, save_and_rank, shape_spec, torch_dtype
     from space_probe import describe
 
     from flyautotune_rmsnorm.api import launch
-    from flyautotune_rmsnorm.reference import relative_error, rmsnorm_reference, tolerance
     from flyautotune_rmsnorm.space import cuda_space, default_config, split_configs
 
     quack = load_quack()
     rows = []
     for spec in args.shapes.split(","):
         M, N, ds = shape_spec(spec)
-        dt = torch_dtype(ds)
         torch.manual_seed(M + N)
-        x = torch.randn(M, N, device="cuda", dtype=dt)
-        w = torch.rand(N, device="cuda", dtype=dt) + 0.5
-        ref = rmsnorm_reference(x, w, EPS)
+        x = torch.randn(M, N, device="cuda", dtype=torch_dtype(ds))
+        w = torch.rand(N, device="cuda", dtype=x.dtype) + 0.5
         fns = probe_fns(N, quack, x, w)
         del fns["tuned"]  # no search here
         default = default_config(M, N, ds)
@@ -60,23 +49,12 @@ def main(argv=None):
             name = describe(c.kwargs) + (" coop" if c.kwargs["COOP"] == 1 else "")
             configs.setdefault(name, c.kwargs)
         for name, kw in configs.items():
-            def fn(x, w, kw=kw):
-                return launch(x, w, torch.empty_like(x), M, N, ds, EPS, N, N, None, **kw)
-
-            err = relative_error(fn(x, w), ref)
-            assert err <= 5 * tolerance(dt), (spec, name, err)
-            fns[name] = fn
-        xs = rotating_inputs(x, M, N, ds)
-        gbps, spread = graph_gbps(fns, xs, w, args.rounds, M, N, ds)
-        row = {"shape": spec, "default": default.kwargs, "gbps": gbps, "spread": spread, "configs": configs}
-        rows.append(row)
-        print(json.dumps(row), flush=True)
-        del x, xs
+            fns[name] = lambda x, w, kw=kw: launch(x, w, torch.empty_like(x), M, N, ds, EPS, N, N, None, **kw)
+        rows.append(check_and_rank(fns, x, w, spec, args.rounds, "default " + describe(default.kwargs),
+                                   configs=configs))
+        del x
         torch.cuda.empty_cache()
-    save_rows(args.out, "default_probe.json", rows)
-    for r in rows:
-        print_ranking(f"{r['shape']}: default {describe(r['default'])}, clone {r['gbps']['clone']:.0f} GB/s",
-                      r["gbps"], r["spread"])
+    save_and_rank(args.out, "default_probe.json", rows)
 
 
 if __name__ == "__main__":
