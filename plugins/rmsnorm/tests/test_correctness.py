@@ -312,18 +312,22 @@ def test_rows_off_the_vector_grid_in_place_and_from_unaligned_starts(dtype):
     assert_close(rmsnorm(x2, w2[:1001].contiguous()), x2, w2[:1001])
 
 
-@pytest.mark.parametrize("M,N,dtype", [(3, 40000, torch.bfloat16), (2, 32768, torch.float32)], ids=str)
-def test_the_cuda_default_of_a_few_long_rows_computes_their_rows_on_cpu(M, N, dtype):
+@pytest.mark.parametrize("M,N,dtype,pad", [(3, 40000, torch.bfloat16, 0), (2, 32768, torch.float32, 0),
+                                           (2, 32768, torch.float16, 24)], ids=str)
+def test_the_cuda_default_of_a_few_long_rows_computes_their_rows_on_cpu(M, N, dtype, pad):
     """The CUDA default of a few long rows splits each across programs (one launch on a GPU); under the
-    interpreter the same config runs its two-launch form: the same rows, a partial last slice included."""
+    interpreter the same config runs its two-launch form: the same rows, a partial last slice included;
+    strided rows into a padded output leave the padding alone."""
     from flyautotune_rmsnorm.space import default_config
 
     kw = default_config(M, N, dtype_str(dtype)).kwargs
     assert kw["SPLIT"] > 1 and kw["COOP"] == 1
-    x, w = inputs((M, N), dtype, seed=N)
-    y = torch.full_like(x, float("nan"))
-    make_launcher(N, dtype_str(dtype), **kw)(x, w, y, M, N, N, 1e-6)
-    assert_close(y, x, w)
+    base, w = inputs((M, N + pad), dtype, seed=N)
+    x, w = base[:, :N], w[:N].contiguous()
+    y = torch.full_like(base, float("nan"))
+    make_launcher(N, dtype_str(dtype), **kw)(x, w, y, M, N + pad, N + pad, 1e-6)
+    assert_close(y[:, :N], x, w)
+    assert torch.isnan(y[:, N:]).all()
 
 
 @pytest.mark.parametrize("N,dtype", [(2999, torch.bfloat16), (5001, torch.float16), (3001, torch.float32)], ids=str)
