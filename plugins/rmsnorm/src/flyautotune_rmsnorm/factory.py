@@ -192,6 +192,12 @@ def _check_async(spec: tuple, ASYNC: Any) -> None:
                          f"elements a thread (next_pow2(N) / BLOCK_THREADS), {knobs}")
 
 
+def window_fits(N: int, block_n: int, vec: int) -> bool:
+    """True when a row of ``N`` elements is off the grid of ``vec``-element vectors and a padded block of
+    ``block_n`` holds the aligned window that holds it (``ALIGN``: :meth:`RMSNormLauncher.align`)."""
+    return vec > 1 and N % vec != 0 and block_n >= N + vec - 1
+
+
 def row_vec(sx: int, sy: int, elem: int, vec_bytes: int = VECTOR_BYTES) -> int:
     """Largest power-of-two element count (<= ``vec_bytes``) dividing both row strides."""
     v = max(1, vec_bytes // elem)
@@ -339,8 +345,7 @@ class RMSNormLauncher:
         the row's first element at the same place in its vector in x and y (row strides equal modulo the
         vector) and the padded row to hold the window (``BLOCK_N >= N + vector - 1``)."""
         v = self.vec
-        if (v == 1 or self.N % v == 0 or self.NUM_CHUNKS != 1 or self.HOLD or (sx - sy) % v
-                or self.BLOCK_N < self.N + v - 1):
+        if not window_fits(self.N, self.BLOCK_N, v) or self.NUM_CHUNKS != 1 or self.HOLD or (sx - sy) % v:
             return 0
         return v
 

@@ -51,7 +51,7 @@ from typing import Optional
 import flyautotune as fat
 
 # FEW_ROWS: fewer rows than this are latency-bound: one pass (the factory's row addressing follows it too).
-from .factory import ELEMENT_SIZE, FEW_ROWS, SPLIT_CHOICES, next_pow2
+from .factory import ELEMENT_SIZE, FEW_ROWS, SPLIT_CHOICES, next_pow2, window_fits
 
 KNOBS = ("BLOCK_THREADS", "ROWS_PER_PROGRAM", "CHUNK", "CACHE_POLICY", "PREFETCH", "SPLIT", "VEC", "COOP", "HOLD",
          "ASYNC")
@@ -124,6 +124,11 @@ def short_row_space(N: int, dtype_str: str) -> list:
     return _unique(out)
 
 
+def _coop_cfg(npad: int, split: int) -> fat.Config:
+    """The one-launch split (``COOP=1``) of a padded row in ``split`` slices, 16 elements of a slice a thread."""
+    return _cfg(min(1024, max(64, npad // split // 16)), 1, 0, 2, split=split, coop=1)
+
+
 def split_configs(M: int, N: int, dtype_str: str, block_threads=(128, 256, 1024), coop: bool = False) -> list:
     """Split rows for a few long rows: the three largest ``SPLIT`` with slices of at least
     ``MIN_SLICE`` elements and at most ``2 * SPLIT_PROGRAMS`` programs in all.
@@ -148,7 +153,7 @@ def split_configs(M: int, N: int, dtype_str: str, block_threads=(128, 256, 1024)
     if coop:  # the three largest splits whose grid fits one program per SM
         for split in [s for s in SPLIT_CHOICES[1:] if MIN_SLICE <= npad // s <= MAX_COOP_SLICE
                       and M * s <= COOP_PROGRAMS][-3:]:
-            out.append(_cfg(min(1024, max(64, npad // split // 16)), 1, 0, 2, split=split, coop=1))
+            out.append(_coop_cfg(npad, split))
     return out
 
 
@@ -237,11 +242,11 @@ def default_config(M: int, N: int, dtype_str: str, backend: str = "cuda") -> fat
     if npad <= 2048:
         return _cfg(128, max(1, 2048 // npad), policy=0)
     if backend == "cuda":
-        if N % vec and npad <= 8192 and N + vec - 1 <= npad:
+        if npad <= 8192 and window_fits(N, npad, vec):
             return _cfg(npad // 32, 1, policy=0 if npad <= 4096 else 1)
         split = coop_split(M, N)
         if split:
-            return _cfg(min(1024, max(64, npad // split // 16)), 1, 0, 2, split=split, coop=1)
+            return _coop_cfg(npad, split)
     if npad <= 16384 and M < FEW_ROWS:
         return _cfg(max(128, min(1024, npad // 16)))
     if npad <= MAX_REGISTER_ROW and M < FEW_ROWS // 2:
