@@ -118,8 +118,9 @@ def whole_row_aligned(space, N, ds):
         probe = factory.RMSNormLauncher(N, ds, kw["BLOCK_THREADS"], kw["ROWS_PER_PROGRAM"], kw["CHUNK"],
                                         kw["CACHE_POLICY"], kw["PREFETCH"], kw["SPLIT"], kw["VEC"], kw["COOP"],
                                         kw["HOLD"])
-        if probe.align(N, N):
-            out.append((kw, probe.align(N, N), probe.BLOCK_N))
+        align = probe.align(N, N)
+        if align:
+            out.append((kw, align, probe.BLOCK_N))
     return out
 
 
