@@ -15,7 +15,9 @@ Paths, outermost first:
   (cache hit), the launch;
 * ``rmsnorm`` — the same with the default config and no autotune layer;
 * ``checks + output alloc`` — the input validation and ``new_empty`` of the entry points alone;
-* ``tuner(prepared)`` — the autotune layer over prepared arguments (no checks, no allocation);
+* ``rmsnorm_autotuned, out=x`` — the same in place (one tensor in two places of the tuned launch);
+* ``tuner(prepared)`` — the autotune layer over prepared arguments (no checks, no allocation), also
+  in place;
 * ``launch(prepared, config)`` — the same launch function called directly with the cached config;
 * ``specialized launch`` — what a cache hit calls (``specialize=``): the binary resolved once;
 * ``launcher`` — the cached launcher: straight into Triton's C launcher;
@@ -96,9 +98,11 @@ def main(argv=None):
     paths = {
         "F.rms_norm": lambda: F.rms_norm(x, (N,), w, eps),
         "rmsnorm_autotuned": lambda: rmsnorm_autotuned(x, w, eps),
+        "rmsnorm_autotuned, out=x": lambda: rmsnorm_autotuned(x, w, eps, out=x),
         "rmsnorm": lambda: rmsnorm(x, w, eps),
         "checks + output alloc": lambda: _check(x, w, eps, None),
         "tuner(prepared)": lambda: _tuned_launch(x, w, y, M, N, ds, eps, N, N),
+        "tuner(prepared), in place": lambda: _tuned_launch(x, w, x, M, N, ds, eps, N, N),
         "launch(prepared, config)": lambda: launch(x, w, y, M, N, ds, eps, N, N, None, **cfg),
         "specialized launch": lambda: bound(x, w, y, M, N, ds, eps, N, N),
         "launcher": lambda: L(x, w, y, M, N, N, eps, None, opts),

@@ -75,8 +75,11 @@ def main() -> None:
     nargs = (x, w, y, 16, 64, "fp32", 1e-6, 64, 64)
     rows.append(("specialized callable, 3 tensors + 6 values (RMSNorm's launch)", per_call_us(bound, *nargs)))
     rows.append(("fat.autotune over it, memory hit", per_call_us(norm_tuned, *nargs)))
+    in_place = (x, w, x) + nargs[3:]  # out=x: one tensor in two places
+    rows.append(("fat.autotune over it, memory hit, in place", per_call_us(norm_tuned, *in_place)))
     base = {name: rows[0][1] for name, _ in rows}
-    base["fat.autotune over it, memory hit"] = rows[-2][1]
+    for name in ("fat.autotune over it, memory hit", "fat.autotune over it, memory hit, in place"):
+        base[name] = rows[-3][1]
     print(f"device: {platform.processor() or platform.machine()}, python {platform.python_version()}, "
           f"torch {torch.__version__}, flyautotune {fat.__version__}, {datetime.date.today()}")
     print()

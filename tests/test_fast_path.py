@@ -321,3 +321,76 @@ def test_arities_with_other_tensors_keep_their_own_hits(pm, counting_bench, monk
     for _ in range(3):
         assert launch(x, 4) == (picked, True) and launch(x, 4, out) == (picked, False)
     assert binds == []
+
+
+def _in_place_tuned(pm, counting_bench, monkeypatch, name):
+    """A tuner with two tensor arguments, called out of place and in place (``out`` is ``x``); returns it
+    and a list that grows by one for each tensor check it makes (none where torch has no such checks)."""
+    made = []
+    real = fastpath.tensor_guards()
+    if real is not None:  # before the first call: the generated path keeps the maker it was built with
+        monkeypatch.setattr(fastpath, "_guards", lambda ts: made.append(len(ts)) or real(ts))
+
+    @fat.autotune(configs=[fat.Config(B=1), fat.Config(B=2)], key=["n"], do_bench=counting_bench(),
+                  plugin_manager=pm, name=name)
+    def launch(x, out, n, B=None):
+        return (B, x is out)
+
+    return launch, made
+
+
+def test_in_place_calls_stay_on_the_fast_path(pm, counting_bench, monkeypatch):
+    """``launch(x, x, n)`` (one tensor in two places, as ``out=x`` passes it) is served by the generated
+    path after its first call, without remaking a tensor check per call."""
+    launch, made = _in_place_tuned(pm, counting_bench, monkeypatch, "t_fast_in_place")
+    x = torch.zeros(4)
+    picked = launch(x, x, 4)[0]
+    launch(x, x, 4)
+    before = len(made)
+    monkeypatch.setattr(launch.sig, "bind", lambda *a, **k: pytest.fail("the general path ran"))
+    for _ in range(5):
+        y = torch.ones(4)
+        assert launch(y, y, 4) == (picked, True)
+    assert len(made) == before and launch.last_source == "memory"
+
+
+def test_in_place_and_out_of_place_calls_in_turn(pm, counting_bench, monkeypatch):
+    """Alternating in-place and out-of-place calls of one key each keep their answer and, after the first
+    of each kind, neither the general path nor a new tensor check per call."""
+    launch, made = _in_place_tuned(pm, counting_bench, monkeypatch, "t_fast_in_turn")
+    x, out = torch.zeros(4), torch.zeros(4)
+    picked = launch(x, out, 4)[0]
+    launch(x, out, 4), launch(x, x, 4), launch(x, out, 4), launch(x, x, 4)
+    before = len(made)
+    monkeypatch.setattr(launch.sig, "bind", lambda *a, **k: pytest.fail("the general path ran"))
+    for _ in range(4):
+        assert launch(x, out, 4) == (picked, False) and launch(out, out, 4) == (picked, True)
+    assert len(made) == before
+
+
+def test_an_in_place_call_with_another_layout_misses(pm):
+    """The check made for an in-place call still tells layouts apart: the same tensor in both places but
+    with columns for rows gets its own winner."""
+    picks = []
+
+    @fat.autotune(configs=[fat.Config(B=1), fat.Config(B=2)], key=["n"], plugin_manager=pm, name="t_fast_alias_layout",
+                  default=lambda x, out, n, **_: fat.Config(B=1 if x.stride(-1) == 1 else 2))
+    def launch(x, out, n, B=None):
+        picks.append(B)
+        return B
+
+    rows, cols = torch.zeros(4, 4), torch.zeros(4, 4).t()
+    got = [(launch(rows, rows, 4), launch(cols, cols, 4), launch(rows, cols, 4)) for _ in range(3)]
+    assert got == [(1, 2, 1)] * 3
+
+
+def test_a_check_made_for_repeated_tensors_wants_the_same_repeats(monkeypatch):
+    a, b = torch.zeros(2), torch.zeros(2)
+    assert fastpath.alias_pattern((a, b, a)) == (0, 1, 0)
+    assert fastpath.alias_pattern((a, b, b, a)) == (0, 1, 1, 0)
+    assert fastpath.alias_pattern((a, b)) == (0, 1)
+    monkeypatch.setattr(fastpath, "_guards", None)  # this test is about torch's checks in either mode
+    check = fastpath.tensor_guards()((a, b, a))
+    c = torch.zeros(2)
+    assert check(c, b, c) and not check(c, b, a) and not check(c, c, c) and not check(c, b)
+    assert not check(c.double(), b, c.double())

@@ -24,6 +24,7 @@ a generated function of their own, looked up by arity.
 from __future__ import annotations
 
 import logging
+import operator
 import os
 import sys
 from typing import Any, Callable, Optional, Sequence
@@ -87,6 +88,11 @@ def tensor_guards() -> Optional[Callable[..., Any]]:
     ``tensors`` (sizes free), False for anything else, non-tensors included. That is finer than the
     fast key's tensor parts (dtype and strides of each, the first one's device), so a passing check
     stands in for them: one C call instead of seven attribute reads.
+
+    torch's check also requires its tensors to be distinct objects. Where ``tensors`` repeats one (an
+    in-place call, ``out=x``), the check is made over the distinct ones and passes only for calls that
+    repeat the same positions (:func:`alias_pattern`); the fast key carries that pattern, so in-place
+    and out-of-place calls of one key keep a check each instead of remaking one per call.
     """
     global _guards
     if _guards is None:
@@ -96,8 +102,11 @@ def tensor_guards() -> Optional[Callable[..., Any]]:
             cls = torch._C._dynamo.guards.TensorGuards
 
             def make(tensors: Sequence[Any]) -> Callable[..., bool]:
-                return cls(*tensors, dynamic_dims_sizes=[[None] * t.dim() for t in tensors],
-                           dynamic_dims_strides=[list(t.stride()) for t in tensors]).check
+                pattern = alias_pattern(tensors)
+                distinct = [t for i, t in enumerate(tensors) if pattern[i] == i]
+                check = cls(*distinct, dynamic_dims_sizes=[[None] * t.dim() for t in distinct],
+                            dynamic_dims_strides=[list(t.stride()) for t in distinct]).check
+                return check if len(distinct) == len(tensors) else _aliased(check, pattern)
 
             a, b = torch.zeros(2, 3), torch.zeros(3, dtype=torch.float64)
             check = make((a, b))
@@ -107,6 +116,49 @@ def tensor_guards() -> Optional[Callable[..., Any]]:
         except Exception:  # noqa: BLE001 - any torch without them keeps the attribute-read key
             pass
     return _guards or None
+
+
+def alias_pattern(tensors: Sequence[Any]) -> tuple:
+    """For each tensor, the position of the first of ``tensors`` that is the same object:
+    ``(0, 1, 0)`` for ``(x, w, x)``, ``(0, 1, 2)`` for distinct tensors."""
+    pattern = []
+    for i, t in enumerate(tensors):
+        pattern.append(next(j for j in range(i + 1) if tensors[j] is t))
+    return tuple(pattern)
+
+
+def _aliased(check: Callable[..., bool], pattern: tuple) -> Callable[..., bool]:
+    """``check`` (made over the distinct tensors of ``pattern``) for calls that repeat tensors as
+    ``pattern`` does; torch's check itself rejects repeats among the distinct ones."""
+    repeats = tuple((i, j) for i, j in enumerate(pattern) if i != j)
+    distinct = [i for i, j in enumerate(pattern) if i == j]
+    pick = operator.itemgetter(*distinct) if len(distinct) > 1 else lambda ts: (ts[distinct[0]],)
+    n = len(pattern)
+
+    def aliased(*tensors: Any) -> bool:
+        if len(tensors) != n:
+            return False
+        for i, j in repeats:
+            if tensors[i] is not tensors[j]:
+                return False
+        return check(*pick(tensors))
+
+    return aliased
+
+
+def either(old: Optional[tuple], new: tuple) -> tuple:
+    """The short key's entry after ``new`` served a call its check ``old`` had failed: ``new``, or,
+    where both run the same plan (one call in place, the next not), a check that passes either's
+    tensors, so alternating calls stop refilling. At most two: a third kind of call replaces them."""
+    if old is None or old[1] is not new[1] or getattr(old[0], "either", False):
+        return new
+    first, second = new[0], old[0]  # the kind of call that just came first: it may be the one that stays
+
+    def check(*tensors: Any) -> bool:
+        return first(*tensors) or second(*tensors)
+
+    check.either = True
+    return check, new[1]
 
 
 def build(tuner: Any, args: tuple) -> Optional[Any]:
@@ -132,6 +184,9 @@ def build(tuner: Any, args: tuple) -> Optional[Any]:
     parts = [f"a{i}.{what}" for i in tensors for what in ("dtype", "stride()")]
     if tensors:
         parts.append(f"a{tensors[0]}.device")
+    if make_guard and len(tensors) > 1:
+        # which tensors are one object: a check made for one pattern fails every other (``tensor_guards``)
+        parts.append(f"alias_pattern(({', '.join(f'a{i}' for i in tensors)},))")
     key_expr = "(" + ", ".join(values + parts) + ",)"
     # With torch's tensor checks, a hit looks up the key values alone (no tensor attribute read) and one C
     # call checks the tensors. The arity leads the short key: every arity of a tuner shares the memo, and
@@ -209,7 +264,8 @@ def refill(args):
         return None
     if not entry[0]({names_t}):
         entry = memo[full] = (make_guard(({names_t},)), entry[1])
-    memo[{short_expr}] = entry
+    short = {short_expr}
+    memo[short] = either(memo.get(short), entry)
     return entry
 """ if make_guard else ""
     params = "".join(f", a{i}=_MISSING" for i in range(n)) + (", /" if n else "")
@@ -237,7 +293,8 @@ def call(tuner{params}, *rest, **kwargs):
         # len() of os.environ's own dict (C) is len(os.environ) (a Python __len__): the same change signal.
         "environ": getattr(os.environ, "_data", os.environ), **{f"T{i}": t for i, t in enumerate(types)},
         "tuner": tuner, "memo": tuner._fast_memo, "launch_with": context.launch_with, "state": context._local,
-        "make_guard": make_guard, "_MISSING": _MISSING,
+        "make_guard": make_guard, "alias_pattern": alias_pattern, "either": either,
+        "_MISSING": _MISSING,
     }
     exec(compile(src, f"<flyautotune fast path of {tuner.name}>", "exec"), scope)
     fast = scope["fast"]
