@@ -415,7 +415,7 @@ def _launches(launcher):
 
 @needs_cuda
 def test_rmsnorm_through_the_direct_path_matches_the_reference():
-    from flyautotune_rmsnorm import api, rmsnorm
+    from flyautotune_rmsnorm import api, make_launcher, rmsnorm
     from flyautotune_rmsnorm.reference import relative_error, rmsnorm_reference, tolerance
 
     x = torch.randn(4, 4096, device="cuda", dtype=torch.bfloat16) * 2
@@ -426,7 +426,7 @@ def test_rmsnorm_through_the_direct_path_matches_the_reference():
         err = relative_error(y, rmsnorm_reference(x, w))
         assert err <= tolerance(y.dtype), f"relative error {err:.3g}"
     if TRITON_36 and claunch.enabled():
-        launcher = next(v for k, v in api._defaults.items() if k[:3] == (4, 4096, "bf16"))
+        launcher = make_launcher(4096, "bf16", **api.space.default_config(4, 4096, "bf16", "cuda").kwargs)
         calls = [getattr(lc.call, "func", None) for lc in _launches(launcher)]
         assert claunch.module().launch in calls, "the cache hit did not take the direct path"
 

@@ -475,3 +475,32 @@ def test_the_default_runs_on_the_gpu(M, N, dtype):
     g.replay()
     torch.cuda.synchronize()
     _check(y, x, w)
+
+
+@pytest.mark.parametrize("N,dtype", [(4096, torch.bfloat16), (1000, torch.float16), (3001, torch.float32),
+                                     (65536, torch.bfloat16)], ids=str)
+def test_the_defaults_bound_launch_follows_every_call(N, dtype):
+    """``rmsnorm()`` resolves its default binary once per shape, layout, device and hints: repeated calls
+    with a new row count, in place, strided rows, another weight dtype, a hint block and a stream each get
+    their own launch and stay right."""
+    from flyautotune_rmsnorm import api
+
+    for M in (1, 3, 64, 3):
+        x, w = _inputs(M, N, dtype)
+        _check(rmsnorm(x, w), x, w)
+        xi = x.clone()
+        assert rmsnorm(xi, w, out=xi) is xi
+        _check(xi, x, w)
+        wide = torch.randn(M, N + 64, device="cuda", dtype=dtype)[:, :N]  # rows N + 64 apart
+        _check(rmsnorm(wide, w), wide, w)
+        w32 = w.float()
+        _check(rmsnorm(x, w32), x, w32)
+        with fat.compile_hints(maxnreg=64):  # 64 x 1024 threads still fits the register file
+            _check(rmsnorm(x, w), x, w)
+        s = torch.cuda.Stream()
+        with torch.cuda.stream(s):
+            y = rmsnorm(x, w, stream=s)
+        s.synchronize()
+        _check(y, x, w)
+    keys = [k for k in api._default_runs if k[1] == N and k[2] == dtype_str(dtype)]
+    assert {k[0] for k in keys} == {1, 3, 64} and any(k[7] for k in keys), "a call took no bound launch"

@@ -180,6 +180,7 @@ def clear_caches() -> None:
     _targets.clear()
     _options.clear()
     _defaults.clear()
+    _default_runs.clear()
     tuned_launch.clear()
 
 
@@ -246,7 +247,13 @@ tuned_launch = fat.autotune(
                   space.__file__],
 )(launch)
 
-_defaults: dict = {}
+#: Shapes that never repeat must not grow memory forever (as the tuner's memo of hits).
+MAX_DEFAULTS = 4096
+_defaults: dict = {}  # (M, N, dtype, cuda) -> the default config's launcher
+#: (M, N, dtype, row strides, device, weight dtype, hint key, target) -> the default config's launch bound as a
+#: tuned hit's is (``specialize``), or None where a bound launch does not serve it (split rows)
+_default_runs: dict = {}
+_UNBOUND = object()
 
 
 def rmsnorm(x, weight, eps: float = 1e-6, out=None, stream=None):
@@ -265,9 +272,23 @@ def rmsnorm(x, weight, eps: float = 1e-6, out=None, stream=None):
     if M == 0:
         return result
     cuda = x2.is_cuda
+    if cuda and stream is None:
+        # the default config's binary, resolved once per shape, layout, device and hints, as a tuned hit's
+        rkey = (M, N, ds, sx, sy, x2.get_device(), w.dtype, current_hint_key(), fat.current_target())
+        run = _default_runs.get(rkey, _UNBOUND)
+        if run is _UNBOUND:
+            if len(_default_runs) >= MAX_DEFAULTS:
+                _default_runs.clear()
+            config = space.default_config(M, N, ds, _target(rkey[5]).backend)
+            run = _default_runs[rkey] = specialize(config, x2, w, y, M, N, ds, eps, sx, sy)
+        if run is not None:
+            run(x2, w, y, M, N, ds, eps, sx, sy)
+            return result
     dkey = (M, N, ds, cuda)
     launcher = _defaults.get(dkey)
     if launcher is None:
+        if len(_defaults) >= MAX_DEFAULTS:
+            _defaults.clear()
         backend = _target(x2.get_device()).backend if cuda else "cpu"
         launcher = _defaults[dkey] = make_launcher(N, ds, **space.default_config(M, N, ds, backend).kwargs)
     _run(launcher, x2, w, y, M, sx, sy, eps, stream)
