@@ -67,11 +67,39 @@ def markdown(rows, meta):
             geo = math.exp(sum(math.log(v) for v in ratios) / len(ratios))
             lines += ["", f"Geometric mean of tuned / best peer ({mode}): {geo:.3f}× over {len(ratios)} shapes; "
                           f"minimum {min(ratios):.3f}×."]
+        if mode == "graph":
+            lines += below_best_peer(rows)
         if missing:  # a failed tuned launch must not pass for a smaller bench
             lines += ["", f"**No tuned figure** ({mode}) at {', '.join(missing)}: the tuned launch failed there "
                           f"(the log says why); the mean above leaves those shapes out."]
         lines.append("")
     return "\n".join(lines)
+
+
+def below_best_peer(rows):
+    """Lines naming each shape where tuned's median is under the best peer's, with tuned / that peer in
+    each round (rounds are interleaved, so a round's two times share the GPU's state): under 1 in every
+    round is a loss, a range that crosses 1 a tie the rounds cannot separate."""
+    out = []
+    for r in rows:
+        t = gbps(r, "graph", "tuned")
+        peers = {p: gbps(r, "graph", p) for p in PEERS if gbps(r, "graph", p)}
+        if not t or not peers:
+            continue
+        best = max(peers, key=peers.get)
+        if t >= peers[best]:
+            continue
+        rounds = r.get("graph_rounds") or {}
+        paired = [p / q for p, q in zip(rounds.get(best, ()), rounds.get("tuned", ()))]  # ms: peer / tuned
+        if paired:
+            verdict = "below in every round" if max(paired) < 1 else "a tie: the rounds cross 1"
+            spread = f"; per round {min(paired):.4f}–{max(paired):.4f}×, {verdict}"
+        else:
+            spread = "; one round only"
+        out.append(f"- {r['M']} × {r['N']} {r['dtype']}: tuned / {NAMES[best]} {t / peers[best]:.4f}×{spread}.")
+    if out:
+        out = ["", "Shapes where tuned's median is under the best peer's:", ""] + out
+    return out
 
 
 def plot(rows, path):
