@@ -4,7 +4,8 @@ Times, per call: the bare launch callable; the same callable behind
 ``flyautotune.autotune`` on a memory hit, also inside a ``compile_hints`` block
 (next to the block's own cost around the bare callable); RMSNorm's shape of
 tuned launch (3 tensors, 9 arguments, a ``specialize=`` hit) over its
-specialized callable. Prints a markdown table (median of several timeit repeats, microseconds).
+specialized callable, also in place (the output argument is the input, as
+``out=x`` passes it). Prints a markdown table (median of several timeit repeats, microseconds).
 
     python bench/overhead.py
 """
