@@ -479,12 +479,13 @@ def test_the_default_runs_on_the_gpu(M, N, dtype):
 
 @pytest.mark.parametrize("N,dtype", [(4096, torch.bfloat16), (1000, torch.float16), (3001, torch.float32),
                                      (65536, torch.bfloat16)], ids=str)
-def test_the_defaults_bound_launch_follows_every_call(N, dtype):
+def test_the_defaults_bound_launch_follows_every_call(N, dtype, monkeypatch):
     """``rmsnorm()`` resolves its default binary once per shape, layout, device and hints: repeated calls
     with a new row count, in place, strided rows, another weight dtype, a hint block and a stream each get
     their own launch and stay right."""
     from flyautotune_rmsnorm import api
 
+    monkeypatch.setattr(api, "_default_runs", {})  # this test's calls only
     for M in (1, 3, 64, 3):
         x, w = _inputs(M, N, dtype)
         _check(rmsnorm(x, w), x, w)
@@ -502,5 +503,8 @@ def test_the_defaults_bound_launch_follows_every_call(N, dtype):
             y = rmsnorm(x, w, stream=s)
         s.synchronize()
         _check(y, x, w)
-    keys = [k for k in api._default_runs if k[1] == N and k[2] == dtype_str(dtype)]
-    assert {k[0] for k in keys} == {1, 3, 64} and any(k[7] for k in keys), "a call took no bound launch"
+    runs = api._default_runs
+    assert {k[0] for k in runs} == {1, 3, 64} and {k[3] for k in runs} == {N, N + 64}
+    assert {k[6] for k in runs} == {dtype, torch.float32} and any(k[7] for k in runs)  # weight dtypes, hints
+    split = [k for k, run in runs.items() if run is None]  # rows the bound launch does not serve (split)
+    assert all(default_config(k[0], N, dtype_str(dtype)).kwargs["SPLIT"] > 1 for k in split)

@@ -274,12 +274,13 @@ def rmsnorm(x, weight, eps: float = 1e-6, out=None, stream=None):
     cuda = x2.is_cuda
     if cuda and stream is None:
         # the default config's binary, resolved once per shape, layout, device and hints, as a tuned hit's
-        rkey = (M, N, ds, sx, sy, x2.get_device(), w.dtype, current_hint_key(), fat.current_target())
+        dev = x2.get_device()
+        rkey = (M, N, ds, sx, sy, dev, w.dtype, current_hint_key(), fat.current_target())
         run = _default_runs.get(rkey, _UNBOUND)
         if run is _UNBOUND:
             if len(_default_runs) >= MAX_DEFAULTS:
                 _default_runs.clear()
-            config = space.default_config(M, N, ds, _target(rkey[5]).backend)
+            config = space.default_config(M, N, ds, _target(dev).backend)
             run = _default_runs[rkey] = specialize(config, x2, w, y, M, N, ds, eps, sx, sy)
         if run is not None:
             run(x2, w, y, M, N, ds, eps, sx, sy)
