@@ -140,6 +140,11 @@ def test_real_cuda_streams_are_used_for_the_search_and_the_run():
     assert seen[-1][0] == side
     launch(x, 4, stream=0)
     assert seen[-1][0] == torch.cuda.default_stream()
+    seen.clear()
+    for _ in range(3):  # hits, the generated path's after the first: the stream is still current and passed
+        launch(x, 4, stream=side)
+    assert len(seen) == 3 and all(s == side and cur == side for s, cur in seen)
+    assert launch.last_source == "memory" and torch.cuda.current_stream() != side
 
 
 # -- other torch devices: through the device module, never through the GPU module of another vendor ---------
@@ -196,3 +201,61 @@ def test_a_search_on_a_meta_device_runs_without_a_device_module(pm, monkeypatch)
 
     launch(torch.zeros(4, device="meta"), 4)
     assert backend.bench_streams == [None, None]
+
+
+@pytest.mark.parametrize("spelling", ["object", "raw0", "rawptr"])
+def test_stream_hits_take_the_generated_path_and_keep_the_stream(pm, fake_module, monkeypatch, spelling):
+    """Cache hits with ``stream=`` as their only keyword skip the general path after their first hit, and
+    still resolve the stream, make it current, zero and pass it to the launch with the config."""
+    pm.register(MetaBackend())
+    launched = []
+    made = []
+
+    def specialize(config, x, n, stream=None, **_):
+        made.append(stream)
+        return lambda x, n: pytest.fail("a stream hit called specialize='s callable, which takes no stream")
+
+    @fat.autotune(configs=[fat.Config(B=1), fat.Config(B=2)], key=["n"], plugin_manager=pm,
+                  name=f"t_stream_hit_{spelling}", reset_to_zero=["x"], specialize=specialize)
+    def launch(x, n, B=None, stream=None):
+        launched.append((B, stream, fat.current_target().backend))
+        return B
+
+    given = {"object": FakeStream("mine"), "raw0": 0, "rawptr": 1234}[spelling]
+    label = {"object": "mine", "raw0": "default", "rawptr": "external:1234"}[spelling]
+    x = torch.zeros(4, device="meta")
+    picked = launch(x, 4, stream=given)  # the search
+    launch(x, 4, stream=given)  # the general path's hit: fills the generated one
+    assert made == [None]  # specialize= saw the stream's default, never the call's stream
+    monkeypatch.setattr(launch.sig, "bind", lambda *a, **k: pytest.fail("the general path ran"))
+    fake_module.entered.clear()
+    launched.clear()
+    zeroed = []
+    monkeypatch.setattr(torch.Tensor, "zero_", lambda self: zeroed.append(self) or self)
+    for _ in range(3):
+        assert launch(x, 4, stream=given) == picked
+    assert [s.label for s in fake_module.entered] == [label] * 3
+    assert [(b, s.label, t) for b, s, t in launched] == [(picked, label, "fake")] * 3
+    assert len(zeroed) == 3 and all(z is x for z in zeroed)
+    assert launch.last_source == "memory"
+
+
+def test_stream_none_hits_are_plain_hits(pm, counting_bench, monkeypatch):
+    """``stream=None`` asks for the launch's own stream: the hit is the positional one (specialize='s
+    callable included); a bad spelling is still refused by name."""
+    ran = []
+
+    @fat.autotune(configs=[fat.Config(B=1), fat.Config(B=2)], key=["n"], plugin_manager=pm, do_bench=counting_bench(),
+                  name="t_stream_none_hit", specialize=lambda config, x, n, **_: lambda x, n: ran.append("bound") or 7)
+    def launch(x, n, B=None, stream=None):
+        ran.append(("fn", stream))
+        return B
+
+    x = torch.zeros(4)
+    launch(x, 4), launch(x, 4)
+    monkeypatch.setattr(launch.sig, "bind", lambda *a, **k: pytest.fail("the general path ran"))
+    ran.clear()
+    assert launch(x, 4, stream=None) == 7 and launch(x, 4, stream=0) == launch.last_config.kwargs["B"]
+    assert ran == ["bound", ("fn", None)]  # raw 0 on a CPU tensor resolves to no stream, as the general path does
+    with pytest.raises(TypeError, match=r"stream=True: expected a stream object"):
+        launch(x, 4, stream=True)

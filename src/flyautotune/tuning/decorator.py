@@ -238,6 +238,10 @@ class Autotuner:
             fast = self._fast.get(len(args))
             if fast is not None:
                 return fast(args)
+        elif len(kwargs) == 1 and "stream" in kwargs:  # a hit with a stream: the generated path's own form
+            fast = self._fast.get(len(args))
+            if fast is not None and fast.on_stream is not None:
+                return fast.on_stream(args, kwargs["stream"])
         return self._call(args, kwargs)
 
     def _call(self, args: tuple, kwargs: dict) -> Any:
@@ -245,8 +249,11 @@ class Autotuner:
         plan = self._select(call)
         if plan.kwargs and (len(args) > plan.min_pos or not plan.kwargs.keys().isdisjoint(kwargs)):
             check_caller(self.name, self.sig, [plan.config], call)  # the same answer as on a cold key
-        if not kwargs and self._fast_ok:
-            fastpath.remember(self, args, plan, call.named)
+        if self._fast_ok and (not kwargs or (len(kwargs) == 1 and "stream" in kwargs)):
+            # a stream-only keyword call fills the generated path too (its hits take ``on_stream``);
+            # specialize= sees the stream's default, as on every positional hit it serves
+            named = call.named if not kwargs else {**call.named, "stream": self.sig.defaults.get("stream")}
+            fastpath.remember(self, args, plan, named)
         # An omitted stream stays None: the launch's own current stream, where the zeroing below runs too.
         stream = launch_stream(self.sig, call)
         with streams.on_stream(stream):

@@ -29,7 +29,7 @@ import os
 import sys
 from typing import Any, Callable, Optional, Sequence
 
-from .. import context, keys
+from .. import context, keys, streams
 
 log = logging.getLogger("flyautotune")
 
@@ -217,15 +217,19 @@ def build(tuner: Any, args: tuple) -> Optional[Any]:
     # One hit body, two entries: ``fast(args)`` (looked up by arity) and ``call`` (the first arity's
     # ``__call__``, where ``tuner`` is ``self`` and the arguments arrive as positional-only parameters:
     # no tuple or dict is built for them).
-    body = f"""    if {"not (" + same_types + ") or " if same_types else ""}len(environ) != tuner._env_size:
-        return tuner._call({args_t}, {{}})
+    def head(given_kwargs: str) -> str:
+        """The checks and the lookup of a hit; a miss takes the general path with ``given_kwargs``."""
+        return f"""    if {"not (" + same_types + ") or " if same_types else ""}len(environ) != tuner._env_size:
+        return tuner._call({args_t}, {given_kwargs})
     stack = state.stack
 {lookup}
     if entry is None:
-        return tuner._call({args_t}, {{}})
+        return tuner._call({args_t}, {given_kwargs})
     plan = entry[1]
     tuner._last = plan.hit
-{zero}    direct = plan.direct
+"""
+
+    body = head("{}") + f"""{zero}    direct = plan.direct
     if direct is not None and not stack:
         return direct({pos})
     if plan.layers or stack:
@@ -268,6 +272,23 @@ def refill(args):
     memo[short] = either(memo.get(short), entry)
     return entry
 """ if make_guard else ""
+    # A hit with ``stream=`` as its only keyword (where the tuned function takes one and the call does not
+    # pass it by position): the same checks and lookup, then what the general path does with a stream
+    # (resolve it, make it current, zero, launch the tuned function with it: ``launch_on``).
+    on_stream = ""
+    if sig.has_stream and not sig.var_pos:
+        device = f"a{tensors[0]}.device" if tensors else "None"
+        zero_idx = tuple(names.index(z) for z in tuner.reset_to_zero)
+        on_stream = f"""
+def on_stream(args, stream):
+    if stream is None:
+        return fast(args)
+    {unpack} = args
+{head('{"stream": stream}')}    return launch_on(tuner, plan, args, stream, {device}, {zero_idx!r})
+"""
+    stream_branch = "" if not on_stream else (
+        f"        if len(kwargs) == 1 and not rest{f' and a{n - 1} is not _MISSING' if n else ''} and 'stream' in kwargs:\n"
+        f"            return on_stream({args_t}, kwargs['stream'])\n")
     params = "".join(f", a{i}=_MISSING" for i in range(n)) + (", /" if n else "")
     given = f"tuple(a for a in {args_t} if a is not _MISSING) + " if n else ""
     src = f"""
@@ -287,13 +308,14 @@ def fast(args):
 {body}
 def call(tuner{params}, *rest, **kwargs):
     if kwargs or rest{f" or a{n - 1} is _MISSING" if n else ""}:
-        return tuner._dispatch({given}rest, kwargs)
-{body}"""
+{stream_branch}        return tuner._dispatch({given}rest, kwargs)
+{body}
+{on_stream}"""
     scope = {
         # len() of os.environ's own dict (C) is len(os.environ) (a Python __len__): the same change signal.
         "environ": getattr(os.environ, "_data", os.environ), **{f"T{i}": t for i, t in enumerate(types)},
         "tuner": tuner, "memo": tuner._fast_memo, "launch_with": context.launch_with, "state": context._local,
-        "make_guard": make_guard, "alias_pattern": alias_pattern, "either": either,
+        "make_guard": make_guard, "alias_pattern": alias_pattern, "either": either, "launch_on": launch_on,
         "_MISSING": _MISSING,
     }
     exec(compile(src, f"<flyautotune fast path of {tuner.name}>", "exec"), scope)
@@ -302,7 +324,29 @@ def call(tuner{params}, *rest, **kwargs):
     fast.short = scope.get("short")
     fast.guard = scope.get("guard", _no_guard)
     fast.call = scope["call"]
+    fast.on_stream = scope.get("on_stream")
     return fast
+
+
+def launch_on(tuner: Any, plan: Any, args: tuple, stream: Any, device: Any, zero_idx: tuple) -> Any:
+    """A hit's launch with ``stream=``, as the general path runs it (``Autotuner._call``, ``run_plan``):
+    the stream resolved for the inputs' device and current for the block, ``reset_to_zero`` tensors zeroed
+    on it, the tuned function called with the config's kwargs and the stream (never ``specialize=``'s
+    callable, which takes no stream)."""
+    stream = streams.resolve_stream(stream, device)
+    module = streams.stream_module(stream)  # streams.on_stream, inlined: no generator per call
+    if module is None:
+        return _zero_and_launch(tuner, plan, args, stream, zero_idx)
+    with module.stream(stream):
+        return _zero_and_launch(tuner, plan, args, stream, zero_idx)
+
+
+def _zero_and_launch(tuner: Any, plan: Any, args: tuple, stream: Any, zero_idx: tuple) -> Any:
+    for i in zero_idx:
+        if args[i] is not None:
+            args[i].zero_()
+    kwargs = plan.kwargs if stream is None else {**plan.kwargs, "stream": stream}
+    return context.launch_with(plan.layers, plan.launch, tuner.fn, args, kwargs)
 
 
 def _no_guard(args: tuple) -> None:
