@@ -330,6 +330,24 @@ def test_the_cuda_default_of_a_few_long_rows_computes_their_rows_on_cpu(M, N, dt
     assert torch.isnan(y[:, N:]).all()
 
 
+@pytest.mark.parametrize("M,N,dtype,pad", [(3, 40000, torch.bfloat16, 0), (2, 32768, torch.float32, 8),
+                                           (1, 65536, torch.float16, 0)], ids=str)
+def test_the_rocm_default_of_a_few_long_rows_computes_their_rows_on_cpu(M, N, dtype, pad):
+    """ROCm's default of a few long rows is the two-launch split: under the interpreter its partial sums and
+    normalize give the reference, a partial last slice included; strided rows into a padded output leave
+    the padding alone."""
+    from flyautotune_rmsnorm.space import default_config
+
+    kw = default_config(M, N, dtype_str(dtype), "rocm").kwargs
+    assert kw["SPLIT"] > 1 and kw["COOP"] == 0
+    base, w = inputs((M, N + pad), dtype, seed=N + 1)
+    x, w = base[:, :N], w[:N].contiguous()
+    y = torch.full_like(base, float("nan"))
+    make_launcher(N, dtype_str(dtype), **kw)(x, w, y, M, N + pad, N + pad, 1e-6)
+    assert_close(y[:, :N], x, w)
+    assert torch.isnan(y[:, N:]).all()
+
+
 @pytest.mark.parametrize("N,dtype", [(2999, torch.bfloat16), (5001, torch.float16), (3001, torch.float32)], ids=str)
 def test_the_cuda_default_of_rows_off_the_vector_grid_computes_their_rows_on_cpu(N, dtype):
     """The CUDA default of such rows holds a whole row (read as aligned vectors): strided rows into a

@@ -115,8 +115,29 @@ def test_a_few_long_rows_default_to_the_one_launch_split_on_cuda(M, N, ds, split
     assert kw["BLOCK_THREADS"] * 16 == next_pow2(N) // split  # 16 elements of the slice a thread
     assert default_config(M, N, ds) in cuda_space(M, N, ds)
     make_launcher(N, ds, **kw)  # the factory builds it
-    for backend in ("cpu", "rocm"):
-        assert default_config(M, N, ds, backend).kwargs["SPLIT"] == 1
+    assert default_config(M, N, ds, "cpu").kwargs["SPLIT"] == 1
+
+
+@pytest.mark.parametrize("M,N,ds,split", [(1, 32768, "bf16", 16), (1, 65536, "bf16", 32), (8, 65536, "bf16", 32),
+                                          (4, 131072, "bf16", 32), (1, 262144, "bf16", 64), (2, 65536, "fp32", 32),
+                                          (1, 131072, "fp32", 64), (8, 131072, "fp32", 0), (3, 40000, "bf16", 32),
+                                          (32, 32768, "bf16", 8), (64, 65536, "bf16", 0), (1, 16384, "bf16", 0)])
+def test_a_few_long_rows_default_to_the_two_launch_split_on_rocm(M, N, ds, split):
+    """ROCm has no one-launch split: its default for a few rows of 32 K elements and more is the two-launch
+    form at 256 threads, slices of 2048 (4096 from 131072 up in 16-bit: two 16-byte vectors a thread at most)
+    with at most SPLIT_PROGRAMS programs, a config its space offers; more rows, or shorter ones, keep one
+    program per row."""
+    from flyautotune_rmsnorm.space import SPLIT_PROGRAMS, rocm_space
+
+    cfg = default_config(M, N, ds, "rocm")
+    kw = cfg.kwargs
+    if not split:
+        assert kw["SPLIT"] == 1
+        return
+    assert (kw["SPLIT"], kw["COOP"], kw["CHUNK"], kw["BLOCK_THREADS"]) == (split, 0, 0, 256)
+    assert M * split <= SPLIT_PROGRAMS and 2048 <= next_pow2(N) // split <= 256 * 2 * 16 // ELEMENT_SIZE[ds]
+    assert cfg in rocm_space(M, N, ds)
+    make_launcher(N, ds, **kw)  # the factory builds it
 
 
 @pytest.mark.parametrize("M,N", [(64, 65536), (1024, 65536), (16, 131072), (4096, 32768), (200, 16384)])
@@ -788,6 +809,30 @@ def test_rows_off_the_vector_grid_cross_compile_to_16_byte_accesses(M, N, ds, ti
     loads, stores, scalar_stores = vectors[None]
     assert loads * 16 >= per_thread * (2 if ds != "fp32" else 4) and stores == loads and scalar_stores == 1, vectors
     assert vectors[0][:2] == (0, 0) and vectors[0][2] >= per_thread, vectors
+
+
+@pytest.mark.parametrize("M,N", [(1, 262144), (8, 65536)])
+def test_the_rocm_default_of_a_few_long_rows_cross_compiles_for_gfx942_without_scratch(M, N):
+    """The normalize kernel of ROCm's two-launch default (the heavier of its two) compiles to AMDGCN that
+    reads x and the weight and writes y in 16-byte accesses, with no scratch and no spills."""
+    pytest.importorskip("triton.backends.amd")
+    import re
+
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    cfg = default_config(M, N, "bf16", "rocm")
+    kernel, sig, consts, extra = api.compile_spec((M, N), "bf16", cfg, target=fat.Target("rocm", "gfx942", 64))
+    assert kernel.fn.__name__ == "_split_normalize" and extra["options"]["num_warps"] == 4
+    attrs = {(i,): [["tt.divisibility", 16]] for i, t in enumerate(sig.values()) if t.startswith("*")}
+    k = triton.compile(triton.compiler.ASTSource(kernel, sig, consts, attrs), target=GPUTarget("hip", "gfx942", 64),
+                       options=extra["options"])
+    isa = k.asm["amdgcn"]
+    assert re.findall(r"ScratchSize: (\d+)", isa) == ["0"], "the normalize kernel uses scratch"
+    assert re.findall(r"\.vgpr_spill_count: (\d+)", isa) == ["0"]
+    per_thread = next_pow2(N) // cfg.kwargs["SPLIT"] // 256 // 8  # 16-byte vectors of the slice a thread
+    assert len(re.findall(r"(global|buffer)_load_dwordx4", isa)) >= 2 * per_thread  # x and the weight
+    assert len(re.findall(r"(global|buffer)_store_dwordx4", isa)) >= per_thread
 
 
 def test_rows_off_the_vector_grid_cross_compile_to_16_byte_accesses_for_gfx942():

@@ -220,8 +220,9 @@ def default_config(M: int, N: int, dtype_str: str, backend: str = "cuda") -> fat
     Fitted to H200 measurements (docs/benchmarks.md): rows up to 2048 elements
     take two rows per 128-thread program; longer rows, when there are enough of
     them, stream in two passes with one 16-byte vector per thread per chunk;
-    few rows keep the row in registers (latency). On CUDA two kinds of rows
-    differ (``bench/default_probe.py``, ``bench/wshift_probe.py``):
+    few rows keep the row in registers (latency). On ROCm a few rows of 32 K
+    elements and more split in two launches (:func:`rocm_split`). On CUDA two
+    kinds of rows differ (``bench/default_probe.py``, ``bench/wshift_probe.py``):
 
     * a few rows of 32 K elements and more (the one-launch split fits the GPU:
       :func:`coop_split`) split across programs of 2048 elements each, where one
@@ -237,6 +238,9 @@ def default_config(M: int, N: int, dtype_str: str, backend: str = "cuda") -> fat
     if npad <= SMALL_N:
         return small_config(N, dtype_str)
     if backend == "rocm":
+        split = rocm_split(M, N, dtype_str)
+        if split:  # the two-launch split (ROCm has no one-launch form): partial sums, then normalize
+            return _cfg(256, 1, 0, 2, split=split)
         return _cfg(min(1024, max(256, npad // 16)), 1, 8192 if npad > MAX_REGISTER_ROW else 0)
     vec = 16 // ELEMENT_SIZE[dtype_str]
     if npad <= 2048:
@@ -254,6 +258,27 @@ def default_config(M: int, N: int, dtype_str: str, backend: str = "cuda") -> fat
     chunk = min(npad // 2, 16384)
     policy = 2 if npad >= MAX_REGISTER_ROW else 1
     return _cfg(max(256, min(1024, chunk // vec)), 1, chunk, policy)
+
+
+def rocm_split(M: int, N: int, dtype_str: str) -> int:
+    """``SPLIT`` of the ROCm default for a few long rows, or 0: rows of at least ``PERSIST_MIN_N`` (padded)
+    elements split into slices of 2048 (4096 from 131072 up, in 16-bit), halved while ``M * SPLIT`` passes
+    ``SPLIT_PROGRAMS``, in the two-launch form at 256 threads holding at most two 16-byte vectors of the
+    slice each (``split_configs`` offers the same config).
+
+    Not measured on an AMD GPU (none here). The rule is the H200's best two-launch split for each of these
+    shapes (``bench/default_probe.py``, bf16 unless said, GB/s against one program per row): 1 x 32768 59
+    against 49; 1 x 65536 114 against 66; 8 x 65536 565 against 359; 1 x 131072 214 against 73; 4 x 131072
+    595 against 215; 1 x 262144 400 against 57; 2 x 65536 fp32 359 against 132. One program per row leaves
+    all but M of the GPU's compute units idle on any GPU; the search (``rocm_space``) refines it."""
+    npad = next_pow2(N)
+    if npad < PERSIST_MIN_N:
+        return 0
+    longest = min(DEFAULT_MAX_SLICE, 2 * (16 // ELEMENT_SIZE[dtype_str]) * 256)
+    split = min(SPLIT_CHOICES[-1], npad // min(longest, 4096 if npad >= 131072 else 2048))
+    while split > 1 and M * split > SPLIT_PROGRAMS:
+        split //= 2
+    return split if split > 1 and npad // split <= longest else 0
 
 
 def coop_split(M: int, N: int) -> int:
