@@ -17,7 +17,8 @@ Paths, outermost first:
 * ``checks + output alloc`` — the input validation and ``new_empty`` of the entry points alone;
 * ``rmsnorm_autotuned, out=x`` — the same in place (one tensor in two places of the tuned launch);
 * ``rmsnorm_autotuned, stream=`` — the same with the current stream passed as ``stream=`` (the tuner
-  resolves it, makes it current and launches the tuned function with it);
+  resolves it, makes it current unless it is, and launches the tuned function with it); ``stream=side``
+  with another stream (made current for the launch);
 * ``tuner(prepared)`` — the autotune layer over prepared arguments (no checks, no allocation), also
   in place;
 * ``launch(prepared, config)`` — the same launch function called directly with the cached config;
@@ -93,7 +94,7 @@ def main(argv=None):
     compiled = next(iter(L._launches.values())).kernel
     run = compiled.run
     raw_args = (x.data_ptr(), w.data_ptr(), y.data_ptr(), M, N // 8, N // 8, eps, *consts)
-    current = torch.cuda.current_stream()
+    current, side = torch.cuda.current_stream(), torch.cuda.Stream()
     stream = current.cuda_stream
     fn_handle, meta_packed = compiled.function, compiled.packed_metadata
     triton_raw = getattr(run, "launch", None)
@@ -103,6 +104,7 @@ def main(argv=None):
         "rmsnorm_autotuned": lambda: rmsnorm_autotuned(x, w, eps),
         "rmsnorm_autotuned, out=x": lambda: rmsnorm_autotuned(x, w, eps, out=x),
         "rmsnorm_autotuned, stream=": lambda: rmsnorm_autotuned(x, w, eps, stream=current),
+        "rmsnorm_autotuned, stream=side": lambda: rmsnorm_autotuned(x, w, eps, stream=side),
         "rmsnorm": lambda: rmsnorm(x, w, eps),
         "checks + output alloc": lambda: _check(x, w, eps, None),
         "tuner(prepared)": lambda: _tuned_launch(x, w, y, M, N, ds, eps, N, N),

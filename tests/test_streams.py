@@ -145,6 +145,12 @@ def test_real_cuda_streams_are_used_for_the_search_and_the_run():
         launch(x, 4, stream=side)
     assert len(seen) == 3 and all(s == side and cur == side for s, cur in seen)
     assert launch.last_source == "memory" and torch.cuda.current_stream() != side
+    here = torch.cuda.current_stream()
+    assert streams.already_current(here, torch.cuda) and not streams.already_current(side, torch.cuda)
+    with torch.cuda.stream(side):
+        assert streams.already_current(side, torch.cuda)
+        launch(x, 4, stream=side)  # already current: launched on it without entering it again
+    assert seen[-1] == (side, side) and torch.cuda.current_stream() == here
 
 
 # -- other torch devices: through the device module, never through the GPU module of another vendor ---------
@@ -259,3 +265,24 @@ def test_stream_none_hits_are_plain_hits(pm, counting_bench, monkeypatch):
     assert ran == ["bound", ("fn", None)]  # raw 0 on a CPU tensor resolves to no stream, as the general path does
     with pytest.raises(TypeError, match=r"stream=True: expected a stream object"):
         launch(x, 4, stream=True)
+
+
+def test_a_stream_already_current_is_told_by_raw_handles(monkeypatch):
+    """``already_current``: only a CUDA/HIP stream whose raw handle is the current one of the current device
+    counts (two C getters); another device, another handle, another module or a stream without a raw handle
+    does not, so ``on_stream`` enters the stream then."""
+    state = {"device": 0, "raw": {0: 111, 1: 222}}
+    monkeypatch.setattr(torch._C, "_cuda_getDevice", lambda: state["device"], raising=False)
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda i: state["raw"][i], raising=False)
+
+    class Raw:
+        def __init__(self, handle, index):
+            self.cuda_stream, self.device_index = handle, index
+
+    assert streams.already_current(Raw(111, 0), torch.cuda)
+    assert not streams.already_current(Raw(112, 0), torch.cuda)  # another stream of the current device
+    assert not streams.already_current(Raw(222, 1), torch.cuda)  # current on device 1, but device 0 is current
+    state["device"] = 1
+    assert streams.already_current(Raw(222, 1), torch.cuda)
+    assert not streams.already_current(Raw(222, 1), FakeModule(torch.device("meta")))
+    assert not streams.already_current(FakeStream("no raw handle"), torch.cuda)

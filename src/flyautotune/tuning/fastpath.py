@@ -335,7 +335,7 @@ def launch_on(tuner: Any, plan: Any, args: tuple, stream: Any, device: Any, zero
     callable, which takes no stream)."""
     stream = streams.resolve_stream(stream, device)
     module = streams.stream_module(stream)  # streams.on_stream, inlined: no generator per call
-    if module is None:
+    if module is None or streams.already_current(stream, module):
         return _zero_and_launch(tuner, plan, args, stream, zero_idx)
     with module.stream(stream):
         return _zero_and_launch(tuner, plan, args, stream, zero_idx)
