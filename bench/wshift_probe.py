@@ -115,9 +115,7 @@ def whole_row_aligned(space, N, ds):
         kw = c.kwargs
         if kw["CHUNK"] or kw["SPLIT"] != 1 or kw.get("ASYNC"):
             continue
-        probe = factory.RMSNormLauncher(N, ds, kw["BLOCK_THREADS"], kw["ROWS_PER_PROGRAM"], kw["CHUNK"],
-                                        kw["CACHE_POLICY"], kw["PREFETCH"], kw["SPLIT"], kw["VEC"], kw["COOP"],
-                                        kw["HOLD"])
+        probe = factory.make_launcher(N, ds, **kw)
         align = probe.align(N, N)
         if align:
             out.append((kw, align, probe.BLOCK_N))

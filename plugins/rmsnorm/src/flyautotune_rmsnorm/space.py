@@ -271,12 +271,19 @@ def rocm_split(M: int, N: int, dtype_str: str) -> int:
     against 49; 1 x 65536 114 against 66; 8 x 65536 565 against 359; 1 x 131072 214 against 73; 4 x 131072
     595 against 215; 1 x 262144 400 against 57; 2 x 65536 fp32 359 against 132. One program per row leaves
     all but M of the GPU's compute units idle on any GPU; the search (``rocm_space``) refines it."""
+    longest = min(DEFAULT_MAX_SLICE, 2 * (16 // ELEMENT_SIZE[dtype_str]) * 256)
+    return _few_rows_split(M, N, min(longest, 4096 if next_pow2(N) >= 131072 else 2048), SPLIT_PROGRAMS, longest)
+
+
+def _few_rows_split(M: int, N: int, slice_n: int, programs: int, longest: int) -> int:
+    """``SPLIT`` of a default that splits rows of at least ``PERSIST_MIN_N`` (padded) elements into slices of
+    ``slice_n``, halved while ``M * SPLIT`` passes ``programs``, or 0 where that leaves one slice or slices
+    longer than ``longest``."""
     npad = next_pow2(N)
     if npad < PERSIST_MIN_N:
         return 0
-    longest = min(DEFAULT_MAX_SLICE, 2 * (16 // ELEMENT_SIZE[dtype_str]) * 256)
-    split = min(SPLIT_CHOICES[-1], npad // min(longest, 4096 if npad >= 131072 else 2048))
-    while split > 1 and M * split > SPLIT_PROGRAMS:
+    split = min(SPLIT_CHOICES[-1], npad // slice_n)
+    while split > 1 and M * split > programs:
         split //= 2
     return split if split > 1 and npad // split <= longest else 0
 
@@ -291,13 +298,7 @@ def coop_split(M: int, N: int) -> int:
     1 x 131072 251 against 73; 4 x 131072 662 against 215 (QuACK 682); 1 x 262144 478 against 57 (QuACK 409);
     2 x 65536 fp32 402 against 132. It was the fastest split of the space at each but 1 x 32768 (70 at 32 x 1024).
     Slices of 8192 did not pay: 32 x 32768 909 against 938 for one program a row."""
-    npad = next_pow2(N)
-    if npad < PERSIST_MIN_N:
-        return 0
-    split = min(SPLIT_CHOICES[-1], npad // 2048)
-    while split > 1 and M * split > COOP_PROGRAMS:
-        split //= 2
-    return split if split > 1 and npad // split <= DEFAULT_MAX_SLICE else 0
+    return _few_rows_split(M, N, 2048, COOP_PROGRAMS, DEFAULT_MAX_SLICE)
 
 
 def deep_short_tiles(M: int, N: int, dtype_str: str) -> list:
