@@ -13,12 +13,14 @@ Paths, outermost first:
 * ``F.rms_norm`` — torch's op (the bar to meet);
 * ``rmsnorm_autotuned`` — input checks, output allocation, the autotune layer
   (cache hit), the launch;
-* ``rmsnorm`` — the same with the default config and no autotune layer;
+* ``rmsnorm`` — the same with the default config and no autotune layer (also with ``stream=side``);
+* ``F.rms_norm on side`` — torch's op inside a ``torch.cuda.stream(side)`` block (torch's way onto
+  another stream);
 * ``checks + output alloc`` — the input validation and ``new_empty`` of the entry points alone;
 * ``rmsnorm_autotuned, out=x`` — the same in place (one tensor in two places of the tuned launch);
 * ``rmsnorm_autotuned, stream=`` — the same with the current stream passed as ``stream=`` (the tuner
-  resolves it, makes it current unless it is, and launches the tuned function with it); ``stream=side``
-  with another stream (made current for the launch);
+  resolves it and hands it to the specialized launch, which launches on it without making it current);
+  ``stream=side`` with another stream;
 * ``tuner(prepared)`` — the autotune layer over prepared arguments (no checks, no allocation), also
   in place;
 * ``launch(prepared, config)`` — the same launch function called directly with the cached config;
@@ -99,6 +101,10 @@ def main(argv=None):
     fn_handle, meta_packed = compiled.function, compiled.packed_metadata
     triton_raw = getattr(run, "launch", None)
     ours_raw = claunch.direct_launcher(compiled)
+    def on_side():  # torch's own way onto another stream, what stream=side compares with
+        with torch.cuda.stream(side):
+            return F.rms_norm(x, (N,), w, eps)
+
     paths = {
         "F.rms_norm": lambda: F.rms_norm(x, (N,), w, eps),
         "rmsnorm_autotuned": lambda: rmsnorm_autotuned(x, w, eps),
@@ -106,6 +112,8 @@ def main(argv=None):
         "rmsnorm_autotuned, stream=": lambda: rmsnorm_autotuned(x, w, eps, stream=current),
         "rmsnorm_autotuned, stream=side": lambda: rmsnorm_autotuned(x, w, eps, stream=side),
         "rmsnorm": lambda: rmsnorm(x, w, eps),
+        "rmsnorm, stream=side": lambda: rmsnorm(x, w, eps, stream=side),
+        "F.rms_norm on side (torch.cuda.stream block)": lambda: on_side(),
         "checks + output alloc": lambda: _check(x, w, eps, None),
         "tuner(prepared)": lambda: _tuned_launch(x, w, y, M, N, ds, eps, N, N),
         "tuner(prepared), in place": lambda: _tuned_launch(x, w, x, M, N, ds, eps, N, N),
@@ -137,6 +145,7 @@ def main(argv=None):
     us = {k: statistics.median(v) for k, v in samples.items()}
     spread = {k: (min(v), max(v)) for k, v in samples.items()}
     layer = us["tuner(prepared)"] - us["specialized launch"]
+    SIDE = "F.rms_norm on side (torch.cuda.stream block)"
     meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
             "shape": [M, N], "dtype": ds, "config": cfg, "calls": args.calls, "repeats": args.repeats}
@@ -151,7 +160,11 @@ def main(argv=None):
     lines += ["", f"Autotune layer (tuner(prepared) − specialized launch): {layer:.2f} µs (medians), "
                   f"{fastest['tuner(prepared)'] - fastest['specialized launch']:.2f} µs (fastest loops); "
                   f"rmsnorm_autotuned / F.rms_norm: {us['rmsnorm_autotuned'] / us['F.rms_norm']:.2f}× (medians), "
-                  f"{fastest['rmsnorm_autotuned'] / fastest['F.rms_norm']:.2f}× (fastest loops)."]
+                  f"{fastest['rmsnorm_autotuned'] / fastest['F.rms_norm']:.2f}× (fastest loops).",
+              "", "With a stream (medians): `rmsnorm_autotuned, stream=` (the current one) / F.rms_norm "
+                  f"{us['rmsnorm_autotuned, stream='] / us['F.rms_norm']:.2f}×; `stream=side` / F.rms_norm "
+                  f"{us['rmsnorm_autotuned, stream=side'] / us['F.rms_norm']:.2f}×, / F.rms_norm in a "
+                  f"`torch.cuda.stream(side)` block {us['rmsnorm_autotuned, stream=side'] / us[SIDE]:.2f}×."]
     md = "\n".join(lines)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "dispatch.json"), "w") as f:

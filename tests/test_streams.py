@@ -119,6 +119,11 @@ def test_bad_stream_spelling_is_named():
         streams.resolve_stream("fast", torch.device("meta"))
     with pytest.raises(ValueError, match="stream=-1"):
         streams.resolve_stream(-1, torch.device("meta"))
+    ok = FakeStream("ok")
+    assert streams.resolve_stream(ok, torch.device("meta")) is ok
+    assert streams.resolve_stream(ok, torch.device("meta")) is ok  # its type now skips the checks
+    with pytest.raises(TypeError, match=r"stream='fast'"):  # other types still meet them
+        streams.resolve_stream("fast", torch.device("meta"))
 
 
 @pytest.mark.gpu
@@ -244,6 +249,59 @@ def test_stream_hits_take_the_generated_path_and_keep_the_stream(pm, fake_module
     assert [(b, s.label, t) for b, s, t in launched] == [(picked, label, "fake")] * 3
     assert len(zeroed) == 3 and all(z is x for z in zeroed)
     assert launch.last_source == "memory"
+
+
+@pytest.mark.parametrize("spelling", ["object", "raw0", "rawptr"])
+@pytest.mark.parametrize("zeroing", [False, True], ids=["nothing to zero", "reset_to_zero"])
+def test_a_specialized_launch_that_takes_the_stream_serves_stream_hits(pm, fake_module, monkeypatch, spelling,
+                                                                        zeroing):
+    """Where ``specialize=``'s callable takes ``stream``, hits with ``stream=`` call it with the resolved stream
+    and never make the stream current (it launches on it); positional hits call it with none. With
+    ``reset_to_zero=`` the zeroing must run on that stream: such hits keep entering it and calling ``fn``."""
+    pm.register(MetaBackend())
+    launched, bound = [], []
+
+    def specialize(config, x, n, stream=None, **_):
+        return lambda x, n, stream=None: bound.append((config.kwargs["B"], stream)) or config.kwargs["B"]
+
+    @fat.autotune(configs=[fat.Config(B=1), fat.Config(B=2)], key=["n"], plugin_manager=pm, specialize=specialize,
+                  name=f"t_stream_bound_{spelling}_{zeroing}", reset_to_zero=["x"] if zeroing else [])
+    def launch(x, n, B=None, stream=None):
+        launched.append((B, stream))
+        return B
+
+    given = {"object": FakeStream("mine"), "raw0": 0, "rawptr": 1234}[spelling]
+    label = {"object": "mine", "raw0": "default", "rawptr": "external:1234"}[spelling]
+    x = torch.zeros(4, device="meta")
+    picked = launch(x, 4, stream=given)  # the search
+    launch(x, 4, stream=given)  # the general path's hit: fills the generated one
+    monkeypatch.setattr(launch.sig, "bind", lambda *a, **k: pytest.fail("the general path ran"))
+    monkeypatch.setattr(torch.Tensor, "zero_", lambda self: self)
+    fake_module.entered.clear()
+    launched.clear()
+    bound.clear()
+    for _ in range(3):
+        assert launch(x, 4, stream=given) == picked
+    assert launch.last_source == "memory"
+    if zeroing:
+        assert [s.label for s in fake_module.entered] == [label] * 3
+        assert [(b, s.label) for b, s in launched] == [(picked, label)] * 3 and bound == []
+    else:
+        assert fake_module.entered == [] and launched == []
+        assert [(b, s.label) for b, s in bound] == [(picked, label)] * 3
+    bound.clear()
+    assert launch(x, 4) == picked
+    assert bound == [(picked, None)]  # the positional hit, zeroing on the current stream: the launch's own
+
+
+def test_only_a_stream_parameter_by_name_counts_as_taking_the_stream():
+    from flyautotune.tuning.fastpath import takes_stream
+
+    assert takes_stream(lambda x, stream=None: x) and takes_stream(lambda x, *, stream: x)
+    assert not takes_stream(lambda x: x)
+    assert not takes_stream(lambda x, **kw: x)  # a catch-all may drop it: never assumed to launch on it
+    assert not takes_stream(lambda x, stream=None, /: x)  # positional-only: cannot be passed by name
+    assert not takes_stream(max)  # no signature to read: serves hits without a stream only
 
 
 def test_stream_none_hits_are_plain_hits(pm, counting_bench, monkeypatch):

@@ -69,8 +69,15 @@ def external_stream(pointer: int, device: Any) -> Any:
     return _require(device_module(device), "ExternalStream", device, str(pointer))(pointer, device=device)
 
 
+#: Types of stream objects ``resolve_stream`` has returned as given: their next ones skip the checks (a stream
+#: object is returned as given for every device, so only its type decides).
+_AS_GIVEN: set = set()
+
+
 def resolve_stream(stream: Any, device: Any) -> Any:
     """Normalize a launch-stream spelling for ``device`` (see module docstring)."""
+    if type(stream) in _AS_GIVEN:
+        return stream
     if isinstance(stream, bool):
         raise TypeError(f"stream={stream!r}: expected a stream object, a raw stream pointer (int) or None")
     if stream is not None and not isinstance(stream, int) and not (
@@ -83,13 +90,19 @@ def resolve_stream(stream: Any, device: Any) -> Any:
             return None
         if isinstance(stream, int):
             raise ValueError(f"stream={stream!r}: a raw stream pointer needs a GPU device, the inputs are on {device}")
-        return stream
+        return _as_given(stream)
     if stream is None:
         return current_stream(device)
     if isinstance(stream, int):
         if stream < 0:
             raise ValueError(f"stream={stream!r}: a raw stream pointer must be >= 0 (0 = the device's default stream)")
         return default_stream(device) if stream == 0 else external_stream(stream, device)
+    return _as_given(stream)
+
+
+def _as_given(stream: Any) -> Any:
+    if len(_AS_GIVEN) < 64:  # a handful of stream classes exist; never grow without bound
+        _AS_GIVEN.add(type(stream))
     return stream
 
 

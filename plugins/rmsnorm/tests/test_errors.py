@@ -61,6 +61,18 @@ def test_bad_eps_and_non_tensors(entry):
         entry(torch.tensor(1.0), torch.ones(1))
 
 
+def test_bad_streams(entry):
+    x, w = torch.randn(2, 64), torch.ones(64)
+    for bad in (True, "fast", 1.5):
+        with pytest.raises(TypeError, match=rf"stream={bad!r} must be a torch stream, a raw stream handle \(int\) or None"):
+            entry(x, w, stream=bad)
+    with pytest.raises(ValueError, match=r"stream=-3: a raw stream handle must be >= 0"):
+        entry(x, w, stream=-3)
+    with pytest.raises(ValueError, match=r"stream=1234: a raw stream handle needs a GPU tensor, x is on cpu"):
+        entry(x, w, stream=1234)
+    assert torch.allclose(entry(x, w, stream=0), entry(x, w), atol=0, rtol=0)  # 0: the default stream
+
+
 @pytest.mark.parametrize("shape", [(0, 64), (3, 0, 64), (4, 0)], ids=str)
 def test_empty_tensors_return_empty_results(entry, shape):
     x = torch.randn(shape)

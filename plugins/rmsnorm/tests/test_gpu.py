@@ -300,6 +300,46 @@ def test_launch_goes_to_the_given_stream(as_handle):
     _check(y, x, w)
 
 
+@pytest.mark.parametrize("as_handle", [False, True], ids=["stream object", "raw handle"])
+def test_tuned_hits_launch_on_the_given_stream_without_entering_it(as_handle, monkeypatch):
+    """``rmsnorm_autotuned(stream=s)`` on a cache hit launches the specialized binary on ``s``: captured into
+    a graph on ``cap`` while another stream is current, with no stream entered (``torch.cuda.stream`` is
+    never called), and the rows right on replay. ``rmsnorm(stream=s)`` likewise."""
+    x, w = _inputs(256, 4096, torch.bfloat16)
+    cap, other = torch.cuda.Stream(), torch.cuda.Stream()
+    given = cap.cuda_stream if as_handle else cap
+    for _ in range(3):  # the default or a stored winner, the general path's hit, the generated path's
+        rmsnorm_autotuned(x, w, stream=given)
+        rmsnorm(x, w, stream=given)
+    torch.cuda.synchronize()
+    ys = [torch.full_like(x, float("nan")) for _ in range(2)]
+    entered = []
+    real = torch.cuda.stream
+    g = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(g, stream=cap):
+        with torch.cuda.stream(other):
+            monkeypatch.setattr(torch.cuda, "stream", lambda s: entered.append(s) or real(s))
+            assert rmsnorm_autotuned(x, w, out=ys[0], stream=given) is ys[0]
+            assert tuned_launch.last_source == "memory"
+            assert rmsnorm(x, w, out=ys[1], stream=given) is ys[1]
+            monkeypatch.setattr(torch.cuda, "stream", real)
+    assert entered == []
+    torch.cuda.synchronize()
+    assert all(torch.isnan(y).all() for y in ys), "a kernel ran on another stream instead of being captured"
+    g.replay()
+    torch.cuda.synchronize()
+    for y in ys:
+        _check(y, x, w)
+
+
+@pytest.mark.skipif(torch.cuda.device_count() < 2, reason="needs two CUDA GPUs (a stream of the other one)")
+def test_a_stream_of_another_device_is_named():
+    x, w = _inputs(4, 1024, torch.bfloat16)
+    for fn in (rmsnorm, rmsnorm_autotuned):
+        with pytest.raises(ValueError, match=r"is a stream of cuda:1, but x is on cuda:0"):
+            fn(x, w, stream=torch.cuda.Stream(device=1))
+
+
 def test_forced_search_on_the_gpu_picks_from_the_space(monkeypatch):
     x, w = _inputs(2048, 8192, torch.bfloat16)
     monkeypatch.setenv("FLYAUTOTUNE", "1")

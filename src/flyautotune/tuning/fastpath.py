@@ -23,6 +23,7 @@ a generated function of their own, looked up by arity.
 
 from __future__ import annotations
 
+import inspect
 import logging
 import operator
 import os
@@ -67,6 +68,8 @@ def remember(tuner: Any, args: tuple, plan: Any, named: dict) -> None:
                 raise TypeError(f"{tuner.name}: specialize= returned {bound!r}; expected a callable or None")
         plan.bound, plan.bound_kwargs = (bound, {}) if bound is not None else (tuner.fn, plan.kwargs)
         plan.direct = bound if bound is not None and not plan.layers else None
+        plan.direct_stream = (plan.direct if plan.direct is not None and tuner.sig.has_stream
+                              and not tuner.reset_to_zero and takes_stream(plan.direct) else None)
     if key is not None:
         if len(tuner._fast_memo) > MAX_ENTRIES:
             tuner._fast_memo.clear()
@@ -74,6 +77,16 @@ def remember(tuner: Any, args: tuple, plan: Any, named: dict) -> None:
         tuner._fast_memo[key] = entry
         if fast.short is not None:
             tuner._fast_memo[fast.short(args)] = entry
+
+
+def takes_stream(fn: Callable[..., Any]) -> bool:
+    """Whether ``fn`` (what ``specialize=`` returned) has a ``stream`` parameter that can be passed by name:
+    then it launches on the stream it is given, and hits with ``stream=`` call it too."""
+    try:
+        param = inspect.signature(fn).parameters.get("stream")
+    except (TypeError, ValueError):  # a callable without a signature: it serves only hits without a stream
+        return False
+    return param is not None and param.kind in (param.POSITIONAL_OR_KEYWORD, param.KEYWORD_ONLY)
 
 
 _guards: Any = None
@@ -274,7 +287,8 @@ def refill(args):
 """ if make_guard else ""
     # A hit with ``stream=`` as its only keyword (where the tuned function takes one and the call does not
     # pass it by position): the same checks and lookup, then what the general path does with a stream
-    # (resolve it, make it current, zero, launch the tuned function with it: ``launch_on``).
+    # (resolve it, make it current, zero, launch the tuned function with it: ``launch_on``), unless what
+    # ``specialize=`` made takes the stream itself (``plan.direct_stream``): then it gets the resolved stream.
     on_stream = ""
     if sig.has_stream and not sig.var_pos:
         device = f"a{tensors[0]}.device" if tensors else "None"
@@ -284,7 +298,10 @@ def on_stream(args, stream):
     if stream is None:
         return fast(args)
     {unpack} = args
-{head('{"stream": stream}')}    return launch_on(tuner, plan, args, stream, {device}, {zero_idx!r})
+{head('{"stream": stream}')}    direct = plan.direct_stream
+    if direct is not None and not stack:
+        return direct({pos}{", " if n else ""}stream=resolve_stream(stream, {device}))
+    return launch_on(tuner, plan, args, stream, {device}, {zero_idx!r})
 """
     stream_branch = "" if not on_stream else (
         f"        if len(kwargs) == 1 and not rest{f' and a{n - 1} is not _MISSING' if n else ''} and 'stream' in kwargs:\n"
@@ -316,6 +333,7 @@ def call(tuner{params}, *rest, **kwargs):
         "environ": getattr(os.environ, "_data", os.environ), **{f"T{i}": t for i, t in enumerate(types)},
         "tuner": tuner, "memo": tuner._fast_memo, "launch_with": context.launch_with, "state": context._local,
         "make_guard": make_guard, "alias_pattern": alias_pattern, "either": either, "launch_on": launch_on,
+        "resolve_stream": streams.resolve_stream,
         "_MISSING": _MISSING,
     }
     exec(compile(src, f"<flyautotune fast path of {tuner.name}>", "exec"), scope)

@@ -24,7 +24,7 @@ class Plan:
     """A picked config, prepared once so a cache hit does no merging."""
 
     __slots__ = ("config", "target", "source", "kwargs", "layers", "launch", "hit", "key", "selection", "min_pos",
-                 "bound", "bound_kwargs", "direct")
+                 "bound", "bound_kwargs", "direct", "direct_stream")
 
     def __init__(self, config: Config, target: Target, source: str, snapshot: tuple, pm: Any,
                  key: Optional[str] = None, selection: Any = None) -> None:
@@ -44,6 +44,9 @@ class Plan:
         self.bound_kwargs: dict = self.kwargs
         # what specialize= made, when no hints are in force: a hit calls it with no launch context
         self.direct: Any = None
+        # the same, where it takes ``stream=``: a hit with a stream passes it the resolved stream and does not
+        # make it current (nothing to zero on it)
+        self.direct_stream: Any = None
 
 
 def run_plan(fn: Any, sig: Signature, plan: Plan, call: Call, stream: Any) -> Any:

@@ -123,6 +123,19 @@ def _bad_inputs(x: Any, weight: Any) -> None:
                     f"torch.float16, torch.float32")
 
 
+def _check_stream(stream: Any, x: Any) -> None:
+    """Refuse a stream the launch cannot use, by name (``stream`` is not None)."""
+    if isinstance(stream, bool) or not (isinstance(stream, int) or hasattr(stream, "cuda_stream")):
+        raise TypeError(f"rmsnorm: stream={stream!r} must be a torch stream, a raw stream handle (int) or None")
+    if isinstance(stream, int):
+        if stream < 0:
+            raise ValueError(f"rmsnorm: stream={stream!r}: a raw stream handle must be >= 0 (0 = the default stream)")
+        if stream and not x.is_cuda:
+            raise ValueError(f"rmsnorm: stream={stream!r}: a raw stream handle needs a GPU tensor, x is on {x.device}")
+    elif x.is_cuda and getattr(stream, "device_index", None) not in (None, x.get_device()):
+        raise ValueError(f"rmsnorm: stream={stream!r} is a stream of {stream.device}, but x is on {x.device}")
+
+
 def _check_out(x: Any, out: Any, shape: Any, N: int, M: int) -> int:
     """Validate ``out=``; returns its row stride."""
     if not isinstance(out, torch.Tensor):
@@ -272,7 +285,9 @@ def rmsnorm(x, weight, eps: float = 1e-6, out=None, stream=None):
     if M == 0:
         return result
     cuda = x2.is_cuda
-    if cuda and stream is None:
+    if stream is not None:
+        _check_stream(stream, x2)
+    if cuda:
         # the default config's binary, resolved once per shape, layout, device and hints, as a tuned hit's
         dev = x2.get_device()
         rkey = (M, N, ds, sx, sy, dev, w.dtype, current_hint_key(), fat.current_target())
@@ -283,7 +298,7 @@ def rmsnorm(x, weight, eps: float = 1e-6, out=None, stream=None):
             config = space.default_config(M, N, ds, _target(dev).backend)
             run = _default_runs[rkey] = specialize(config, x2, w, y, M, N, ds, eps, sx, sy)
         if run is not None:
-            run(x2, w, y, M, N, ds, eps, sx, sy)
+            run(x2, w, y, M, N, ds, eps, sx, sy, stream)
             return result
     dkey = (M, N, ds, cuda)
     launcher = _defaults.get(dkey)
@@ -309,6 +324,7 @@ def rmsnorm_autotuned(x, weight, eps: float = 1e-6, out=None, stream=None):
     if stream is None:
         tuned_launch(x2, w, y, M, N, ds, eps, sx, sy)
     else:
+        _check_stream(stream, x2)
         tuned_launch(x2, w, y, M, N, ds, eps, sx, sy, stream=stream)
     return result
 

@@ -406,8 +406,10 @@ class RMSNormLauncher:
         row strides, device and weight dtype: ``run(x, w, y, M, N, dtype, eps, sx, sy, stream=None)``.
 
         The first call goes through :meth:`__call__` (compiling, choosing the binary);
-        later calls with 16-byte-aligned pointers, the same integers and no stream go
-        straight to that binary's launch. Anything else takes :meth:`__call__` again.
+        later calls with 16-byte-aligned pointers and the same integers go straight to that
+        binary's launch, on the current stream or on ``stream`` (a raw handle, or a stream
+        of this device, launched on without being made current). Anything else takes
+        :meth:`__call__` again.
         ``options`` are the lowered compile options (the tuner's ``specialize=`` lowers
         them inside the launch context, where the target and the hints are current)."""
         rv = row_vec(sx, sy, self.elem, self.VEC)
@@ -418,10 +420,16 @@ class RMSNormLauncher:
         def run(x, w, y, M_, N_, dtype_, eps, sx_, sy_, stream=None):
             xp, wp, yp = x.data_ptr(), w.data_ptr(), y.data_ptr()
             call = state[0]
-            if (call is not None and stream is None and not (xp | wp | yp) & 15 and M_ == M and sx_ == sx
-                    and sy_ == sy and w.dtype is w_dtype):
-                call(grid, 1, _raw_stream(dev), xp, wp, yp, M, sxv, syv, eps, *state[1])
-                return y
+            if (call is not None and not (xp | wp | yp) & 15 and M_ == M and sx_ == sx and sy_ == sy
+                    and w.dtype is w_dtype):
+                if stream is None:
+                    call(grid, 1, _raw_stream(dev), xp, wp, yp, M, sxv, syv, eps, *state[1])
+                    return y
+                # a stream of this device (or a raw handle): launched on, never made current
+                handle = stream if type(stream) is int else getattr(stream, "cuda_stream", None)
+                if handle is not None and (type(stream) is int or getattr(stream, "device_index", None) == dev):
+                    call(grid, 1, handle, xp, wp, yp, M, sxv, syv, eps, *state[1])
+                    return y
             self(x, w, y, M_, sx_, sy_, eps, stream, options)
             if call is None and M_ == M and sx_ == sx and sy_ == sy and x.get_device() == dev:
                 launch = self._launches.get(launch_key(dev, consts, 0, 0, 0, w_dtype, options))  # the aligned binary
