@@ -30,6 +30,7 @@ SHAPES = "4096x1000:bf16,65536x128:bf16,65536x1024:bf16,65536x512:bf16,4096x1024
 def describe(cfg: dict) -> str:
     """``128t x 4r p0`` (plus chunk, split, vector width) for a config's knobs."""
     extra = "".join((f" chunk {cfg['CHUNK']}" if cfg.get("CHUNK") else "",
+                     " prefetch" if cfg.get("PREFETCH") else "",
                      f" split {cfg['SPLIT']}" if cfg.get("SPLIT", 1) > 1 else "",
                      f" vec {cfg['VEC']}" if cfg.get("VEC", 16) != 16 else "",
                      {0: "", 1: " async", 2: " row"}.get(cfg.get("ASYNC") or 0, f" ASYNC {cfg.get('ASYNC')}")))
@@ -44,20 +45,21 @@ def main(argv=None):
     ap.add_argument("--also-policy", type=int, default=None,
                     help="also time every config of the space with this CACHE_POLICY (configs off the space)")
     ap.add_argument("--extra", default="",
-                    help="also time these configs off the space: THREADSxROWS:POLICY, comma-separated (the other "
-                         "knobs as the space's first config)")
+                    help="also time these configs off the space: THREADSxROWS:POLICY[:KNOB=VALUE...], comma-"
+                         "separated (other knobs as the space's first config), e.g. 512x1:1:CHUNK=8192")
     ap.add_argument("--rotated-outputs", action="store_true",
                     help="also time every config writing into a preallocated output per input copy (as a search "
                          "times it: each timed launch writes a cold buffer), named 'CONFIG, out rotated'")
     args = ap.parse_args(argv)
-    extra = []  # (threads, rows, policy) of each --extra config
+    extra = []  # (threads, rows, policy, {knob: value}) of each --extra config
     for item in filter(None, args.extra.split(",")):
         try:
-            shape_part, policy = item.split(":")
+            shape_part, policy, *knobs = item.split(":")
             bt, per = (int(v) for v in shape_part.split("x"))
-            extra.append((bt, per, int(policy)))
+            extra.append((bt, per, int(policy), {k: int(v) for k, v in (kv.split("=") for kv in knobs)}))
         except ValueError:
-            ap.error(f"--extra: {item!r}: expected THREADSxROWS:POLICY, e.g. 128x8:1")
+            ap.error(f"--extra: {item!r}: expected THREADSxROWS:POLICY[:KNOB=VALUE...], e.g. 128x8:1 or "
+                     f"512x1:1:CHUNK=8192")
     os.makedirs(args.out, exist_ok=True)
     os.environ.setdefault("FLYAUTOTUNE_CACHE_DIR", tempfile.mkdtemp(prefix="fat-space-"))
     import torch
@@ -81,8 +83,8 @@ def main(argv=None):
         space = [c.kwargs for c in cuda_space(M, N, ds)]
         if args.also_policy is not None:
             space += [k for k in (dict(c, CACHE_POLICY=args.also_policy) for c in space) if k not in space]
-        for bt, per, policy in extra:
-            kw = dict(space[0], BLOCK_THREADS=bt, ROWS_PER_PROGRAM=per, CACHE_POLICY=policy)
+        for bt, per, policy, knobs in extra:
+            kw = dict(space[0], BLOCK_THREADS=bt, ROWS_PER_PROGRAM=per, CACHE_POLICY=policy, **knobs)
             if kw not in space:
                 space.append(kw)
         for kw in space:

@@ -7,7 +7,7 @@ import torch.nn.functional as F
 from flyautotune_rmsnorm.reference import relative_error, rmsnorm_reference, tolerance
 from flyautotune_rmsnorm import make_launcher, rmsnorm, rmsnorm_autotuned
 from flyautotune_rmsnorm.api import dtype_str
-from flyautotune_rmsnorm.factory import CACHE_POLICIES
+from flyautotune_rmsnorm.factory import _CONST_NAMES, CACHE_POLICIES, next_pow2
 from flyautotune_rmsnorm.space import KNOBS, cuda_space, rocm_space
 
 DTYPES = [torch.bfloat16, torch.float16, torch.float32]
@@ -202,6 +202,37 @@ def test_hold_is_refused_where_it_cannot_apply():
         make_launcher(4096, "bf16", 256, HOLD=True)
 
 
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
+@pytest.mark.parametrize("N", [1, 7, 1001, 4096])
+def test_one_chunk_read_twice_computes_the_rows(N, dtype):
+    """``CHUNK`` at or past the padded row: one chunk read twice (``REREAD``, Inductor's way with a block
+    as wide as the row), never the aligned-window body. Odd widths, N = 1, strided rows into a strided
+    ``out`` and in place give the reference, and the rows of the whole row held in registers."""
+    ds = dtype_str(dtype)
+    L = make_launcher(N, ds, 128, CHUNK=max(16, next_pow2(N)), CACHE_POLICY=1)
+    held = make_launcher(N, ds, 128, CACHE_POLICY=1)
+    assert (L.REREAD, L.NUM_CHUNKS, L.BLOCK_N) == (1, 1, next_pow2(N)) and held.REREAD == 0
+    consts = dict(zip(_CONST_NAMES, L._constexprs(5, 1, N + 3, N + 5)))
+    assert consts["REREAD"] == 1 and consts["ALIGN"] == 0
+    M = 5
+    base, w = inputs((M, N + 3), dtype, seed=N)
+    x, w = base[:, 1:N + 1], w[:N].contiguous()  # rows N + 3 apart, off the vector grid
+    y_full = torch.full((M, N + 5), float("nan"), dtype=dtype)
+    y = y_full[:, 2:N + 2]
+    L(x, w, y, M, N + 3, N + 5, 1e-6)
+    if N > 1:
+        assert_close(y, x, w)
+    else:  # each output is about +-w: within an ulp of the 16-bit dtype (the interpreter truncates)
+        assert torch.allclose(y.double(), rmsnorm_reference(x, w, 1e-6), rtol=2 ** -6, atol=0)
+    assert torch.isnan(y_full[:, :2]).all() and torch.isnan(y_full[:, N + 2:]).all(), "wrote past a row"
+    ref = torch.full_like(y_full, float("nan"))[:, 2:N + 2]
+    held(x, w, ref, M, N + 3, N + 5, 1e-6)
+    assert torch.equal(y, ref)  # the same sums in the same order: the same rows
+    xi = x.clone()
+    L(xi, w, xi, M, N, N, 1e-6)  # in place
+    assert torch.equal(xi, y)
+
+
 def _knob_points():
     """Every knob tuple the CUDA and ROCm spaces hold, with an N that uses it; every cache policy and
     prefetch value too."""
@@ -308,7 +339,7 @@ def test_rows_off_the_vector_grid_in_place_and_from_unaligned_starts(dtype):
     x2 = flat[1:].view(9, 1001)  # one element past an aligned start
     assert x2.data_ptr() % 16
     L = make_launcher(1001, dtype_str(dtype), 128, 2, 0, 1)
-    assert L._constexprs(9, 1, 1001, 1001, aligned=False)[-1] == 0
+    assert L._constexprs(9, 1, 1001, 1001, aligned=False)[_CONST_NAMES.index("ALIGN")] == 0
     assert_close(rmsnorm(x2, w2[:1001].contiguous()), x2, w2[:1001])
 
 

@@ -38,7 +38,8 @@ CACHE_POLICIES = {
     2: ("evict_first", "evict_last", "evict_last", "evict_first"),  # ... and stream y out
 }
 _CONST_NAMES = ("N", "BLOCK_N", "ROWS", "NUM_CHUNKS", "EVEN_N", "EVEN_M", "ROW_VEC",
-                "X_LAST", "X_KEEP", "W_POLICY", "Y_POLICY", "PREFETCH", "HOLD", "WIDE", "PACKED", "PDL", "ALIGN")
+                "X_LAST", "X_KEEP", "W_POLICY", "Y_POLICY", "PREFETCH", "HOLD", "WIDE", "PACKED", "PDL", "ALIGN",
+                "REREAD")
 #: Row offsets (elements) from this on need 64-bit arithmetic in the body.
 NARROW_LIMIT = 2**31
 #: Fewer rows than this (about two per SM of an H100/H200) are latency-bound.
@@ -128,7 +129,8 @@ def _check_spec(N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLI
     if not _is_pow2(ROWS_PER_PROGRAM) or ROWS_PER_PROGRAM > 64:
         raise ValueError(f"rmsnorm factory: ROWS_PER_PROGRAM={ROWS_PER_PROGRAM} must be a power of two <= 64")
     if CHUNK != 0 and (not _is_pow2(CHUNK) or CHUNK < 16):
-        raise ValueError(f"rmsnorm factory: CHUNK={CHUNK} must be 0 (whole row) or a power of two >= 16")
+        raise ValueError(f"rmsnorm factory: CHUNK={CHUNK} must be 0 (whole row held) or a power of two >= 16 "
+                         f"(chunks read twice; the padded row or more: one chunk, read twice)")
     if CHUNK and ROWS_PER_PROGRAM != 1:
         raise ValueError(
             f"rmsnorm factory: CHUNK={CHUNK} (two-pass long rows) needs ROWS_PER_PROGRAM=1, "
@@ -157,8 +159,7 @@ def _check_spec(N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLI
     if COOP == 2 and ROWS_PER_PROGRAM * SPLIT > 128:
         raise ValueError(f"rmsnorm factory: COOP=2 keeps ROWS_PER_PROGRAM * SPLIT <= 128 partial sums per trip, got "
                          f"ROWS_PER_PROGRAM={ROWS_PER_PROGRAM}, SPLIT={SPLIT}")
-    if HOLD not in (0, 1) or (HOLD and COOP != 3 and (SPLIT != 1 or (CHUNK and CHUNK < next_pow2(N))
-                                                       or ELEMENT_SIZE.get(dtype_str) != 2)):
+    if HOLD not in (0, 1) or (HOLD and COOP != 3 and (SPLIT != 1 or CHUNK or ELEMENT_SIZE.get(dtype_str) != 2)):
         raise ValueError(f"rmsnorm factory: HOLD={HOLD}; accepted: 0, or 1 for a whole row in registers "
                          f"(SPLIT=1, CHUNK=0) of a 16-bit dtype or for a cluster's slice (COOP=3), got "
                          f"SPLIT={SPLIT}, CHUNK={CHUNK}, COOP={COOP}, dtype_str={dtype_str!r}")
@@ -177,7 +178,7 @@ def _check_async(spec: tuple, ASYNC: Any) -> None:
     if isinstance(ASYNC, bool) or ASYNC not in (1, 2):
         raise ValueError(f"rmsnorm factory: ASYNC={ASYNC!r}; accepted: 0, 1 (x staged by cp.async, one warp a "
                          f"row) or 2 (one row a program, its sum met behind one barrier)")
-    common = (chunk and chunk < next_pow2(N)) or split != 1 or hold or prefetch or coop or vec != VECTOR_BYTES
+    common = chunk or split != 1 or hold or prefetch or coop or vec != VECTOR_BYTES
     knobs = (f"got N={N}, CHUNK={chunk}, SPLIT={split}, HOLD={hold}, PREFETCH={prefetch}, COOP={coop}, "
              f"VEC={vec}, BLOCK_THREADS={threads}, ROWS_PER_PROGRAM={rows}")
     if ASYNC == 1 and (common or threads != 32 * rows or next_pow2(N) > MAX_BLOCK_N):
@@ -287,10 +288,11 @@ class RMSNormLauncher:
         self.elem = ELEMENT_SIZE[dtype_str]
         self.vec = max(1, VEC // self.elem)
         npad = next_pow2(N)
-        if CHUNK == 0 or CHUNK >= npad:
+        if CHUNK == 0 or CHUNK >= npad:  # CHUNK >= the padded row: one chunk, read twice (REREAD)
             self.BLOCK_N, self.NUM_CHUNKS = npad, 1
         else:
             self.BLOCK_N, self.NUM_CHUNKS = CHUNK, -(-N // CHUNK)
+        self.REREAD = int(CHUNK >= npad)
         self.EVEN_N = N % self.BLOCK_N == 0
         self._prefetch = PREFETCH if self.NUM_CHUNKS > 1 else 0
         self.num_warps = max(BLOCK_THREADS // 32, 1)
@@ -345,14 +347,16 @@ class RMSNormLauncher:
         the row's first element at the same place in its vector in x and y (row strides equal modulo the
         vector) and the padded row to hold the window (``BLOCK_N >= N + vector - 1``)."""
         v = self.vec
-        if not window_fits(self.N, self.BLOCK_N, v) or self.NUM_CHUNKS != 1 or self.HOLD or (sx - sy) % v:
+        if (not window_fits(self.N, self.BLOCK_N, v) or self.NUM_CHUNKS != 1 or self.REREAD or self.HOLD
+                or (sx - sy) % v):
             return 0
         return v
 
     def _constexprs(self, M: int, rv: int, sx: int, sy: int, pdl: int = 0, aligned: bool = True) -> tuple:
         """The body's constexprs for a launch over ``M`` rows with these row strides, in ``_CONST_NAMES``
         order (``WIDE`` and ``PACKED``: :meth:`addressing` of the launch; ``PDL``: ``pdl``, see
-        :func:`pdl_for`; ``ALIGN`` last: :meth:`align`, where ``aligned``, both x and y 16-byte aligned)."""
+        :func:`pdl_for`; ``ALIGN``: :meth:`align`, where ``aligned``, both x and y 16-byte aligned; ``REREAD``
+        last: one chunk read twice, where ``CHUNK`` covers the padded row)."""
         wide, packed = self.addressing(M, sx, sy)
         even_m = M % self.ROWS_PER_PROGRAM == 0
         align = self.align(sx, sy) if aligned else 0
@@ -360,7 +364,7 @@ class RMSNormLauncher:
         if consts is None:
             consts = self._consts[(even_m, rv, pdl, wide, packed, align)] = (
                 self.N, self.BLOCK_N, self.ROWS_PER_PROGRAM, self.NUM_CHUNKS, self.EVEN_N, even_m, rv,
-                *CACHE_POLICIES[self.CACHE_POLICY], self._prefetch, self.HOLD, wide, packed, pdl, align)
+                *CACHE_POLICIES[self.CACHE_POLICY], self._prefetch, self.HOLD, wide, packed, pdl, align, self.REREAD)
         return consts
 
     # -- launching -------------------------------------------------------------

@@ -8,6 +8,10 @@ One body serves every configuration; the structural knobs are constexprs:
   more streams the row in ``BLOCK_N``-wide chunks twice — a sum-of-squares
   pass, then a normalize pass that re-reads the row (from L2, newest chunk
   first) — so very long rows do not spill.
+* ``REREAD``: the whole row as one chunk, read twice all the same (the
+  sum-of-squares pass, then the normalize pass from L1/L2), as Inductor's
+  looped reduction does when its block covers the row: nothing is held
+  across the reduction, and a pass has the whole row's loads in flight.
 * ``X_LAST`` / ``X_KEEP`` / ``W_POLICY`` / ``Y_POLICY``: L2 eviction
   policies ("", "evict_first", "evict_last") of each access.
 * ``PREFETCH``: in the first pass of a two-pass row, the next chunk's load is
@@ -72,6 +76,7 @@ def _rmsnorm_fwd(
     PACKED: tl.constexpr,  # both row strides are N: the stride is a compile-time constant
     PDL: tl.constexpr,  # launched with programmatic dependent launch (needs launch_pdl=True)
     ALIGN: tl.constexpr,  # rows off the 16-byte grid, read as the aligned vectors that hold them (elements a vector)
+    REREAD: tl.constexpr,  # one chunk (the whole row), read twice
 ):
     if PDL:
         # Nothing of the kernel ahead is visible before the wait (x, the weight, and y, which it may still
@@ -135,7 +140,7 @@ def _rmsnorm_fwd(
         we = tl.load(W + (pos - first), mask=ok, other=0.0).to(tl.float32)
         tl.store(Y + by[:, None] + pos, (xe * rstd[:, None] * we).to(Y.dtype.element_ty), mask=ok,
                  eviction_policy=Y_POLICY)
-    elif NUM_CHUNKS == 1:
+    elif NUM_CHUNKS == 1 and not REREAD:
         # Whole row in registers: one read of x, one write of y.
         col_ok = (cols < N)[None, :]
         if EVEN_N:
