@@ -238,6 +238,25 @@ def test_compile_spec_cross_compiles_for_sm90_without_spills(M, N, split):
 
 
 @needs_ptxas
+@pytest.mark.parametrize("M,N,ds", [(16384, 8192, "bf16"), (32768, 4096, "fp32")])
+def test_the_one_chunk_reread_cross_compiles_to_two_passes_without_spills(M, N, ds):
+    """The space's whole row as one chunk read twice (torch.compile's kernel for these rows): sm_90, no
+    stack or local memory, and x read twice as two 16-byte vectors a thread, kept in L2 by the first pass
+    (``evict_last``) and streamed by the second (``evict_first``), next to the weight's two."""
+    import re
+
+    cfg = next(c for c in cuda_space(M, N, ds) if c.kwargs["CHUNK"] >= N and c.kwargs["CACHE_POLICY"] == 1)
+    assert cfg.kwargs["BLOCK_THREADS"] == 512
+    k, consts, _ = _sm90(M, N, ds, cfg)
+    assert consts["REREAD"] == 1 and consts["NUM_CHUNKS"] == 1
+    stack_and_local, report = _stack_and_local(k, f"rmsnorm_reread_{N}")
+    assert stack_and_local == (0, 0), f"{cfg} spills: {report}"
+    ptx = k.asm["ptx"]
+    assert len(re.findall(r"ld\.global\.L1::evict_first[\w:.]*\.v4", ptx)) == 2  # x, second pass
+    assert len(re.findall(r"ld\.global\.L1::evict_last[\w:.]*\.v4", ptx)) == 4  # x, first pass; the weight
+
+
+@needs_ptxas
 @pytest.mark.parametrize("N,ds", [(128, "bf16"), (64, "fp16"), (256, "bf16"), (512, "bf16"), (128, "fp32")])
 def test_many_short_rows_also_try_eight_vectors_a_thread_without_spilling(N, ds):
     """Many short rows (65536 x 128 bf16: 128t x 64r led the two-vector tiles by 1.9 % on the H200) try

@@ -5,7 +5,8 @@ Knobs (structural kwargs the factory consumes):
 * ``BLOCK_THREADS``: threads per program (num_warps = BLOCK_THREADS / warp size).
 * ``ROWS_PER_PROGRAM``: rows one program normalizes (short rows).
 * ``CHUNK``: 0 keeps the whole row in registers; a power of two streams the
-  row in chunks, two passes (rows too long for registers).
+  row in chunks, two passes (rows too long for registers); the padded row
+  or more: the whole row as one chunk, read twice (as torch.compile does).
 * ``CACHE_POLICY``: the L2 eviction policies of the accesses (see
   ``factory.CACHE_POLICIES``).
 * ``PREFETCH``: two-pass rows load the next chunk before summing this one.
@@ -51,7 +52,7 @@ from typing import Optional
 import flyautotune as fat
 
 # FEW_ROWS: fewer rows than this are latency-bound: one pass (the factory's row addressing follows it too).
-from .factory import ELEMENT_SIZE, FEW_ROWS, SPLIT_CHOICES, next_pow2, window_fits
+from .factory import ELEMENT_SIZE, FEW_ROWS, SPLIT_CHOICES, VECTOR_BYTES, next_pow2, window_fits
 
 KNOBS = ("BLOCK_THREADS", "ROWS_PER_PROGRAM", "CHUNK", "CACHE_POLICY", "PREFETCH", "SPLIT", "VEC", "COOP", "HOLD",
          "ASYNC")
@@ -387,6 +388,13 @@ def cuda_space(M: int, N: int, dtype_str: str) -> list:
                 if 8 <= chunk // bt <= 16 and chunk < npad:
                     for policy in (1, 2):
                         out.append(_cfg(bt, 1, chunk, policy))
+        # The whole row as one chunk, read twice, two 16-byte vectors a thread a pass: torch.compile's
+        # kernel for these rows (Inductor's looped reduction with a row-wide block; 16384 x 8192 bf16: 512
+        # threads). On the H200 it read 4231 GB/s there against 4233 for torch.compile and 4230 for the best
+        # two-chunk config; 32768 x 4096 fp32 4294-4295 against 4296 and 4292 (bench/space_probe.py).
+        bt = npad * ELEMENT_SIZE[dtype_str] // (2 * VECTOR_BYTES)
+        if 128 <= bt <= 1024 and npad >= 2048:
+            out += [_cfg(bt, 1, npad, policy) for policy in (1, 2)]
         if npad == MAX_REGISTER_ROW:
             out += [_cfg(1024, 1, 8192, 2, 1), _cfg(1024, 1, 16384, 2, 0), _cfg(1024, 1, 16384, 2, 1)]
         out += row_configs(M, N, dtype_str)
