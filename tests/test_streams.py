@@ -214,6 +214,23 @@ def test_a_search_on_a_meta_device_runs_without_a_device_module(pm, monkeypatch)
     assert backend.bench_streams == [None, None]
 
 
+#: A stream spelling -> (a maker of the value a call passes, the label of the stream it resolves to).
+SPELLINGS = {"object": (lambda: FakeStream("mine"), "mine"), "raw0": (lambda: 0, "default"),
+             "rawptr": (lambda: 1234, "external:1234")}
+
+
+def _on_the_generated_path(launch, spelling, monkeypatch):
+    """Run the search and the general path's first hit of ``launch`` with a stream of this spelling (which
+    fills the generated path), then forbid the general path. Returns ``(x, stream, its label, the pick)``."""
+    make, label = SPELLINGS[spelling]
+    given = make()
+    x = torch.zeros(4, device="meta")
+    picked = launch(x, 4, stream=given)  # the search
+    launch(x, 4, stream=given)  # the general path's hit: fills the generated one
+    monkeypatch.setattr(launch.sig, "bind", lambda *a, **k: pytest.fail("the general path ran"))
+    return x, given, label, picked
+
+
 @pytest.mark.parametrize("spelling", ["object", "raw0", "rawptr"])
 def test_stream_hits_take_the_generated_path_and_keep_the_stream(pm, fake_module, monkeypatch, spelling):
     """Cache hits with ``stream=`` as their only keyword skip the general path after their first hit, and
@@ -232,13 +249,8 @@ def test_stream_hits_take_the_generated_path_and_keep_the_stream(pm, fake_module
         launched.append((B, stream, fat.current_target().backend))
         return B
 
-    given = {"object": FakeStream("mine"), "raw0": 0, "rawptr": 1234}[spelling]
-    label = {"object": "mine", "raw0": "default", "rawptr": "external:1234"}[spelling]
-    x = torch.zeros(4, device="meta")
-    picked = launch(x, 4, stream=given)  # the search
-    launch(x, 4, stream=given)  # the general path's hit: fills the generated one
+    x, given, label, picked = _on_the_generated_path(launch, spelling, monkeypatch)
     assert made == [None]  # specialize= saw the stream's default, never the call's stream
-    monkeypatch.setattr(launch.sig, "bind", lambda *a, **k: pytest.fail("the general path ran"))
     fake_module.entered.clear()
     launched.clear()
     zeroed = []
@@ -270,12 +282,7 @@ def test_a_specialized_launch_that_takes_the_stream_serves_stream_hits(pm, fake_
         launched.append((B, stream))
         return B
 
-    given = {"object": FakeStream("mine"), "raw0": 0, "rawptr": 1234}[spelling]
-    label = {"object": "mine", "raw0": "default", "rawptr": "external:1234"}[spelling]
-    x = torch.zeros(4, device="meta")
-    picked = launch(x, 4, stream=given)  # the search
-    launch(x, 4, stream=given)  # the general path's hit: fills the generated one
-    monkeypatch.setattr(launch.sig, "bind", lambda *a, **k: pytest.fail("the general path ran"))
+    x, given, label, picked = _on_the_generated_path(launch, spelling, monkeypatch)
     monkeypatch.setattr(torch.Tensor, "zero_", lambda self: self)
     fake_module.entered.clear()
     launched.clear()
