@@ -101,6 +101,7 @@ def main(argv=None):
     fn_handle, meta_packed = compiled.function, compiled.packed_metadata
     triton_raw = getattr(run, "launch", None)
     ours_raw = claunch.direct_launcher(compiled)
+
     def on_side():  # torch's own way onto another stream, what stream=side compares with
         with torch.cuda.stream(side):
             return F.rms_norm(x, (N,), w, eps)
