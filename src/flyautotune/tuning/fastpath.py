@@ -349,8 +349,8 @@ def call(tuner{params}, *rest, **kwargs):
 def launch_on(tuner: Any, plan: Any, args: tuple, stream: Any, device: Any, zero_idx: tuple) -> Any:
     """A hit's launch with ``stream=``, as the general path runs it (``Autotuner._call``, ``run_plan``):
     the stream resolved for the inputs' device and current for the block, ``reset_to_zero`` tensors zeroed
-    on it, the tuned function called with the config's kwargs and the stream (never ``specialize=``'s
-    callable, which takes no stream)."""
+    on it, the tuned function called with the config's kwargs and the stream. ``on_stream`` calls a
+    ``specialize=`` callable that takes the stream itself (``plan.direct_stream``) before coming here."""
     stream = streams.resolve_stream(stream, device)
     module = streams.stream_module(stream)  # streams.on_stream, inlined: no generator per call
     if module is None or streams.already_current(stream, module):

@@ -397,13 +397,8 @@ class RMSNormLauncher:
         if launch is None:
             self._first_launch(key, x, w, y, M, sx // rv, sy // rv, eps, consts, options, stream)
             return
-        if stream is None:
-            handle = _raw_stream(key[0])
-        elif isinstance(stream, int):
-            handle = stream
-        else:
-            handle = stream.cuda_stream
-        launch.call(-(-M // self.ROWS_PER_PROGRAM), 1, handle, xp, wp, yp, M, sx // rv, sy // rv, eps, *consts)
+        launch.call(-(-M // self.ROWS_PER_PROGRAM), 1, stream_handle(stream, key[0]), xp, wp, yp, M, sx // rv,
+                    sy // rv, eps, *consts)
 
     def bind(self, M: int, sx: int, sy: int, dev: int, w_dtype: Any, options: tuple) -> Any:
         """A launch for calls like ``self(x, w, y, M, sx, sy, eps, None, options)`` with these ``M``,
@@ -429,10 +424,9 @@ class RMSNormLauncher:
                 if stream is None:
                     call(grid, 1, _raw_stream(dev), xp, wp, yp, M, sxv, syv, eps, *state[1])
                     return y
-                # a stream of this device (or a raw handle): launched on, never made current
-                handle = stream if type(stream) is int else getattr(stream, "cuda_stream", None)
-                if handle is not None and (type(stream) is int or getattr(stream, "device_index", None) == dev):
-                    call(grid, 1, handle, xp, wp, yp, M, sxv, syv, eps, *state[1])
+                if type(stream) is int or getattr(stream, "device_index", None) == dev:
+                    # a raw handle or a stream of this device: launched on, never made current
+                    call(grid, 1, stream_handle(stream, dev), xp, wp, yp, M, sxv, syv, eps, *state[1])
                     return y
             self(x, w, y, M_, sx_, sy_, eps, stream, options)
             if call is None and M_ == M and sx_ == sx and sy_ == sy and x.get_device() == dev:
