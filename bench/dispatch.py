@@ -22,7 +22,8 @@ Paths, outermost first:
   resolves it and hands it to the specialized launch, which launches on it without making it current);
   ``stream=side`` with another stream;
 * ``tuner(prepared)`` — the autotune layer over prepared arguments (no checks, no allocation), also
-  in place;
+  in place; ``tuner(prepared), Python hit path`` the same with the tuner's generated Python hit path as
+  its ``__call__`` instead of the C one (``flyautotune.tuning._hit``), where the C one is built;
 * ``launch(prepared, config)`` — the same launch function called directly with the cached config;
 * ``specialized launch`` — what a cache hit calls (``specialize=``): the binary resolved once;
 * ``launcher`` — the cached launcher: straight into Triton's C launcher;
@@ -39,6 +40,7 @@ inside the layer).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import datetime
 import json
 import os
@@ -129,18 +131,29 @@ def main(argv=None):
                                                                 None, meta_packed, None, None, None, *raw_args)
     if ours_raw is not None:
         paths["raw: claunch"] = lambda: ours_raw(L.grid(M), 1, stream, *raw_args)
-    for fn in paths.values():
-        for _ in range(50):
-            fn()
+    # The tuner's first-arity __call__ is the C hit path where it is built; its Python twin (the generated
+    # path it defers to) is timed too, as that __call__ for its own loops.
+    own = type(_tuned_launch)
+    native_call = own.__dict__.get("__call__")
+    swaps = {}
+    if hasattr(native_call, "fallback"):
+        PY_HIT = "tuner(prepared), Python hit path"
+        paths[PY_HIT] = paths["tuner(prepared)"]
+        swaps[PY_HIT] = native_call.fallback
+    for name, fn in paths.items():
+        with calls_through(own, swaps.get(name)):
+            for _ in range(50):
+                fn()
     torch.cuda.synchronize()
     samples = {k: [] for k in paths}
     for _ in range(args.repeats):
         for name, fn in paths.items():
             torch.cuda.synchronize()
-            t0 = time.perf_counter()
-            for _ in range(args.calls):
-                fn()
-            t1 = time.perf_counter()
+            with calls_through(own, swaps.get(name)):
+                t0 = time.perf_counter()
+                for _ in range(args.calls):
+                    fn()
+                t1 = time.perf_counter()
             torch.cuda.synchronize()
             samples[name].append((t1 - t0) * 1e6 / args.calls)
     us = {k: statistics.median(v) for k, v in samples.items()}
@@ -166,12 +179,33 @@ def main(argv=None):
                   f"{us['rmsnorm_autotuned, stream='] / us['F.rms_norm']:.2f}×; `stream=side` / F.rms_norm "
                   f"{us['rmsnorm_autotuned, stream=side'] / us['F.rms_norm']:.2f}×, / F.rms_norm in a "
                   f"`torch.cuda.stream(side)` block {us['rmsnorm_autotuned, stream=side'] / us[SIDE]:.2f}×."]
+    if swaps:
+        lines += ["", f"Hit paths: the C one {layer:.2f} µs (medians), the generated Python one "
+                      f"{us[PY_HIT] - us['specialized launch']:.2f} µs (tuner(prepared), Python hit path − "
+                      f"specialized launch); fastest loops {fastest['tuner(prepared)'] - fastest['specialized launch']:.2f} "
+                      f"and {fastest[PY_HIT] - fastest['specialized launch']:.2f} µs."]
+    else:
+        lines += ["", "The C hit path is not built here: the layer above is the Python hit path's."]
     md = "\n".join(lines)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "dispatch.json"), "w") as f:
         json.dump({"meta": meta, "us": us, "fastest": fastest, "spread": spread, "layer_us": layer, "markdown": md}, f,
                   indent=1)
     print(md)
+
+
+@contextlib.contextmanager
+def calls_through(own, call):
+    """``own.__call__`` (a tuner's class) is ``call`` inside the block, where ``call`` is not None."""
+    if call is None:
+        yield
+        return
+    old = own.__dict__["__call__"]
+    own.__call__ = call
+    try:
+        yield
+    finally:
+        own.__call__ = old
 
 
 def cpu_only(args) -> None:

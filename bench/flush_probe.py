@@ -23,6 +23,7 @@ six ways, in interleaved rounds (order rotated, medians kept):
 
     python bench/flush_probe.py --out DIR [--shapes 4096x1000:bf16,...] [--rounds 3] [--with-async]
                                 [--search-factors 4,8,16]   # the search's timing over larger footprints
+                                [--extra 512x1:2:CHUNK=4096]   # configs outside the space (space_probe's syntax)
 
 Prints one table per shape (GB/s per mode, and each config over the default per mode); writes flush_probe.json.
 """
@@ -52,7 +53,15 @@ def main(argv=None):
                          "the search uses %g): at which footprint the search's ranking meets the bench's" % 2.0)
     ap.add_argument("--with-async", action="store_true",
                     help="also time the space's asynchronous-copy configs (ASYNC=1) where it offers them")
+    ap.add_argument("--extra", default="",
+                    help="also time these configs on every shape, in space_probe.py's --extra syntax "
+                         "(THREADSxROWS:POLICY[:KNOB=VALUE...])")
     args = ap.parse_args(argv)
+    from space_probe import describe, extra_config, parse_extra
+    try:
+        extra = parse_extra(args.extra)
+    except ValueError as exc:
+        ap.error(str(exc))
     os.makedirs(args.out, exist_ok=True)
     os.environ.setdefault("FLYAUTOTUNE_CACHE_DIR", tempfile.mkdtemp(prefix="fat-flush-"))
     import torch
@@ -61,7 +70,6 @@ def main(argv=None):
     from flyautotune import timing
     from rmsnorm import (EPS, capture_graph, gbps_of, graph_time, load_quack, replay_ms, rotating_inputs, save_rows,
                          searched_inputs, shape_spec)
-    from space_probe import describe
 
     from flyautotune_rmsnorm.api import launch
     from flyautotune_rmsnorm.space import cuda_space, default_config
@@ -96,6 +104,9 @@ def main(argv=None):
         ours = {"default " + describe(default): default}
         if picked != default:
             ours["picked " + describe(picked)] = picked
+        for item in extra:
+            kw = extra_config(default, item)
+            ours.setdefault(describe(kw), kw)
         if args.with_async:
             ours.update({describe(c.kwargs): c.kwargs for c in cuda_space(M, N, ds)
                          if c.kwargs.get("ASYNC") and c.kwargs != picked})

@@ -27,7 +27,7 @@ fi
 "$PY" -m pip install -q --no-index --no-deps --no-build-isolation --no-cache-dir --target "$SITE" \
   "$ROOT" "$ROOT/plugins/cuda" "$ROOT/plugins/rmsnorm" || exit 1
 export PYTHONPATH="$SITE${PYTHONPATH:+:$PYTHONPATH}"
-"$PY" -c "import torch, triton, flyautotune as fat; print('torch', torch.__version__, 'triton', triton.__version__, 'plugins', sorted(fat.plugin_manager().plugin_infos))"
+"$PY" -c "import torch, triton, flyautotune as fat; from flyautotune.tuning import fastpath; print('torch', torch.__version__, 'triton', triton.__version__, 'plugins', sorted(fat.plugin_manager().plugin_infos), 'C hit path', fastpath.native_type())"
 
 status=0
 # probe SCRIPT MD [ARGS...]: a bench/ script writing into OUT_DIR, its printout also kept as OUT_DIR/MD

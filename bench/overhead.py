@@ -21,6 +21,7 @@ import timeit
 import torch
 
 import flyautotune as fat
+from flyautotune.tuning import fastpath
 
 
 def per_call_us(fn, *args, number=20000, repeat=7):
@@ -78,9 +79,21 @@ def main() -> None:
     rows.append(("fat.autotune over it, memory hit", per_call_us(norm_tuned, *nargs)))
     in_place = (x, w, x) + nargs[3:]  # out=x: one tensor in two places
     rows.append(("fat.autotune over it, memory hit, in place", per_call_us(norm_tuned, *in_place)))
+    if fastpath.native_type() is not None:  # the same tuner with the generated Python hit path, for comparison
+        native, fastpath._native = fastpath._native, False
+        try:
+            py_tuned = fat.autotune(configs=[fat.Config(BLOCK=1), fat.Config(BLOCK=2)], key=["M", "N", "dtype"],
+                                    default=lambda **a: fat.Config(BLOCK=1), name="bench_overhead_norm_py",
+                                    specialize=lambda config, *a, **k: bound)(norm)
+            py_tuned(*nargs), py_tuned(*nargs)  # the general path, then the first hit builds the Python path
+        finally:
+            fastpath._native = native
+        rows.append(("fat.autotune over it, memory hit, Python hit path", per_call_us(py_tuned, *nargs)))
     base = {name: rows[0][1] for name, _ in rows}
-    for name in ("fat.autotune over it, memory hit", "fat.autotune over it, memory hit, in place"):
-        base[name] = rows[-3][1]
+    spec = dict(rows)["specialized callable, 3 tensors + 6 values (RMSNorm's launch)"]
+    for name in ("fat.autotune over it, memory hit", "fat.autotune over it, memory hit, in place",
+                 "fat.autotune over it, memory hit, Python hit path"):
+        base[name] = spec
     print(f"device: {platform.processor() or platform.machine()}, python {platform.python_version()}, "
           f"torch {torch.__version__}, flyautotune {fat.__version__}, {datetime.date.today()}")
     print()
@@ -94,9 +107,13 @@ def main() -> None:
     hit, bare = timed["fat.autotune over it, memory hit"], timed[
         "specialized callable, 3 tensors + 6 values (RMSNorm's launch)"]
     print()
-    print(f"The layer on RMSNorm's shape of hit: {hit[0] - bare[0]:.2f} µs (medians), {hit[1] - bare[1]:.2f} "
+    hit_path = "the C hit path" if fastpath.native_type() is not None else "the Python hit path (the C one is not built)"
+    print(f"The layer on RMSNorm's shape of hit ({hit_path}): {hit[0] - bare[0]:.2f} µs (medians), {hit[1] - bare[1]:.2f} "
           f"(fastest runs); inside a compile_hints block (a hit in the block minus the block around the bare "
           f"callable): {inside[0] - block[0]:.2f} µs (medians), {inside[1] - block[1]:.2f} (fastest runs).")
+    py = timed.get("fat.autotune over it, memory hit, Python hit path")
+    if py is not None:
+        print(f"With the Python hit path instead: {py[0] - bare[0]:.2f} µs (medians), {py[1] - bare[1]:.2f} (fastest runs).")
 
 
 if __name__ == "__main__":

@@ -37,6 +37,26 @@ def describe(cfg: dict) -> str:
     return f"{cfg['BLOCK_THREADS']}t x {cfg['ROWS_PER_PROGRAM']}r p{cfg['CACHE_POLICY']}{extra}"
 
 
+def parse_extra(text):
+    """``--extra``'s configs: ``[(threads, rows, policy, {knob: value}), ...]``; ValueError naming a bad item."""
+    extra = []
+    for item in filter(None, text.split(",")):
+        try:
+            shape_part, policy, *knobs = item.split(":")
+            bt, per = (int(v) for v in shape_part.split("x"))
+            extra.append((bt, per, int(policy), {k: int(v) for k, v in (kv.split("=") for kv in knobs)}))
+        except ValueError:
+            raise ValueError(f"--extra: {item!r}: expected THREADSxROWS:POLICY[:KNOB=VALUE...], e.g. 128x8:1 or "
+                             f"512x1:1:CHUNK=8192") from None
+    return extra
+
+
+def extra_config(base, item):
+    """The kwargs of one parsed ``--extra`` item, over ``base`` (a config of the shape's space)."""
+    bt, per, policy, knobs = item
+    return dict(base, BLOCK_THREADS=bt, ROWS_PER_PROGRAM=per, CACHE_POLICY=policy, **knobs)
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=".")
@@ -51,15 +71,10 @@ def main(argv=None):
                     help="also time every config writing into a preallocated output per input copy (as a search "
                          "times it: each timed launch writes a cold buffer), named 'CONFIG, out rotated'")
     args = ap.parse_args(argv)
-    extra = []  # (threads, rows, policy, {knob: value}) of each --extra config
-    for item in filter(None, args.extra.split(",")):
-        try:
-            shape_part, policy, *knobs = item.split(":")
-            bt, per = (int(v) for v in shape_part.split("x"))
-            extra.append((bt, per, int(policy), {k: int(v) for k, v in (kv.split("=") for kv in knobs)}))
-        except ValueError:
-            ap.error(f"--extra: {item!r}: expected THREADSxROWS:POLICY[:KNOB=VALUE...], e.g. 128x8:1 or "
-                     f"512x1:1:CHUNK=8192")
+    try:
+        extra = parse_extra(args.extra)
+    except ValueError as exc:
+        ap.error(str(exc))
     os.makedirs(args.out, exist_ok=True)
     os.environ.setdefault("FLYAUTOTUNE_CACHE_DIR", tempfile.mkdtemp(prefix="fat-space-"))
     import torch
@@ -83,8 +98,8 @@ def main(argv=None):
         space = [c.kwargs for c in cuda_space(M, N, ds)]
         if args.also_policy is not None:
             space += [k for k in (dict(c, CACHE_POLICY=args.also_policy) for c in space) if k not in space]
-        for bt, per, policy, knobs in extra:
-            kw = dict(space[0], BLOCK_THREADS=bt, ROWS_PER_PROGRAM=per, CACHE_POLICY=policy, **knobs)
+        for item in extra:
+            kw = extra_config(space[0], item)
             if kw not in space:
                 space.append(kw)
         for kw in space:

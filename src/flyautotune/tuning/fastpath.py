@@ -52,7 +52,7 @@ def remember(tuner: Any, args: tuple, plan: Any, named: dict) -> None:
         tuner._fast[n] = fast
         own = type(tuner)
         if own.__dict__.get("_own_class") and "__call__" not in own.__dict__:
-            own.__call__ = fast.call
+            own.__call__ = fast.native or fast.call
     key = fast.key(args)
     if key is not None and plan.bound is None:
         bound = None
@@ -256,6 +256,19 @@ def build(tuner: Any, args: tuple) -> Optional[Any]:
     finally:
         local.launch = old
 """
+    # What the C path (``native``) runs for a hit it cannot launch directly: the body after ``direct``.
+    rest = f"""
+def launch_rest(plan, stack{"".join(f", a{i}" for i in range(n))}):
+    if plan.layers or stack:
+        return launch_with(plan.layers, plan.launch, plan.bound, {args_t}, plan.bound_kwargs)
+    local = state
+    old = local.launch
+    local.launch = plan.launch
+    try:
+        return plan.bound({pos}{", " if n else ""}**plan.bound_kwargs)
+    finally:
+        local.launch = old
+"""
     # Only where torch's tensor checks serve the hits (``make_guard``): the short key, the check of a
     # call's tensors, and the way back to the full key when a check misses.
     checked = f"""
@@ -327,7 +340,8 @@ def call(tuner{params}, *rest, **kwargs):
     if kwargs or rest{f" or a{n - 1} is _MISSING" if n else ""}:
 {stream_branch}        return tuner._dispatch({given}rest, kwargs)
 {body}
-{on_stream}"""
+{on_stream}
+{rest}"""
     scope = {
         # len() of os.environ's own dict (C) is len(os.environ) (a Python __len__): the same change signal.
         "environ": getattr(os.environ, "_data", os.environ), **{f"T{i}": t for i, t in enumerate(types)},
@@ -343,7 +357,35 @@ def call(tuner{params}, *rest, **kwargs):
     fast.guard = scope.get("guard", _no_guard)
     fast.call = scope["call"]
     fast.on_stream = scope.get("on_stream")
+    fast.native = None
+    hit_path = native_type()
+    if hit_path is not None and make_guard and not tuner.reset_to_zero and len(tensors) <= 16:
+        # the same hit in C; ``call`` serves everything else (its first lines repeat these checks)
+        fast.native = hit_path(
+            types=tuple(None if i in tensors else t for i, t in enumerate(types)), key_idx=tuple(key_idx),
+            key_shape=tuple(i in tensors for i in key_idx), tensor_idx=tuple(tensors), tuner=tuner,
+            memo=tuner._fast_memo, state=context._local, environ=scope["environ"], fallback=fast.call,
+            rest=scope["launch_rest"])
     return fast
+
+
+_native: Any = None
+
+
+def native_type() -> Optional[type]:
+    """The C hit path's type (``flyautotune.tuning._hit.HitPath``), or None where the extension was not
+    built or ``FLYAUTOTUNE_NATIVE_HIT=0`` turns it off (read once per process): the generated Python
+    ``call`` then serves hits itself."""
+    global _native
+    if _native is None:
+        _native = False
+        if os.environ.get("FLYAUTOTUNE_NATIVE_HIT", "1").strip().lower() not in ("0", "false", "no", "off"):
+            try:
+                from ._hit import HitPath
+                _native = HitPath
+            except ImportError:
+                log.debug("flyautotune: the C hit path is not built; the Python one serves")
+    return _native or None
 
 
 def launch_on(tuner: Any, plan: Any, args: tuple, stream: Any, device: Any, zero_idx: tuple) -> Any:

@@ -1,0 +1,397 @@
+/* The cache-hit path of a tuner's first arity, in C (see fastpath.py, which generates the same path in
+ * Python and keeps it as this one's fallback).
+ *
+ * A HitPath is the ``__call__`` of one tuner's own class. A call with exactly the arity it was made for
+ * and no keywords checks, in order: the non-tensor arguments' exact types, the environment's size, the
+ * open compile_hints block; builds the short key ``(arity, hint key, key values...)``; looks it up in the
+ * tuner's memo; runs the entry's tensor check (torch's C check, a Python callable) over the call's
+ * tensors; records the hit; and calls the plan's ``direct`` launch with the call's own argument array.
+ * Anything else -- keywords, another arity or type, a changed environment, an unhashable key value, a
+ * miss, a failed tensor check -- calls the generated Python ``call`` with the same arguments, which
+ * decides as it always did. A hit whose launch needs the hints context (an open block, hint layers, no
+ * direct launch) runs the generated ``launch_rest``.
+ *
+ * It builds against CPython 3.10+ (the core's floor); where it cannot be built, the Python path serves.
+ */
+#define PY_SSIZE_T_CLEAN
+#include <Python.h>
+#include <stddef.h>
+
+typedef struct {
+    PyObject_HEAD
+    vectorcallfunc vectorcall;
+    Py_ssize_t n;          /* the arity (user arguments, the tuner not counted) */
+    PyObject *types;       /* tuple of n: the exact type of each non-tensor argument, None for a tensor */
+    Py_ssize_t *key_idx;   /* argument index of each key value */
+    char *key_shape;       /* 1 where that key value is the argument's .shape */
+    Py_ssize_t n_key;
+    Py_ssize_t *tensor_idx;
+    Py_ssize_t n_tensor;
+    PyObject *arity;       /* int n, the short key's first element */
+    PyObject *tuner;       /* the one instance of the class this is the __call__ of */
+    PyObject *tuner_dict;  /* its __dict__: _env_size read, _last written */
+    PyObject *memo;        /* dict: short key -> (tensor check, plan) */
+    PyObject *state;       /* context._local: .stack */
+    PyObject *environ;     /* os.environ's own dict */
+    PyObject *fallback;    /* the generated call(tuner, *args, **kwargs) */
+    PyObject *rest;        /* launch_rest(plan, stack, *args): a hit that needs the hints context */
+} HitPath;
+
+static PyObject *s_env_size, *s_last, *s_stack, *s_key, *s_hit, *s_direct, *s_shape, *empty_tuple;
+
+static PyObject *
+fall_back(HitPath *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    return PyObject_Vectorcall(self->fallback, args, nargsf & ~PY_VECTORCALL_ARGUMENTS_OFFSET, kwnames);
+}
+
+static PyObject *
+hit_call(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
+{
+    HitPath *self = (HitPath *)op;
+    Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
+    Py_ssize_t n = self->n, i;
+    PyObject *const *a = args + 1;  /* args[0] is the tuner */
+    PyObject *stack = NULL, *hint_key, *key = NULL, *entry, *ok, *plan, *hit, *direct, *result, *size;
+    PyObject *tensors[16];
+    int empty;
+
+    if (nargs != n + 1 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames)) || args[0] != self->tuner)
+        return fall_back(self, args, nargsf, kwnames);
+    for (i = 0; i < n; i++) {
+        PyObject *t = PyTuple_GET_ITEM(self->types, i);
+        if (t != Py_None && (PyObject *)Py_TYPE(a[i]) != t)
+            return fall_back(self, args, nargsf, kwnames);
+    }
+    size = PyDict_GetItemWithError(self->tuner_dict, s_env_size);  /* borrowed */
+    if (size == NULL || !PyLong_CheckExact(size) || PyLong_AsSsize_t(size) != PyDict_Size(self->environ)) {
+        PyErr_Clear();
+        return fall_back(self, args, nargsf, kwnames);
+    }
+    stack = PyObject_GetAttr(self->state, s_stack);
+    if (stack == NULL)
+        return NULL;
+    empty = stack == Py_None || (PyList_CheckExact(stack) && PyList_GET_SIZE(stack) == 0);
+    if (empty) {
+        hint_key = Py_NewRef(empty_tuple);
+    } else if (PyList_CheckExact(stack)) {
+        hint_key = PyObject_GetAttr(PyList_GET_ITEM(stack, PyList_GET_SIZE(stack) - 1), s_key);
+        if (hint_key == NULL)
+            goto error;
+    } else {
+        Py_DECREF(stack);
+        return fall_back(self, args, nargsf, kwnames);
+    }
+    key = PyTuple_New(2 + self->n_key);
+    if (key == NULL) {
+        Py_DECREF(hint_key);
+        goto error;
+    }
+    PyTuple_SET_ITEM(key, 0, Py_NewRef(self->arity));
+    PyTuple_SET_ITEM(key, 1, hint_key);
+    for (i = 0; i < self->n_key; i++) {
+        PyObject *v = a[self->key_idx[i]];
+        v = self->key_shape[i] ? PyObject_GetAttr(v, s_shape) : Py_NewRef(v);
+        if (v == NULL)
+            goto error;
+        PyTuple_SET_ITEM(key, 2 + i, v);
+    }
+    entry = PyDict_GetItemWithError(self->memo, key);  /* borrowed; the memo may change below */
+    Py_CLEAR(key);
+    if (entry == NULL || !PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 2) {
+        if (PyErr_Occurred()) {
+            if (!PyErr_ExceptionMatches(PyExc_TypeError))  /* an unhashable key value: the general path */
+                goto error;
+            PyErr_Clear();
+        }
+        Py_DECREF(stack);
+        return fall_back(self, args, nargsf, kwnames);
+    }
+    Py_INCREF(entry);
+    for (i = 0; i < self->n_tensor; i++)
+        tensors[i] = a[self->tensor_idx[i]];
+    ok = PyObject_Vectorcall(PyTuple_GET_ITEM(entry, 0), tensors, self->n_tensor, NULL);
+    if (ok != Py_True) {  /* a miss (False) or an error: the generated path refills or raises */
+        Py_XDECREF(ok);
+        PyErr_Clear();
+        Py_DECREF(entry);
+        Py_DECREF(stack);
+        return fall_back(self, args, nargsf, kwnames);
+    }
+    Py_DECREF(ok);
+    plan = Py_NewRef(PyTuple_GET_ITEM(entry, 1));
+    Py_DECREF(entry);
+    hit = PyObject_GetAttr(plan, s_hit);
+    if (hit == NULL || PyDict_SetItem(self->tuner_dict, s_last, hit) < 0) {
+        Py_XDECREF(hit);
+        Py_DECREF(plan);
+        goto error;
+    }
+    Py_DECREF(hit);
+    if (empty) {
+        direct = PyObject_GetAttr(plan, s_direct);
+        if (direct == NULL) {
+            Py_DECREF(plan);
+            goto error;
+        }
+        if (direct != Py_None) {
+            Py_DECREF(plan);
+            Py_DECREF(stack);
+            result = PyObject_Vectorcall(direct, a, n, NULL);
+            Py_DECREF(direct);
+            return result;
+        }
+        Py_DECREF(direct);
+    }
+    {
+        /* launch_rest(plan, stack, *args): the generated body after its direct launch */
+        PyObject *small[18];
+        PyObject **rargs = small;
+        if (n + 2 > 18) {
+            rargs = PyMem_Malloc((n + 2) * sizeof(PyObject *));
+            if (rargs == NULL) {
+                Py_DECREF(plan);
+                PyErr_NoMemory();
+                goto error;
+            }
+        }
+        rargs[0] = plan;
+        rargs[1] = stack;
+        for (i = 0; i < n; i++)
+            rargs[2 + i] = a[i];
+        result = PyObject_Vectorcall(self->rest, rargs, n + 2, NULL);
+        if (rargs != small)
+            PyMem_Free(rargs);
+    }
+    Py_DECREF(plan);
+    Py_DECREF(stack);
+    return result;
+error:
+    Py_XDECREF(key);
+    Py_XDECREF(stack);
+    return NULL;
+}
+
+static int
+index_array(PyObject *seq, const char *what, Py_ssize_t n, Py_ssize_t **out, Py_ssize_t *count)
+{
+    Py_ssize_t i, len;
+    PyObject *fast = PySequence_Fast(seq, what);
+    if (fast == NULL)
+        return -1;
+    len = PySequence_Fast_GET_SIZE(fast);
+    *out = PyMem_Malloc((len ? len : 1) * sizeof(Py_ssize_t));
+    if (*out == NULL) {
+        Py_DECREF(fast);
+        PyErr_NoMemory();
+        return -1;
+    }
+    for (i = 0; i < len; i++) {
+        Py_ssize_t v = PyLong_AsSsize_t(PySequence_Fast_GET_ITEM(fast, i));
+        if (v == -1 && PyErr_Occurred()) {
+            Py_DECREF(fast);
+            return -1;
+        }
+        if (v < 0 || v >= n) {
+            Py_DECREF(fast);
+            PyErr_Format(PyExc_ValueError, "HitPath: %s holds %zd, outside the arity %zd", what, v, n);
+            return -1;
+        }
+        (*out)[i] = v;
+    }
+    *count = len;
+    Py_DECREF(fast);
+    return 0;
+}
+
+static PyObject *
+hit_new(PyTypeObject *type, PyObject *args, PyObject *kw)
+{
+    static char *names[] = {"types", "key_idx", "key_shape", "tensor_idx", "tuner", "memo", "state", "environ",
+                            "fallback", "rest", NULL};
+    PyObject *types, *key_idx, *key_shape, *tensor_idx, *tuner, *memo, *state, *environ, *fallback, *rest;
+    PyObject *tdict, *shape_fast;
+    HitPath *self;
+    Py_ssize_t i, n_shape;
+
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!OOOOO!OO!OO:HitPath", names, &PyTuple_Type, &types, &key_idx,
+                                     &key_shape, &tensor_idx, &tuner, &PyDict_Type, &memo, &state, &PyDict_Type,
+                                     &environ, &fallback, &rest))
+        return NULL;
+    tdict = PyObject_GetAttrString(tuner, "__dict__");
+    if (tdict == NULL)
+        return NULL;
+    if (!PyDict_CheckExact(tdict)) {
+        Py_DECREF(tdict);
+        PyErr_SetString(PyExc_TypeError, "HitPath: the tuner's __dict__ is not a dict");
+        return NULL;
+    }
+    self = (HitPath *)type->tp_alloc(type, 0);
+    if (self == NULL) {
+        Py_DECREF(tdict);
+        return NULL;
+    }
+    self->vectorcall = hit_call;
+    self->n = PyTuple_GET_SIZE(types);
+    self->types = Py_NewRef(types);
+    self->tuner = Py_NewRef(tuner);
+    self->tuner_dict = tdict;
+    self->memo = Py_NewRef(memo);
+    self->state = Py_NewRef(state);
+    self->environ = Py_NewRef(environ);
+    self->fallback = Py_NewRef(fallback);
+    self->rest = Py_NewRef(rest);
+    self->arity = PyLong_FromSsize_t(self->n);
+    if (self->arity == NULL)
+        goto fail;
+    if (index_array(key_idx, "key_idx", self->n, &self->key_idx, &self->n_key) < 0)
+        goto fail;
+    if (index_array(tensor_idx, "tensor_idx", self->n, &self->tensor_idx, &self->n_tensor) < 0)
+        goto fail;
+    if (self->n_tensor > 16) {
+        PyErr_SetString(PyExc_ValueError, "HitPath: at most 16 tensors");
+        goto fail;
+    }
+    shape_fast = PySequence_Fast(key_shape, "key_shape");
+    if (shape_fast == NULL)
+        goto fail;
+    n_shape = PySequence_Fast_GET_SIZE(shape_fast);
+    if (n_shape != self->n_key) {
+        Py_DECREF(shape_fast);
+        PyErr_SetString(PyExc_ValueError, "HitPath: key_shape and key_idx differ in length");
+        goto fail;
+    }
+    self->key_shape = PyMem_Malloc(n_shape ? n_shape : 1);
+    if (self->key_shape == NULL) {
+        Py_DECREF(shape_fast);
+        PyErr_NoMemory();
+        goto fail;
+    }
+    for (i = 0; i < n_shape; i++) {
+        int t = PyObject_IsTrue(PySequence_Fast_GET_ITEM(shape_fast, i));
+        if (t < 0) {
+            Py_DECREF(shape_fast);
+            goto fail;
+        }
+        self->key_shape[i] = (char)t;
+    }
+    Py_DECREF(shape_fast);
+    return (PyObject *)self;  /* tp_alloc tracked it */
+fail:
+    Py_DECREF(self);
+    return NULL;
+}
+
+static int
+hit_traverse(HitPath *self, visitproc visit, void *arg)
+{
+    Py_VISIT(self->types);
+    Py_VISIT(self->tuner);
+    Py_VISIT(self->tuner_dict);
+    Py_VISIT(self->memo);
+    Py_VISIT(self->state);
+    Py_VISIT(self->environ);
+    Py_VISIT(self->fallback);
+    Py_VISIT(self->rest);
+    return 0;
+}
+
+static int
+hit_clear(HitPath *self)
+{
+    Py_CLEAR(self->types);
+    Py_CLEAR(self->tuner);
+    Py_CLEAR(self->tuner_dict);
+    Py_CLEAR(self->memo);
+    Py_CLEAR(self->state);
+    Py_CLEAR(self->environ);
+    Py_CLEAR(self->fallback);
+    Py_CLEAR(self->rest);
+    Py_CLEAR(self->arity);
+    return 0;
+}
+
+static void
+hit_dealloc(HitPath *self)
+{
+    PyObject_GC_UnTrack((PyObject *)self);
+    hit_clear(self);
+    PyMem_Free(self->key_idx);
+    PyMem_Free(self->key_shape);
+    PyMem_Free(self->tensor_idx);
+    Py_TYPE(self)->tp_free((PyObject *)self);
+}
+
+/* Bound to an instance as a method (``tuner.__call__``), as a function would be. */
+static PyObject *
+hit_get(PyObject *self, PyObject *obj, PyObject *type)
+{
+    if (obj == NULL || obj == Py_None)
+        return Py_NewRef(self);
+    return PyMethod_New(self, obj);
+}
+
+static PyObject *
+hit_tp_call(PyObject *self, PyObject *args, PyObject *kwargs)
+{
+    return PyVectorcall_Call(self, args, kwargs);
+}
+
+static PyObject *
+hit_fallback(HitPath *self, void *closure)
+{
+    return Py_NewRef(self->fallback);
+}
+
+static PyGetSetDef hit_getset[] = {
+    {"fallback", (getter)hit_fallback, NULL, "the generated Python call this one defers to", NULL},
+    {NULL},
+};
+
+static PyTypeObject HitPathType = {
+    PyVarObject_HEAD_INIT(NULL, 0)
+    .tp_name = "flyautotune.tuning._hit.HitPath",
+    .tp_doc = "A tuner's cache-hit path for one arity, in C; see flyautotune.tuning.fastpath.",
+    .tp_basicsize = sizeof(HitPath),
+    .tp_flags = Py_TPFLAGS_DEFAULT | Py_TPFLAGS_HAVE_GC | Py_TPFLAGS_HAVE_VECTORCALL | Py_TPFLAGS_METHOD_DESCRIPTOR,
+    .tp_vectorcall_offset = offsetof(HitPath, vectorcall),
+    .tp_call = hit_tp_call,
+    .tp_new = hit_new,
+    .tp_dealloc = (destructor)hit_dealloc,
+    .tp_traverse = (traverseproc)hit_traverse,
+    .tp_clear = (inquiry)hit_clear,
+    .tp_descr_get = hit_get,
+    .tp_getset = hit_getset,
+};
+
+static struct PyModuleDef hit_module = {
+    PyModuleDef_HEAD_INIT, "_hit", "flyautotune's cache-hit path in C (see fastpath.py).", -1, NULL,
+};
+
+PyMODINIT_FUNC
+PyInit__hit(void)
+{
+    PyObject *m;
+    if (PyType_Ready(&HitPathType) < 0)
+        return NULL;
+#define INTERN(var, text) if ((var = PyUnicode_InternFromString(text)) == NULL) return NULL
+    INTERN(s_env_size, "_env_size");
+    INTERN(s_last, "_last");
+    INTERN(s_stack, "stack");
+    INTERN(s_key, "key");
+    INTERN(s_hit, "hit");
+    INTERN(s_direct, "direct");
+    INTERN(s_shape, "shape");
+#undef INTERN
+    empty_tuple = PyTuple_New(0);
+    if (empty_tuple == NULL)
+        return NULL;
+    m = PyModule_Create(&hit_module);
+    if (m == NULL)
+        return NULL;
+    if (PyModule_AddObject(m, "HitPath", Py_NewRef((PyObject *)&HitPathType)) < 0) {
+        Py_DECREF(m);
+        return NULL;
+    }
+    return m;
+}

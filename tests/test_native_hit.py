@@ -1,0 +1,193 @@
+"""The C hit path (``flyautotune.tuning._hit.HitPath``): what it serves itself, what it hands to the
+generated Python ``call``, and that it holds no reference it should not. ``test_fast_path.py`` runs every
+fast-path behaviour through it too (its "C hit path" runs)."""
+
+import os
+import sys
+import threading
+
+import pytest
+import torch
+
+import flyautotune as fat
+from flyautotune import context
+from flyautotune.tuning import fastpath
+
+HitPath = fastpath.native_type()
+needs_c = pytest.mark.skipif(HitPath is None, reason="the C hit path is not built here (no C compiler at "
+                                "install, or FLYAUTOTUNE_NATIVE_HIT=0); test_fast_path.py covers the Python path")
+
+
+class Tuner:
+    """What the C path reads and writes on a tuner: ``_env_size``, ``_last``."""
+
+
+class Plan:
+    def __init__(self, direct=None):
+        self.hit, self.direct = object(), direct
+
+
+class Frame:
+    def __init__(self, key):
+        self.key = key
+
+
+def make(direct=None, check=lambda *ts: True, types=(None, int, str), key_idx=(1, 2), tensor_idx=(0,)):
+    """A HitPath over ``f(tensor, n: int, s: str)`` keyed by ``(n, s)``, with one memo entry for
+    ``(3, (), 4, "a")``; records what reaches the fallback and ``launch_rest``."""
+    tuner, memo, fell, rest = Tuner(), {}, [], []
+    environ = {"A": "1"}
+    tuner._env_size = len(environ)
+    plan = Plan(direct)
+    memo[(3, (), 4, "a")] = (check, plan)
+    path = HitPath(types=types, key_idx=key_idx, key_shape=tuple(False for _ in key_idx), tensor_idx=tensor_idx,
+                   tuner=tuner, memo=memo, state=context._local, environ=environ,
+                   fallback=lambda *a, **k: fell.append((a, k)) or "fallback",
+                   rest=lambda *a: rest.append(a) or "rest")
+    return path, tuner, plan, memo, environ, fell, rest
+
+
+@needs_c
+def test_a_hit_calls_the_direct_launch_with_the_calls_arguments_and_records_it():
+    got = []
+    path, tuner, plan, _, _, fell, rest = make(direct=lambda *a: got.append(a) or "launched")
+    x = torch.zeros(2)
+    assert path(tuner, x, 4, "a") == "launched"
+    assert got == [(x, 4, "a")] and fell == [] and rest == []
+    assert tuner._last is plan.hit
+
+
+@needs_c
+@pytest.mark.parametrize("why", ["keyword", "arity", "type", "another tuner", "environment", "miss", "check fails",
+                                 "check raises", "unhashable"])
+def test_anything_but_a_plain_hit_goes_to_the_python_path_with_the_same_arguments(why):
+    def check(*ts):
+        if why == "check raises":
+            raise RuntimeError("no")
+        return why != "check fails"
+
+    path, tuner, _, _, environ, fell, rest = make(direct=lambda *a: "launched", check=check)
+    x = torch.zeros(2)
+    args, kwargs = (tuner, x, 4, "a"), {}
+    if why == "keyword":
+        kwargs = {"stream": None}
+    elif why == "arity":
+        args = args[:-1]
+    elif why == "type":
+        args = (tuner, x, 4.0, "a")
+    elif why == "another tuner":
+        args = (Tuner(), x, 4, "a")
+    elif why == "environment":
+        environ["B"] = "2"
+    elif why == "miss":
+        args = (tuner, x, 5, "a")
+    elif why == "unhashable":
+        path, tuner, _, _, _, fell, _ = make(types=(None, list, str))
+        args = (tuner, x, [4], "a")
+    assert path(*args, **kwargs) == "fallback"
+    assert fell == [(args, kwargs)] and rest == []
+
+
+@needs_c
+def test_an_open_hints_block_or_no_direct_launch_runs_launch_rest():
+    path, tuner, plan, memo, _, fell, rest = make(direct=None)
+    x = torch.zeros(2)
+    assert path(tuner, x, 4, "a") == "rest"
+    assert rest == [(plan, context._local.stack, x, 4, "a")] and fell == []
+    # inside a block: the block's key leads the short key, and the launch needs the hints context
+    path, tuner, plan, memo, _, fell, rest = make(direct=lambda *a: "launched")
+    frame = Frame(("num_warps", 8))
+    memo[(3, frame.key, 4, "a")] = memo.pop((3, (), 4, "a"))
+    old = context._local.stack
+    context._local.stack = [frame]
+    try:
+        assert path(tuner, x, 4, "a") == "rest"
+        assert path(tuner, x, 5, "a") == "fallback"
+    finally:
+        context._local.stack = old
+    assert rest == [(plan, [frame], x, 4, "a")] and len(fell) == 1
+    assert path(tuner, x, 4, "a") == "fallback"  # the block closed: the key without hints is not stored
+
+
+@needs_c
+def test_each_thread_sees_its_own_hints_stack():
+    path, tuner, plan, memo, _, fell, rest = make(direct=lambda *a: "launched")
+    frame = Frame(("num_warps", 8))
+    memo[(3, frame.key, 4, "a")] = (lambda *ts: True, plan)
+    results = []
+
+    def other():
+        results.append(path(tuner, torch.zeros(2), 4, "a"))  # a fresh thread: no block open
+
+    context._local.stack = [frame]
+    try:
+        t = threading.Thread(target=other)
+        t.start()
+        t.join()
+        assert results == ["launched"] and path(tuner, torch.zeros(2), 4, "a") == "rest"
+    finally:
+        context._local.stack = []
+
+
+@needs_c
+def test_shapes_of_tensor_key_arguments_are_key_values():
+    path, tuner, plan, memo, _, fell, _ = make(direct=lambda *a: "launched", types=(None, int, str),
+                                               key_idx=(0, 2), tensor_idx=(0,))
+    path = HitPath(types=(None, int, str), key_idx=(0, 2), key_shape=(True, False), tensor_idx=(0,), tuner=tuner,
+                   memo={(3, (), torch.Size([2]), "a"): (lambda *ts: True, plan)}, state=context._local,
+                   environ={"A": "1"}, fallback=lambda *a, **k: fell.append(a) or "fallback", rest=lambda *a: "rest")
+    assert path(tuner, torch.zeros(2), 9, "a") == "launched"
+    assert path(tuner, torch.zeros(3), 9, "a") == "fallback"
+
+
+@needs_c
+def test_errors_of_the_launch_propagate_and_nothing_leaks():
+    def boom(*a):
+        raise ValueError("launch failed")
+
+    path, tuner, plan, _, _, fell, _ = make(direct=boom)
+    x = torch.zeros(2)
+    with pytest.raises(ValueError, match="launch failed"):
+        path(tuner, x, 4, "a")
+    assert fell == []
+    ok_path, ok_tuner, ok_plan, *_ = make(direct=lambda *a: None)
+    s = "a"
+    for p, t, pl in ((ok_path, ok_tuner, ok_plan), (path, tuner, plan)):
+        before = [sys.getrefcount(o) for o in (x, s, pl, t)]
+        for _ in range(1000):
+            try:
+                p(t, x, 4, s)
+            except ValueError:
+                pass
+        assert [sys.getrefcount(o) for o in (x, s, pl, t)] == before
+
+
+@needs_c
+def test_bad_construction_is_refused_by_name():
+    path, tuner, plan, memo, *_ = make()
+    common = dict(types=(None, int), key_shape=(False,), tuner=tuner, memo=memo, state=context._local,
+                  environ={}, fallback=print, rest=print)
+    with pytest.raises(ValueError, match="key_idx holds 5"):
+        HitPath(key_idx=(5,), tensor_idx=(0,), **common)
+    with pytest.raises(ValueError, match="key_shape and key_idx"):
+        HitPath(key_idx=(1, 0), tensor_idx=(0,), **common)
+
+
+@needs_c
+def test_the_tuners_first_arity_call_is_the_c_path_and_binds_as_a_method(pm, counting_bench):
+    @fat.autotune(configs=[fat.Config(B=1), fat.Config(B=2)], key=["n"], do_bench=counting_bench(),
+                  plugin_manager=pm, name="t_native_bind")
+    def launch(x, n, B=None):
+        return B
+
+    x = torch.zeros(4)
+    launch(x, 4), launch(x, 4)
+    call = type(launch).__dict__["__call__"]
+    assert isinstance(call, HitPath)
+    assert launch.__call__(x, 4) == launch(x, 4) == launch.last_config.kwargs["B"]
+    assert launch(x, n=4) == launch.last_config.kwargs["B"]  # a keyword: the Python path, same answer
+
+
+@pytest.mark.skipif(not os.environ.get("CI"), reason="only CI promises a C compiler at install")
+def test_ci_installs_build_the_c_hit_path():
+    assert HitPath is not None
