@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import math
+
 import pytest
 import torch
 
@@ -267,6 +269,18 @@ def test_rotations_cover_twice_the_last_level_cache(monkeypatch):
     assert timing.rotation_count(DEV, 1 << 30) == 1  # one set already dwarfs the cache
     assert timing.rotation_count(DEV, 1024) == timing.rotate.MAX_ROTATIONS
     assert timing.rotation_count(DEV, 64 << 20, cache_bytes=256 << 20) == 8
+
+
+def test_small_inputs_get_a_copy_for_every_launch_of_a_replay(monkeypatch):
+    """Inputs far under the cache: enough copies that none is launched twice in one graph replay (a copy
+    that comes round again is still in the cache), within the footprint of twice the cache."""
+    fake = FakeGpu(l2=50 << 20)
+    monkeypatch.setattr("flyautotune.streams.device_module", lambda device: fake)
+    for per_set in (16 << 10, 264 << 10, 1 << 20):  # 1 x 4096 bf16 and its weight; 32 x 4096; 256 x 2048
+        n = timing.rotation_count(DEV, per_set)
+        launches = graph.launches_per_replay(n, est_ms=0.002)  # a 2 µs launch
+        assert n >= min(launches, math.ceil(2 * (50 << 20) / per_set)), (per_set, n, launches)
+        assert n * per_set <= 2 * (50 << 20) + per_set
 
 
 def test_a_backend_probe_reports_a_cache_the_properties_miss(monkeypatch):
