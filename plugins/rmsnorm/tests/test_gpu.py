@@ -91,14 +91,12 @@ def _needs_gluon():
 
 @pytest.mark.parametrize("N", [520, 1000, 1024, 2048])
 @pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16, torch.float32], ids=str)
-@pytest.mark.parametrize("body", [1, 3])
-def test_async_rows_are_right_on_the_gpu_and_run_the_gluon_body(N, dtype, body):
-    """ASYNC=1 and 3 on the GPU (:func:`_gluon_body_runs`): one row, a row count that is not a multiple of
-    4, 300; x staged in shared memory (by cp.async.cg, and .ca with ASYNC=3)."""
+def test_async_rows_are_right_on_the_gpu_and_run_the_gluon_body(N, dtype):
+    """ASYNC=1 on the GPU (:func:`_gluon_body_runs`): one row, a row count that is not a multiple of 4,
+    300; x staged in shared memory."""
     _needs_gluon()
     ds = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}[dtype]
-    k = _gluon_body_runs(make_launcher(N, ds, 128, 4, CACHE_POLICY=0, ASYNC=body), N, dtype, (1, 4097, 300), 37)
-    assert ("cp.async.ca." in k.asm["ptx"]) == (body == 3)
+    k = _gluon_body_runs(make_launcher(N, ds, 128, 4, CACHE_POLICY=0, ASYNC=1), N, dtype, (1, 4097, 300), 37)
     assert k.metadata.shared
 
 

@@ -24,8 +24,7 @@ def async_capable(dev: int) -> bool:
 
 class AsyncRowsLauncher(RMSNormLauncher):
     """The Gluon bodies (:mod:`.kernel_async`). ``ASYNC=1``: ``ROWS_PER_PROGRAM`` rows a program, one warp
-    a row (``BLOCK_THREADS = 32 * ROWS_PER_PROGRAM``), x staged in shared memory by ``cp.async`` (``.cg``:
-    L2 only; ``ASYNC=3`` the same body copying through L1, ``.ca``).
+    a row (``BLOCK_THREADS = 32 * ROWS_PER_PROGRAM``), x staged in shared memory by ``cp.async``.
     ``ASYNC=2``: one row a program on ``BLOCK_THREADS`` threads, the row's sum met behind one barrier, the
     loads with ``CACHE_POLICY``'s eviction policies. Called like
     :class:`~flyautotune_rmsnorm.factory.RMSNormLauncher`.
@@ -44,7 +43,7 @@ class AsyncRowsLauncher(RMSNormLauncher):
             sig, consts = _ka.row_signature(self.dtype_str, self.N, self.BLOCK_THREADS, (x_last, w_pol, y_pol))
             self._body, self._warps = _ka.rmsnorm_row, self.BLOCK_THREADS // 32
         else:
-            sig, consts = _ka.signature(self.dtype_str, self.N, self.ROWS_PER_PROGRAM, body=ASYNC)
+            sig, consts = _ka.signature(self.dtype_str, self.N, self.ROWS_PER_PROGRAM)
             self._body, self._warps = _ka.rmsnorm_async, self.ROWS_PER_PROGRAM
         #: ``(body, signature, constexprs)``: what ``compile_spec`` hands a compiler for this launcher
         self.source = (self._body, sig, consts)

@@ -168,23 +168,21 @@ def _check_spec(N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLI
 def _check_async(spec: tuple, ASYNC: Any) -> None:
     """The Gluon bodies (``kernel_async.py``) take whole rows held in registers (``CHUNK=0``, ``SPLIT=1``,
     ``HOLD=0``, ``PREFETCH=0``, ``COOP=0``, 16-byte accesses). ``ASYNC=1`` (x staged by cp.async, one warp a
-    row; ``ASYNC=3`` the same, x copied through L1): rows of at most ``MAX_BLOCK_N`` padded elements,
-    ``BLOCK_THREADS = 32 * ROWS_PER_PROGRAM``. ``ASYNC=2`` (one row a program, one barrier):
-    ``ROWS_PER_PROGRAM=1`` and whole 16-byte vectors of at most ``MAX_ROW_PER_LANE`` elements a lane
-    (``next_pow2(N) / BLOCK_THREADS``)."""
+    row): rows of at most ``MAX_BLOCK_N`` padded elements, ``BLOCK_THREADS = 32 * ROWS_PER_PROGRAM``.
+    ``ASYNC=2`` (one row a program, one barrier): ``ROWS_PER_PROGRAM=1`` and whole 16-byte vectors of at most
+    ``MAX_ROW_PER_LANE`` elements a lane (``next_pow2(N) / BLOCK_THREADS``)."""
     from .kernel_async import MAX_BLOCK_N, MAX_ROW_PER_LANE
 
     N, dtype_str, threads, rows, chunk, _, prefetch, split, vec, coop, hold = spec
     _check_spec(*spec)
-    if isinstance(ASYNC, bool) or ASYNC not in (1, 2, 3):
+    if isinstance(ASYNC, bool) or ASYNC not in (1, 2):
         raise ValueError(f"rmsnorm factory: ASYNC={ASYNC!r}; accepted: 0, 1 (x staged by cp.async, one warp a "
-                         f"row), 2 (one row a program, its sum met behind one barrier) or 3 (as 1, x copied "
-                         f"through L1)")
+                         f"row) or 2 (one row a program, its sum met behind one barrier)")
     common = chunk or split != 1 or hold or prefetch or coop or vec != VECTOR_BYTES
     knobs = (f"got N={N}, CHUNK={chunk}, SPLIT={split}, HOLD={hold}, PREFETCH={prefetch}, COOP={coop}, "
              f"VEC={vec}, BLOCK_THREADS={threads}, ROWS_PER_PROGRAM={rows}")
-    if ASYNC in (1, 3) and (common or threads != 32 * rows or next_pow2(N) > MAX_BLOCK_N):
-        raise ValueError(f"rmsnorm factory: ASYNC={ASYNC} takes a whole row of at most {MAX_BLOCK_N} padded elements "
+    if ASYNC == 1 and (common or threads != 32 * rows or next_pow2(N) > MAX_BLOCK_N):
+        raise ValueError(f"rmsnorm factory: ASYNC=1 takes a whole row of at most {MAX_BLOCK_N} padded elements "
                          f"(CHUNK=0, SPLIT=1, HOLD=0, PREFETCH=0, COOP=0, VEC=16) with one warp a row "
                          f"(BLOCK_THREADS = 32 * ROWS_PER_PROGRAM), {knobs}")
     per_lane, lane_vec = next_pow2(N) // threads, VECTOR_BYTES // ELEMENT_SIZE[dtype_str]
@@ -519,7 +517,7 @@ def make_launcher(N: int, dtype_str: str, BLOCK_THREADS: int, ROWS_PER_PROGRAM: 
     """The (cached) launcher for one specialization; raises on an invalid knob value.
 
     ``SPLIT > 1`` gives a :class:`~flyautotune_rmsnorm.split.SplitLauncher` (a
-    :class:`~flyautotune_rmsnorm.cluster.ClusterLauncher` with ``COOP=3``), ``ASYNC=1``, ``2`` or ``3`` an
+    :class:`~flyautotune_rmsnorm.cluster.ClusterLauncher` with ``COOP=3``), ``ASYNC=1`` or ``2`` an
     :class:`~flyautotune_rmsnorm.async_rows.AsyncRowsLauncher`; each is called the same way.
     """
     spec = (N, dtype_str, BLOCK_THREADS, ROWS_PER_PROGRAM, CHUNK, CACHE_POLICY, PREFETCH, SPLIT, VEC, COOP, HOLD)

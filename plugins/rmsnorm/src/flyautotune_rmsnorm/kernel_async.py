@@ -49,10 +49,7 @@ except ImportError:  # a Triton without Gluon (before 3.4): the space offers no 
     gluon = gl = _cp = None
 
 #: The body's constexprs, in its signature's order.
-CONST_NAMES = ("N", "BLOCK_N", "ROWS", "VEC", "X_CACHE")
-#: ``X_CACHE`` of each staged-rows body: ``ASYNC=1`` copies x by ``cp.async.cg`` (L2 only), ``ASYNC=3`` by
-#: ``cp.async.ca`` (through L1, as QuACK's short-row kernel stages x).
-X_CACHE = {1: "", 3: ".ca"}
+CONST_NAMES = ("N", "BLOCK_N", "ROWS", "VEC")
 #: The row body's (``ASYNC=2``).
 ROW_CONST_NAMES = ("N", "BLOCK_N", "WARPS", "VEC", "X_POLICY", "W_POLICY", "Y_POLICY")
 #: Most elements of x a lane of the row body holds (with as many of the weight, fp32 in registers).
@@ -83,7 +80,7 @@ if gluon is not None:
 
     @gluon.jit(do_not_specialize=RUNTIME_INTS)
     def rmsnorm_async(X, W, Y, M, SX, SY, eps, N: gl.constexpr, BLOCK_N: gl.constexpr, ROWS: gl.constexpr,
-                      VEC: gl.constexpr, X_CACHE: gl.constexpr):
+                      VEC: gl.constexpr):
         layout: gl.constexpr = gl.BlockedLayout([1, VEC], [1, 32], [ROWS, 1], [1, 0])
         rows = gl.program_id(0) * ROWS + gl.arange(0, ROWS, layout=gl.SliceLayout(1, layout))
         cols = gl.arange(0, BLOCK_N, layout=gl.SliceLayout(0, layout))
@@ -91,7 +88,7 @@ if gluon is not None:
         ok = (rows < M)[:, None] & col_ok[None, :]
         smem = gl.allocate_shared_memory(X.dtype.element_ty, [ROWS, BLOCK_N],
                                          gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
-        _copy(smem, X + ((rows * (SX * VEC))[:, None] + cols[None, :]), mask=ok, cache_modifier=X_CACHE)
+        _copy(smem, X + ((rows * (SX * VEC))[:, None] + cols[None, :]), mask=ok)
         _cp.commit_group()
         w = gl.load(W + cols, mask=col_ok, other=0.0).to(gl.float32)  # while x's copies fly
         _cp.wait_group(0)
@@ -132,12 +129,11 @@ def _signature(names: tuple, values: tuple, dtype_str: str, w_dtype_str: str) ->
     return sig, consts
 
 
-def signature(dtype_str: str, N: int, rows: int, w_dtype_str: str = "", body: int = 1) -> tuple:
-    """``(signature, constexprs)`` of the staged-rows body (``body``: ``ASYNC`` 1 or 3, see :data:`X_CACHE`)
-    for rows of ``N`` elements of ``dtype_str`` (``bf16``, ``fp16``, ``fp32``) and a weight of ``w_dtype_str``
-    (default: the same), as ``triton.compile`` takes them."""
-    consts = (N, next_pow2(N), rows, VECTOR_BYTES // ELEMENT_SIZE[dtype_str], X_CACHE[body])
-    return _signature(CONST_NAMES, consts, dtype_str, w_dtype_str)
+def signature(dtype_str: str, N: int, rows: int, w_dtype_str: str = "") -> tuple:
+    """``(signature, constexprs)`` of the body for rows of ``N`` elements of ``dtype_str`` (``bf16``,
+    ``fp16``, ``fp32``) and a weight of ``w_dtype_str`` (default: the same), as ``triton.compile`` takes them."""
+    return _signature(CONST_NAMES, (N, next_pow2(N), rows, VECTOR_BYTES // ELEMENT_SIZE[dtype_str]), dtype_str,
+                      w_dtype_str)
 
 
 def row_signature(dtype_str: str, N: int, threads: int, policies: tuple = ("", "", ""),
@@ -163,7 +159,7 @@ def compile_row_for(target, dtype_str: str, N: int, threads: int, policies: tupl
     return _compile(rmsnorm_row, *row_signature(dtype_str, N, threads, policies, w_dtype_str), target, threads // 32)
 
 
-def compile_for(target, dtype_str: str, N: int, rows: int, w_dtype_str: str = "", body: int = 1):
+def compile_for(target, dtype_str: str, N: int, rows: int, w_dtype_str: str = ""):
     """The body cross-compiled for ``target`` (a Triton ``GPUTarget``) with every pointer 16-byte aligned
     (:func:`signature`'s launch): no GPU needed (tests and reports read ``.asm``)."""
-    return _compile(rmsnorm_async, *signature(dtype_str, N, rows, w_dtype_str, body), target, rows)
+    return _compile(rmsnorm_async, *signature(dtype_str, N, rows, w_dtype_str), target, rows)
