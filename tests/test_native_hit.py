@@ -185,6 +185,7 @@ def test_the_tuners_first_arity_call_is_the_c_path_and_binds_as_a_method(pm, cou
     call = type(launch).__dict__["__call__"]
     assert isinstance(call, HitPath)
     assert launch.__call__(x, 4) == launch(x, 4) == launch.last_config.kwargs["B"]
+    assert launch.__call__.__name__ == "__call__" and "Autotuner.__call__" in repr(launch.__call__)
     assert launch(x, n=4) == launch.last_config.kwargs["B"]  # a keyword: the Python path, same answer
 
 

@@ -343,8 +343,16 @@ hit_fallback(HitPath *self, void *closure)
     return Py_NewRef(self->fallback);
 }
 
+static PyObject *
+hit_name(HitPath *self, void *closure)
+{
+    return PyUnicode_FromString(closure == NULL ? "__call__" : "Autotuner.__call__");
+}
+
 static PyGetSetDef hit_getset[] = {
     {"fallback", (getter)hit_fallback, NULL, "the generated Python call this one defers to", NULL},
+    {"__name__", (getter)hit_name, NULL, NULL, NULL},
+    {"__qualname__", (getter)hit_name, NULL, NULL, "qualified"},
     {NULL},
 };
 
