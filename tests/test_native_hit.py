@@ -189,6 +189,43 @@ def test_the_tuners_first_arity_call_is_the_c_path_and_binds_as_a_method(pm, cou
     assert launch(x, n=4) == launch.last_config.kwargs["B"]  # a keyword: the Python path, same answer
 
 
+@needs_c
+@pytest.mark.parametrize("value", ["0", "off", "False"])
+def test_the_environment_turns_the_c_path_off(monkeypatch, pm, counting_bench, value):
+    monkeypatch.setenv("FLYAUTOTUNE_NATIVE_HIT", value)
+    monkeypatch.setattr(fastpath, "_native", None)  # read once per process: read it again
+    assert fastpath.native_type() is None
+
+    @fat.autotune(configs=[fat.Config(B=1)], key=["n"], do_bench=counting_bench(), plugin_manager=pm,
+                  name=f"t_native_off_{value}")
+    def launch(x, n, B=None):
+        return B
+
+    x = torch.zeros(4)
+    assert launch(x, 4) == launch(x, 4) == launch(x, 4) == 1
+    assert not isinstance(type(launch).__dict__["__call__"], HitPath)
+    monkeypatch.setattr(fastpath, "_native", None)
+    monkeypatch.delenv("FLYAUTOTUNE_NATIVE_HIT")
+    assert fastpath.native_type() is HitPath
+
+
+@needs_c
+def test_a_tuner_the_c_path_refuses_keeps_the_python_one(monkeypatch, pm, counting_bench):
+    def refuse(**kwargs):
+        raise TypeError("HitPath: the tuner's __dict__ is not a dict")
+
+    monkeypatch.setattr(fastpath, "_native", refuse)
+
+    @fat.autotune(configs=[fat.Config(B=1)], key=["n"], do_bench=counting_bench(), plugin_manager=pm,
+                  name="t_native_refused")
+    def launch(x, n, B=None):
+        return B
+
+    x = torch.zeros(4)
+    assert launch(x, 4) == launch(x, 4) == launch(x, 4) == 1
+    assert callable(type(launch).__dict__["__call__"]) and launch.last_source == "memory"
+
+
 @pytest.mark.skipif(not os.environ.get("CI"), reason="only CI promises a C compiler at install")
 def test_ci_installs_build_the_c_hit_path():
     assert HitPath is not None

@@ -361,11 +361,15 @@ def call(tuner{params}, *rest, **kwargs):
     hit_path = native_type()
     if hit_path is not None and make_guard and not tuner.reset_to_zero and len(tensors) <= 16:
         # the same hit in C; ``call`` serves everything else (its first lines repeat these checks)
-        fast.native = hit_path(
-            types=tuple(None if i in tensors else t for i, t in enumerate(types)), key_idx=tuple(key_idx),
-            key_shape=tuple(i in tensors for i in key_idx), tensor_idx=tuple(tensors), tuner=tuner,
-            memo=tuner._fast_memo, state=context._local, environ=scope["environ"], fallback=fast.call,
-            rest=scope["launch_rest"])
+        try:
+            fast.native = hit_path(
+                types=tuple(None if i in tensors else t for i, t in enumerate(types)), key_idx=tuple(key_idx),
+                key_shape=tuple(i in tensors for i in key_idx), tensor_idx=tuple(tensors), tuner=tuner,
+                memo=tuner._fast_memo, state=context._local, environ=scope["environ"], fallback=fast.call,
+                rest=scope["launch_rest"])
+        except Exception as exc:  # noqa: BLE001 - a tuner the C path cannot serve keeps the Python one
+            log.debug("%s: the C hit path refused this tuner (%s: %s); the Python one serves", tuner.name,
+                      type(exc).__name__, exc)
     return fast
 
 
