@@ -242,10 +242,9 @@ def build(tuner: Any, args: tuple) -> Optional[Any]:
     tuner._last = plan.hit
 """
 
-    body = head("{}") + f"""{zero}    direct = plan.direct
-    if direct is not None and not stack:
-        return direct({pos})
-    if plan.layers or stack:
+    # The launch once a hit has no direct call to make (hints in force, or no specialized callable): the
+    # body's tail, and what the C path (``native``) runs in that case (``launch_rest``).
+    launch_tail = f"""    if plan.layers or stack:
         return launch_with(plan.layers, plan.launch, plan.bound, {args_t}, plan.bound_kwargs)
     # No hints on either side: launch_with's common case, inlined (one frame less per call).
     local = state
@@ -256,19 +255,13 @@ def build(tuner: Any, args: tuple) -> Optional[Any]:
     finally:
         local.launch = old
 """
-    # What the C path (``native``) runs for a hit it cannot launch directly: the body after ``direct``.
+    body = head("{}") + f"""{zero}    direct = plan.direct
+    if direct is not None and not stack:
+        return direct({pos})
+""" + launch_tail
     rest = f"""
 def launch_rest(plan, stack{"".join(f", a{i}" for i in range(n))}):
-    if plan.layers or stack:
-        return launch_with(plan.layers, plan.launch, plan.bound, {args_t}, plan.bound_kwargs)
-    local = state
-    old = local.launch
-    local.launch = plan.launch
-    try:
-        return plan.bound({pos}{", " if n else ""}**plan.bound_kwargs)
-    finally:
-        local.launch = old
-"""
+""" + launch_tail
     # Only where torch's tensor checks serve the hits (``make_guard``): the short key, the check of a
     # call's tensors, and the way back to the full key when a check misses.
     checked = f"""
