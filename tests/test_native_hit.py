@@ -163,6 +163,43 @@ def test_errors_of_the_launch_propagate_and_nothing_leaks():
 
 
 @needs_c
+def test_in_place_and_alternating_entries_are_checked_in_c():
+    """An entry with a spec (fastpath.make_entry): each alternative ``(inner, pattern)`` in turn, ``inner``
+    called with the distinct tensors ``pattern`` keeps, after the repeats it names are checked by identity;
+    the entry's Python check is never called."""
+    seen = []
+
+    def inner(name, verdict=True):
+        return lambda *ts: seen.append((name, ts)) or verdict
+
+    def python_check(*ts):
+        raise AssertionError("the Python check ran")
+
+    x, w, y = torch.zeros(2), torch.zeros(2), torch.zeros(2)
+    plan = Plan(direct=lambda *a: "launched")
+    path, tuner, _, memo, _, fell, _ = make(types=(None, None, None, int), key_idx=(3,), tensor_idx=(0, 1, 2))
+    key = (4, (), 7)
+    # in place (out=x): pattern (0, 1, 0); then out of place: all three
+    memo[key] = (python_check, plan, ((inner("in place"), (0, 1, 0)), (inner("out of place"), None)))
+    assert path(tuner, x, w, x, 7) == "launched" and seen.pop() == ("in place", (x, w))
+    assert path(tuner, x, w, y, 7) == "launched" and seen.pop() == ("out of place", (x, w, y))
+    assert seen == [] and fell == []
+    # every alternative fails: the Python path decides
+    memo[key] = (python_check, plan, ((inner("a", False), (0, 1, 0)), (inner("b", False), None)))
+    assert path(tuner, x, w, y, 7) == "fallback" and [n for n, _ in seen] == ["b"] and len(fell) == 1
+    # a pattern of another length never passes; an entry of another shape is left to the Python path
+    memo[key] = (python_check, plan, ((inner("c"), (0, 0)),))
+    assert path(tuner, x, w, x, 7) == "fallback"
+    memo[key] = (python_check, plan, "not a spec")
+    assert path(tuner, x, w, y, 7) == "fallback"
+    before = [sys.getrefcount(o) for o in (x, w, plan)]
+    memo[key] = (python_check, plan, ((lambda *ts: True, (0, 1, 0)),))
+    for _ in range(1000):
+        path(tuner, x, w, x, 7)
+    assert [sys.getrefcount(o) for o in (x, w, plan)] == before
+
+
+@needs_c
 def test_bad_construction_is_refused_by_name():
     path, tuner, plan, memo, *_ = make()
     common = dict(types=(None, int), key_shape=(False,), tuner=tuner, memo=memo, state=context._local,

@@ -4,8 +4,9 @@
  * A HitPath is the ``__call__`` of one tuner's own class. A call with exactly the arity it was made for
  * and no keywords checks, in order: the non-tensor arguments' exact types, the environment's size, the
  * open compile_hints block; builds the short key ``(arity, hint key, key values...)``; looks it up in the
- * tuner's memo; runs the entry's tensor check (torch's C check, a Python callable) over the call's
- * tensors; records the hit; and calls the plan's ``direct`` launch with the call's own argument array.
+ * tuner's memo; runs the entry's tensor check (torch's C check; for in-place and alternating calls the
+ * entry's spec of such checks, see check_tensors) over the call's tensors; records the hit; and calls
+ * the plan's ``direct`` launch with the call's own argument array.
  * Anything else -- keywords, another arity or type, a changed environment, an unhashable key value, a
  * miss, a failed tensor check -- calls the generated Python ``call`` with the same arguments, which
  * decides as it always did. A hit whose launch needs the hints context (an open block, hint layers, no
@@ -45,6 +46,63 @@ fall_back(HitPath *self, PyObject *const *args, size_t nargsf, PyObject *kwnames
     return PyObject_Vectorcall(self->fallback, args, nargsf & ~PY_VECTORCALL_ARGUMENTS_OFFSET, kwnames);
 }
 
+/* A memo entry's tensor check: ``entry[0](*tensors)``, or where the entry has a spec (``entry[2]``,
+ * fastpath.make_entry) its alternatives in turn: ``(inner, pattern)`` passes when every tensor ``i`` is the
+ * tensor ``pattern[i]`` and ``inner`` passes over the tensors ``pattern`` keeps (``pattern[i] == i``), or
+ * over all of them where ``pattern`` is None. 1: passed, 0: failed, -1: an error is set. */
+static int
+check_tensors(PyObject *entry, PyObject **tensors, Py_ssize_t n)
+{
+    PyObject *spec = PyTuple_GET_SIZE(entry) > 2 ? PyTuple_GET_ITEM(entry, 2) : Py_None, *r;
+    Py_ssize_t a, i;
+    int passed;
+
+    if (spec == Py_None) {
+        r = PyObject_Vectorcall(PyTuple_GET_ITEM(entry, 0), tensors, n, NULL);
+        if (r == NULL)
+            return -1;
+        passed = r == Py_True;
+        Py_DECREF(r);
+        return passed;
+    }
+    if (!PyTuple_CheckExact(spec))
+        return 0;
+    for (a = 0; a < PyTuple_GET_SIZE(spec); a++) {
+        PyObject *alt = PyTuple_GET_ITEM(spec, a), *pattern, *picked[16];
+        Py_ssize_t k = 0;
+        int fits = 1;
+        if (!PyTuple_CheckExact(alt) || PyTuple_GET_SIZE(alt) != 2)
+            return 0;
+        pattern = PyTuple_GET_ITEM(alt, 1);
+        if (pattern == Py_None) {
+            for (i = 0; i < n; i++)
+                picked[k++] = tensors[i];
+        } else if (!PyTuple_CheckExact(pattern) || PyTuple_GET_SIZE(pattern) != n) {
+            fits = 0;
+        } else {
+            for (i = 0; i < n && fits; i++) {
+                Py_ssize_t j = PyLong_AsSsize_t(PyTuple_GET_ITEM(pattern, i));
+                if (j == -1 && PyErr_Occurred())
+                    return -1;
+                if (j == i)
+                    picked[k++] = tensors[i];
+                else if (j < 0 || j >= n || tensors[i] != tensors[j])
+                    fits = 0;
+            }
+        }
+        if (!fits)
+            continue;
+        r = PyObject_Vectorcall(PyTuple_GET_ITEM(alt, 0), picked, k, NULL);
+        if (r == NULL)
+            return -1;
+        passed = r == Py_True;
+        Py_DECREF(r);
+        if (passed)
+            return 1;
+    }
+    return 0;
+}
+
 static PyObject *
 hit_call(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -52,9 +110,9 @@ hit_call(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
     Py_ssize_t nargs = PyVectorcall_NARGS(nargsf);
     Py_ssize_t n = self->n, i;
     PyObject *const *a = args + 1;  /* args[0] is the tuner */
-    PyObject *stack = NULL, *hint_key, *key = NULL, *entry, *ok, *plan, *hit, *direct, *result, *size;
+    PyObject *stack = NULL, *hint_key, *key = NULL, *entry, *plan, *hit, *direct, *result, *size;
     PyObject *tensors[16];
-    int empty;
+    int empty, passed;
 
     if (nargs != n + 1 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames)) || args[0] != self->tuner)
         return fall_back(self, args, nargsf, kwnames);
@@ -98,7 +156,7 @@ hit_call(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
     }
     entry = PyDict_GetItemWithError(self->memo, key);  /* borrowed; the memo may change below */
     Py_CLEAR(key);
-    if (entry == NULL || !PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) != 2) {
+    if (entry == NULL || !PyTuple_CheckExact(entry) || PyTuple_GET_SIZE(entry) < 2 || PyTuple_GET_SIZE(entry) > 3) {
         if (PyErr_Occurred()) {
             if (!PyErr_ExceptionMatches(PyExc_TypeError))  /* an unhashable key value: the general path */
                 goto error;
@@ -110,15 +168,13 @@ hit_call(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
     Py_INCREF(entry);
     for (i = 0; i < self->n_tensor; i++)
         tensors[i] = a[self->tensor_idx[i]];
-    ok = PyObject_Vectorcall(PyTuple_GET_ITEM(entry, 0), tensors, self->n_tensor, NULL);
-    if (ok != Py_True) {  /* a miss (False) or an error: the generated path refills or raises */
-        Py_XDECREF(ok);
+    passed = check_tensors(entry, tensors, self->n_tensor);
+    if (passed != 1) {  /* a miss or an error: the generated path refills or raises */
         PyErr_Clear();
         Py_DECREF(entry);
         Py_DECREF(stack);
         return fall_back(self, args, nargsf, kwnames);
     }
-    Py_DECREF(ok);
     plan = Py_NewRef(PyTuple_GET_ITEM(entry, 1));
     Py_DECREF(entry);
     hit = PyObject_GetAttr(plan, s_hit);

@@ -73,7 +73,7 @@ def remember(tuner: Any, args: tuple, plan: Any, named: dict) -> None:
     if key is not None:
         if len(tuner._fast_memo) > MAX_ENTRIES:
             tuner._fast_memo.clear()
-        entry = (fast.guard(args), plan)  # (the check of these tensors or None, the plan)
+        entry = make_entry(fast.guard(args), plan)  # (the check of these tensors or None, the plan, its spec)
         tuner._fast_memo[key] = entry
         if fast.short is not None:
             tuner._fast_memo[fast.short(args)] = entry
@@ -156,6 +156,7 @@ def _aliased(check: Callable[..., bool], pattern: tuple) -> Callable[..., bool]:
                 return False
         return check(*pick(tensors))
 
+    aliased.spec = ((check, pattern),)
     return aliased
 
 
@@ -171,7 +172,22 @@ def either(old: Optional[tuple], new: tuple) -> tuple:
         return first(*tensors) or second(*tensors)
 
     check.either = True
-    return check, new[1]
+    check.spec = _spec(new) + _spec(old)
+    return make_entry(check, new[1])
+
+
+def make_entry(check: Optional[Callable[..., bool]], plan: Any) -> tuple:
+    """A memo entry: ``(check, plan, spec)``. The generated Python path calls ``check`` with the call's
+    tensors; the C path reads ``spec`` instead, where there is one: the alternatives ``((inner,
+    pattern), ...)`` that ``check`` tries in turn, each ``inner`` torch's check over the tensors that
+    ``pattern`` (:func:`alias_pattern`, None for all distinct) keeps, so an in-place or alternating hit
+    runs no Python either."""
+    return check, plan, getattr(check, "spec", None)
+
+
+def _spec(entry: tuple) -> tuple:
+    """``entry``'s check as C-path alternatives (a plain check: itself, over every tensor)."""
+    return entry[2] if entry[2] is not None else ((entry[0], None),)
 
 
 def build(tuner: Any, args: tuple) -> Optional[Any]:
@@ -286,7 +302,7 @@ def refill(args):
     if entry is None:
         return None
     if not entry[0]({names_t}):
-        entry = memo[full] = (make_guard(({names_t},)), entry[1])
+        entry = memo[full] = make_entry(make_guard(({names_t},)), entry[1])
     short = {short_expr}
     memo[short] = either(memo.get(short), entry)
     return entry
@@ -339,7 +355,7 @@ def call(tuner{params}, *rest, **kwargs):
         # len() of os.environ's own dict (C) is len(os.environ) (a Python __len__): the same change signal.
         "environ": getattr(os.environ, "_data", os.environ), **{f"T{i}": t for i, t in enumerate(types)},
         "tuner": tuner, "memo": tuner._fast_memo, "launch_with": context.launch_with, "state": context._local,
-        "make_guard": make_guard, "alias_pattern": alias_pattern, "either": either, "launch_on": launch_on,
+        "make_guard": make_guard, "alias_pattern": alias_pattern, "either": either, "make_entry": make_entry, "launch_on": launch_on,
         "resolve_stream": streams.resolve_stream,
         "_MISSING": _MISSING,
     }
