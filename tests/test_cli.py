@@ -189,6 +189,20 @@ def test_plugins_json_and_disabled_plugins(cli, site, broken_site):
     assert data["disabled"] == ["clibroken"]
     demo = next(p for p in data["plugins"] if p["name"] == "clidemo")
     assert (demo["distribution"], demo["version"], demo["hooks"]) == ("fat-cli-demo", "0.2.0", ["register_adopters"])
+    assert data["hit_path"]["kind"] in ("c", "python") and data["hit_path"]["why"]
+
+
+def test_plugins_says_which_path_serves_cache_hits(cli):
+    """The C hit path where it is built; with FLYAUTOTUNE_NATIVE_HIT=0, the Python one, saying why."""
+    from flyautotune.tuning import fastpath
+
+    off = ok(cli("plugins", env={"FLYAUTOTUNE_NATIVE_HIT": "0"}))
+    assert "Cache hits: in Python (FLYAUTOTUNE_NATIVE_HIT turns the C one off)." in off
+    on = json.loads(ok(cli("plugins", "--json")))["hit_path"]
+    if fastpath.native_type() is not None:
+        assert on == {"kind": "c", "why": "flyautotune.tuning._hit"}
+    else:
+        assert on["kind"] == "python" and "is not built" in on["why"]
 
 
 # -- tune -----------------------------------------------------------------------------------

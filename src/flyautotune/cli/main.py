@@ -23,7 +23,8 @@ def build_parser() -> Parser:
         description="Tune GPU kernels with flyautotune, manage the tuning store and inspect plugins.",
         epilog="Environment: FLYAUTOTUNE_CACHE_DIR (store location), FLYAUTOTUNE=1 (every tune searches "
                "again, as tune --force does), FLYAUTOTUNE_LOG=info|debug (log messages), "
-               "FLYAUTOTUNE_EVENT_LOG=FILE (JSON-lines events), FLYAUTOTUNE_DISABLE_PLUGINS=a,b.",
+               "FLYAUTOTUNE_EVENT_LOG=FILE (JSON-lines events), FLYAUTOTUNE_DISABLE_PLUGINS=a,b, "
+               "FLYAUTOTUNE_NATIVE_HIT=0 (cache hits in Python, not C).",
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     parser.add_argument("-v", "--verbose", action="count", default=0,

@@ -392,13 +392,28 @@ def native_type() -> Optional[type]:
     global _native
     if _native is None:
         _native = False
-        if os.environ.get("FLYAUTOTUNE_NATIVE_HIT", "1").strip().lower() not in ("0", "false", "no", "off"):
+        if not _native_off():
             try:
                 from ._hit import HitPath
                 _native = HitPath
             except ImportError:
                 log.debug("flyautotune: the C hit path is not built; the Python one serves")
     return _native or None
+
+
+def _native_off() -> bool:
+    return os.environ.get("FLYAUTOTUNE_NATIVE_HIT", "1").strip().lower() in ("0", "false", "no", "off")
+
+
+def hit_path() -> tuple:
+    """``(kind, why)``: which path serves this process's cache hits, ``"c"`` or ``"python"``, and why
+    (``flyautotune plugins`` says it)."""
+    if native_type() is not None:
+        return "c", "flyautotune.tuning._hit"
+    if _native_off():
+        return "python", "FLYAUTOTUNE_NATIVE_HIT turns the C one off"
+    return "python", ("the C extension flyautotune.tuning._hit is not built (reinstall flyautotune where a C "
+                      "compiler and the Python headers are found)")
 
 
 def launch_on(tuner: Any, plan: Any, args: tuple, stream: Any, device: Any, zero_idx: tuple) -> Any:

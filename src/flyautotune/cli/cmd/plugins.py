@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
+from ...tuning import fastpath
 from ..common import indent, out, plugin_manager, short, table
 
 
@@ -33,9 +34,10 @@ def run(args: argparse.Namespace) -> None:
         {"name": f.name, "distribution": f.distribution, "version": f.version, "error": f.error}
         for f in sorted(pm.load_failures.values(), key=lambda f: f.name)
     ]
+    kind, why = fastpath.hit_path()
     if args.json:
         out(json.dumps({"plugins": plugins, "adopters": adopters, "failures": failures,
-                        "disabled": list(pm.disabled)}, indent=2))
+                        "disabled": list(pm.disabled), "hit_path": {"kind": kind, "why": why}}, indent=2))
         return
     out("Plugins:")
     rows = [[p["name"], "backend" if p["backend"] else ("adopters" if "register_adopters" in p["hooks"] else "hooks"),
@@ -58,3 +60,5 @@ def run(args: argparse.Namespace) -> None:
     if pm.disabled:
         out()
         out(f"Disabled by FLYAUTOTUNE_DISABLE_PLUGINS: {', '.join(pm.disabled)}")
+    out()
+    out(f"Cache hits: {'in C' if kind == 'c' else 'in Python'} ({why}).")
