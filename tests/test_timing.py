@@ -42,6 +42,31 @@ def test_graph_replays_round_robin_launches_over_the_rotated_copies(gpu):
     assert [e for e in gpu.log if isinstance(e, tuple) and e[0] == "replay"] == [("replay", "default")] * 8
 
 
+def test_a_flushed_replay_of_a_slow_launch_visits_only_the_copies_it_needs(gpu):
+    """512 copies of a 0.01 ms launch: behind a flush, a replay of 1 ms (100 launches, each copy once, all
+    cold after the flush); replayed back to back, one whole round over the 512 copies (a copy that came
+    round again sooner could still be cached)."""
+    rot = launches(gpu, 0.01, 512)
+    m = timing.benchmark(rot[0], rotations=rot, module=gpu, device=DEV, rep=3, warm=False)
+    captured = [e[1] for e in gpu.log if isinstance(e, tuple) and e[0] == "captured"]
+    assert captured == [f"copy{i}" for i in range(100)] and m.ms == pytest.approx(0.01)
+    assert "100 launches per replay over 512 input copies, the cache flushed before each replay" in m.note
+    gpu.log.clear()
+    m = timing.benchmark(rot[0], rotations=rot, module=gpu, device=DEV, rep=3, warm=False, flush=False)
+    captured = [e[1] for e in gpu.log if isinstance(e, tuple) and e[0] == "captured"]
+    assert captured == [f"copy{i}" for i in range(512)] and m.ms == pytest.approx(0.01)
+
+
+@pytest.mark.parametrize("flushed", [False, True])
+def test_launches_per_replay_fill_a_millisecond_within_the_cap(flushed):
+    per = graph.launches_per_replay
+    assert per(4, 0.01, flushed=flushed) == 100  # 1 ms, 25 rounds
+    assert per(3, 0.01, flushed=flushed) == (102 if not flushed else 100)  # whole rounds only without a flush
+    assert per(1, 1e-6, flushed=flushed) == graph.MAX_LAUNCHES  # a tiny launch: the cap
+    assert per(600, 0.01, flushed=flushed) == (600 if not flushed else 100)
+    assert per(8, 5.0, flushed=flushed) == (8 if not flushed else 1)  # a 5 ms launch: one launch is enough
+
+
 def test_every_graph_replay_starts_behind_a_cache_flush_that_is_not_timed(gpu):
     """Each replay (the untimed first one included) follows a flush of the cache, and the flush sits
     between the replays' event pairs: a 3 ms flush leaves the 0.01 ms launch at 0.01 ms."""
