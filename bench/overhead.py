@@ -83,6 +83,15 @@ def main() -> None:
     if hasattr(native_call, "fallback"):  # the C hit path: time the generated Python one it defers to, as __call__
         with calls_through(own, native_call.fallback):
             rows.append(("fat.autotune over it, memory hit, Python hit path", per_call_us(norm_tuned, *nargs)))
+    class HostStream:  # a stream object of no known device: the core takes it as given (no device module on CPU)
+        stream_id = 1
+
+    side = HostStream()
+    rows.append(("fat.autotune over it, memory hit, stream=", per_call_us(lambda: norm_tuned(*nargs, stream=side))))
+    if hasattr(native_call, "fallback"):
+        with calls_through(own, native_call.fallback):
+            rows.append(("fat.autotune over it, memory hit, stream=, Python hit path",
+                         per_call_us(lambda: norm_tuned(*nargs, stream=side))))
     in_place = (x, w, x) + nargs[3:]  # out=x: one tensor in two places (after the calls above: an alternation)
     rows.append(("fat.autotune over it, memory hit, in place", per_call_us(norm_tuned, *in_place)))
     if hasattr(native_call, "fallback"):
@@ -93,7 +102,8 @@ def main() -> None:
     spec = dict(rows)["specialized callable, 3 tensors + 6 values (RMSNorm's launch)"]
     for name in ("fat.autotune over it, memory hit", "fat.autotune over it, memory hit, in place",
                  "fat.autotune over it, memory hit, Python hit path",
-                 "fat.autotune over it, memory hit, in place, Python hit path"):
+                 "fat.autotune over it, memory hit, in place, Python hit path",
+                 "fat.autotune over it, memory hit, stream=", "fat.autotune over it, memory hit, stream=, Python hit path"):
         base[name] = spec
     print(f"device: {platform.processor() or platform.machine()}, python {platform.python_version()}, "
           f"torch {torch.__version__}, flyautotune {fat.__version__}, {datetime.date.today()}")

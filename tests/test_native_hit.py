@@ -200,6 +200,66 @@ def test_in_place_and_alternating_entries_are_checked_in_c():
 
 
 @needs_c
+def test_a_stream_hit_calls_the_callable_that_takes_the_stream_with_the_resolved_one():
+    """``stream=`` as the only keyword: the same checks, then ``plan.direct_stream(*args, stream=resolved)``
+    with ``resolve(stream, the first tensor's device)``; ``stream=None`` is a plain hit; without a callable
+    that takes the stream, inside a hints block, or with another keyword, the Python path decides."""
+    got, resolved_for = [], []
+
+    def resolve(stream, device):
+        resolved_for.append((stream, device))
+        return ("resolved", stream)
+
+    x = torch.zeros(2)
+    path, tuner, plan, memo, _, fell, rest = make(direct=lambda *a: "plain")
+    path = HitPath(types=(None, int, str), key_idx=(1, 2), key_shape=(False, False), tensor_idx=(0,), tuner=tuner,
+                   memo=memo, state=context._local, environ={"A": "1"}, rest=lambda *a: "rest",
+                   fallback=lambda *a, **k: fell.append((a, k)) or "fallback", resolve=resolve)
+    plan.direct_stream = lambda *a, stream: got.append((a, stream)) or "on the stream"
+    s = object()
+    assert path(tuner, x, 4, "a", stream=s) == "on the stream"
+    assert got == [((x, 4, "a"), ("resolved", s))] and resolved_for == [(s, x.device)] and fell == []
+    assert tuner._last is plan.hit
+    assert path(tuner, x, 4, "a", stream=None) == "plain" and len(got) == 1  # a plain hit
+    assert path(tuner, x, 4, "a", other=s) == "fallback"
+    assert path(tuner, x, 4, "a", stream=s, other=1) == "fallback"
+    frame = Frame(("num_warps", 8))
+    memo[(3, frame.key, 4, "a")] = memo[(3, (), 4, "a")]
+    context._local.stack = [frame]
+    try:
+        assert path(tuner, x, 4, "a", stream=s) == "fallback"  # hints in force: launch_on's context
+    finally:
+        context._local.stack = []
+    plan.direct_stream = None
+    assert path(tuner, x, 4, "a", stream=s) == "fallback"
+    assert [k for _, k in fell] == [{"other": s}, {"stream": s, "other": 1}, {"stream": s}, {"stream": s}]
+    # a stream the resolver refuses: its error, as the Python path raises it
+    plan.direct_stream = lambda *a, stream: "never"
+
+    def refuse(stream, device):
+        raise TypeError(f"stream={stream!r}: expected a stream object")
+
+    strict = HitPath(types=(None, int, str), key_idx=(1, 2), key_shape=(False, False), tensor_idx=(0,), tuner=tuner,
+                     memo=memo, state=context._local, environ={"A": "1"}, rest=print, fallback=print, resolve=refuse)
+    with pytest.raises(TypeError, match=r"stream=True: expected a stream object"):
+        strict(tuner, x, 4, "a", stream=True)
+    # a tuner whose function takes no stream (resolve None): every stream= call is the Python path's
+    plain = HitPath(types=(None, int, str), key_idx=(1, 2), key_shape=(False, False), tensor_idx=(0,), tuner=tuner,
+                    memo=memo, state=context._local, environ={"A": "1"}, rest=print,
+                    fallback=lambda *a, **k: "python")
+    assert plain(tuner, x, 4, "a", stream=s) == "python"
+    plan.direct_stream = lambda *a, stream: None
+    resolved_for.clear()
+    path(tuner, x, 4, "a", stream=s)
+    resolved_for.clear()  # the test's record of each resolve holds the stream: counted without it
+    before = [sys.getrefcount(o) for o in (x, s, plan)]
+    for _ in range(1000):
+        path(tuner, x, 4, "a", stream=s)
+        resolved_for.clear()
+    assert [sys.getrefcount(o) for o in (x, s, plan)] == before
+
+
+@needs_c
 def test_bad_construction_is_refused_by_name():
     path, tuner, plan, memo, *_ = make()
     common = dict(types=(None, int), key_shape=(False,), tuner=tuner, memo=memo, state=context._local,

@@ -7,10 +7,13 @@
  * tuner's memo; runs the entry's tensor check (torch's C check; for in-place and alternating calls the
  * entry's spec of such checks, see check_tensors) over the call's tensors; records the hit; and calls
  * the plan's ``direct`` launch with the call's own argument array.
- * Anything else -- keywords, another arity or type, a changed environment, an unhashable key value, a
- * miss, a failed tensor check -- calls the generated Python ``call`` with the same arguments, which
- * decides as it always did. A hit whose launch needs the hints context (an open block, hint layers, no
- * direct launch) runs the generated ``launch_rest``.
+ * A hit whose only keyword is ``stream=`` (where the tuned function takes one) makes the same checks and
+ * calls the plan's ``direct_stream`` with the stream ``resolve`` (streams.resolve_stream) makes of it.
+ * Anything else -- other keywords, another arity or type, a changed environment, an unhashable key
+ * value, a miss, a failed tensor check, a stream hit without ``direct_stream`` or inside a hints block --
+ * calls the generated Python ``call`` with the same arguments, which decides as it always did. A hit
+ * whose launch needs the hints context (an open block, hint layers, no direct launch) runs the
+ * generated ``launch_rest``.
  *
  * It builds against CPython 3.10+ (the core's floor); where it cannot be built, the Python path serves.
  */
@@ -36,9 +39,11 @@ typedef struct {
     PyObject *environ;     /* os.environ's own dict */
     PyObject *fallback;    /* the generated call(tuner, *args, **kwargs) */
     PyObject *rest;        /* launch_rest(plan, stack, *args): a hit that needs the hints context */
+    PyObject *resolve;     /* streams.resolve_stream where hits may pass ``stream=``, else None */
 } HitPath;
 
 static PyObject *s_env_size, *s_last, *s_stack, *s_key, *s_hit, *s_direct, *s_shape, *empty_tuple;
+static PyObject *s_stream, *s_direct_stream, *s_device, *stream_kwnames;
 
 static PyObject *
 fall_back(HitPath *self, PyObject *const *args, size_t nargsf, PyObject *kwnames)
@@ -103,6 +108,53 @@ check_tensors(PyObject *entry, PyObject **tensors, Py_ssize_t n)
     return 0;
 }
 
+/* A hit with ``stream=`` (not None) whose plan's specialized callable takes the stream
+ * (``plan.direct_stream``): ``direct_stream(*a, stream=resolve_stream(stream, first tensor's device))``.
+ * Sets ``*defer`` (and returns NULL with no error) where the Python path must decide instead. */
+static PyObject *
+stream_launch(HitPath *self, PyObject *plan, PyObject *const *a, Py_ssize_t n, PyObject *stream, int *defer)
+{
+    PyObject *direct, *device, *resolved, *result, *small[17], **cargs = small;
+    Py_ssize_t i;
+
+    direct = PyObject_GetAttr(plan, s_direct_stream);
+    if (direct == NULL)
+        return NULL;
+    if (direct == Py_None) {
+        Py_DECREF(direct);
+        *defer = 1;
+        return NULL;
+    }
+    device = self->n_tensor ? PyObject_GetAttr(a[self->tensor_idx[0]], s_device) : Py_NewRef(Py_None);
+    if (device == NULL) {
+        Py_DECREF(direct);
+        return NULL;
+    }
+    resolved = PyObject_CallFunctionObjArgs(self->resolve, stream, device, NULL);
+    Py_DECREF(device);
+    if (resolved == NULL) {
+        Py_DECREF(direct);
+        return NULL;
+    }
+    if (n + 1 > 17) {
+        cargs = PyMem_Malloc((n + 1) * sizeof(PyObject *));
+        if (cargs == NULL) {
+            Py_DECREF(direct);
+            Py_DECREF(resolved);
+            return PyErr_NoMemory();
+        }
+    }
+    for (i = 0; i < n; i++)
+        cargs[i] = a[i];
+    cargs[n] = resolved;
+    result = PyObject_Vectorcall(direct, cargs, n, stream_kwnames);
+    if (cargs != small)
+        PyMem_Free(cargs);
+    Py_DECREF(resolved);
+    Py_DECREF(direct);
+    return result;
+}
+
 static PyObject *
 hit_call(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -111,11 +163,22 @@ hit_call(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
     Py_ssize_t n = self->n, i;
     PyObject *const *a = args + 1;  /* args[0] is the tuner */
     PyObject *stack = NULL, *hint_key, *key = NULL, *entry, *plan, *hit, *direct, *result, *size;
+    PyObject *stream = NULL;  /* a hit's ``stream=`` (borrowed), when it passes one other than None */
     PyObject *tensors[16];
-    int empty, passed;
+    int empty, passed, defer = 0;
 
-    if (nargs != n + 1 || (kwnames != NULL && PyTuple_GET_SIZE(kwnames)) || args[0] != self->tuner)
+    if (nargs != n + 1 || args[0] != self->tuner)
         return fall_back(self, args, nargsf, kwnames);
+    if (kwnames != NULL && PyTuple_GET_SIZE(kwnames)) {  /* only ``stream=``, where the tuned function takes it */
+        PyObject *name = PyTuple_GET_ITEM(kwnames, 0);
+        if (self->resolve == Py_None || PyTuple_GET_SIZE(kwnames) != 1
+                || (name != s_stream && PyUnicode_Compare(name, s_stream) != 0)) {
+            PyErr_Clear();
+            return fall_back(self, args, nargsf, kwnames);
+        }
+        if (args[nargs] != Py_None)
+            stream = args[nargs];  /* stream=None is a plain hit, as the Python path has it */
+    }
     for (i = 0; i < n; i++) {
         PyObject *t = PyTuple_GET_ITEM(self->types, i);
         if (t != Py_None && (PyObject *)Py_TYPE(a[i]) != t)
@@ -184,6 +247,20 @@ hit_call(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
         goto error;
     }
     Py_DECREF(hit);
+    if (stream != NULL) {
+        if (empty) {
+            result = stream_launch(self, plan, a, n, stream, &defer);
+            if (!defer) {
+                Py_DECREF(plan);
+                Py_DECREF(stack);
+                return result;
+            }
+        }
+        /* hints in force or no callable that takes the stream: the Python path (launch_on) decides */
+        Py_DECREF(plan);
+        Py_DECREF(stack);
+        return fall_back(self, args, nargsf, kwnames);
+    }
     if (empty) {
         direct = PyObject_GetAttr(plan, s_direct);
         if (direct == NULL) {
@@ -264,15 +341,16 @@ static PyObject *
 hit_new(PyTypeObject *type, PyObject *args, PyObject *kw)
 {
     static char *names[] = {"types", "key_idx", "key_shape", "tensor_idx", "tuner", "memo", "state", "environ",
-                            "fallback", "rest", NULL};
+                            "fallback", "rest", "resolve", NULL};
     PyObject *types, *key_idx, *key_shape, *tensor_idx, *tuner, *memo, *state, *environ, *fallback, *rest;
+    PyObject *resolve = Py_None;
     PyObject *tdict, *shape_fast;
     HitPath *self;
     Py_ssize_t i, n_shape;
 
-    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!OOOOO!OO!OO:HitPath", names, &PyTuple_Type, &types, &key_idx,
+    if (!PyArg_ParseTupleAndKeywords(args, kw, "O!OOOOO!OO!OO|O:HitPath", names, &PyTuple_Type, &types, &key_idx,
                                      &key_shape, &tensor_idx, &tuner, &PyDict_Type, &memo, &state, &PyDict_Type,
-                                     &environ, &fallback, &rest))
+                                     &environ, &fallback, &rest, &resolve))
         return NULL;
     tdict = PyObject_GetAttrString(tuner, "__dict__");
     if (tdict == NULL)
@@ -297,6 +375,7 @@ hit_new(PyTypeObject *type, PyObject *args, PyObject *kw)
     self->environ = Py_NewRef(environ);
     self->fallback = Py_NewRef(fallback);
     self->rest = Py_NewRef(rest);
+    self->resolve = Py_NewRef(resolve);
     self->arity = PyLong_FromSsize_t(self->n);
     if (self->arity == NULL)
         goto fail;
@@ -349,6 +428,7 @@ hit_traverse(HitPath *self, visitproc visit, void *arg)
     Py_VISIT(self->environ);
     Py_VISIT(self->fallback);
     Py_VISIT(self->rest);
+    Py_VISIT(self->resolve);
     return 0;
 }
 
@@ -363,6 +443,7 @@ hit_clear(HitPath *self)
     Py_CLEAR(self->environ);
     Py_CLEAR(self->fallback);
     Py_CLEAR(self->rest);
+    Py_CLEAR(self->resolve);
     Py_CLEAR(self->arity);
     return 0;
 }
@@ -446,7 +527,13 @@ PyInit__hit(void)
     INTERN(s_hit, "hit");
     INTERN(s_direct, "direct");
     INTERN(s_shape, "shape");
+    INTERN(s_stream, "stream");
+    INTERN(s_direct_stream, "direct_stream");
+    INTERN(s_device, "device");
 #undef INTERN
+    stream_kwnames = PyTuple_Pack(1, s_stream);
+    if (stream_kwnames == NULL)
+        return NULL;
     empty_tuple = PyTuple_New(0);
     if (empty_tuple == NULL)
         return NULL;

@@ -375,7 +375,7 @@ def call(tuner{params}, *rest, **kwargs):
                 types=tuple(None if i in tensors else t for i, t in enumerate(types)), key_idx=tuple(key_idx),
                 key_shape=tuple(i in tensors for i in key_idx), tensor_idx=tuple(tensors), tuner=tuner,
                 memo=tuner._fast_memo, state=context._local, environ=scope["environ"], fallback=fast.call,
-                rest=scope["launch_rest"])
+                rest=scope["launch_rest"], resolve=streams.resolve_stream if fast.on_stream is not None else None)
         except Exception as exc:  # noqa: BLE001 - a tuner the C path cannot serve keeps the Python one
             log.debug("%s: the C hit path refused this tuner (%s: %s); the Python one serves", tuner.name,
                       type(exc).__name__, exc)
