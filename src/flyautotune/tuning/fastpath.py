@@ -19,6 +19,11 @@ argument tuple. A plan whose launch ``specialize=`` made, with no hints on
 either side, is called directly: ``specialize`` ran inside the launch context
 (target and hints current), so what it returned needs none. Other arities keep
 a generated function of their own, looked up by arity.
+
+Where the core's optional C extension was built (``_hit.c``), the first arity's ``__call__`` is a
+``HitPath`` instead: the same checks, key, memo and tensor checks in C (``make_entry``'s spec for
+in-place and alternating calls), the direct launch or ``direct_stream``; it calls the generated
+``call`` for anything else.
 """
 
 from __future__ import annotations
@@ -355,7 +360,8 @@ def call(tuner{params}, *rest, **kwargs):
         # len() of os.environ's own dict (C) is len(os.environ) (a Python __len__): the same change signal.
         "environ": getattr(os.environ, "_data", os.environ), **{f"T{i}": t for i, t in enumerate(types)},
         "tuner": tuner, "memo": tuner._fast_memo, "launch_with": context.launch_with, "state": context._local,
-        "make_guard": make_guard, "alias_pattern": alias_pattern, "either": either, "make_entry": make_entry, "launch_on": launch_on,
+        "make_guard": make_guard, "alias_pattern": alias_pattern, "either": either, "make_entry": make_entry,
+        "launch_on": launch_on,
         "resolve_stream": streams.resolve_stream,
         "_MISSING": _MISSING,
     }
