@@ -17,13 +17,15 @@ import math
 import threading
 from typing import Any, Callable, Optional
 
+from .graph import MAX_LAUNCHES
+
 #: Assumed when a device reports no cache size.
 DEFAULT_CACHE_BYTES = 64 << 20
-#: The most copies: as many as one graph replay launches (``graph.MAX_LAUNCHES``), so no copy comes round
-#: twice in a replay. Under that count, small inputs came round again within a replay still in the cache:
-#: with 64 copies (the old cap) a 32 × 4096 bf16 row block (264 KB a set, 17 MB in all on an H200's 50 MB
-#: L2) was timed warm, and the search ranked configs the other way round from cold graph replay.
-MAX_ROTATIONS = 512
+#: The most copies: as many as one graph replay launches, so no copy comes round twice in a replay. Under
+#: that count, small inputs came round again within a replay still in the cache: with 64 copies (the old
+#: cap) a 32 × 4096 bf16 row block (264 KB a set, 17 MB in all on an H200's 50 MB L2) was timed warm, and
+#: the search ranked configs the other way round from cold graph replay.
+MAX_ROTATIONS = MAX_LAUNCHES
 #: The rotated footprint aims at this multiple of the last-level cache.
 FOOTPRINT_FACTOR = 2.0
 
