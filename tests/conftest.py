@@ -33,6 +33,24 @@ def isolated_store(tmp_path, monkeypatch):
 
 
 @pytest.fixture
+def hit_path(monkeypatch):
+    """``use(kind)``: serve this test's cache hits by the C hit path (``"C hit path"``: skipped where the
+    extension is not built, the Python runs then cover the same behaviour) or by the generated Python one
+    (any other kind)."""
+    from flyautotune.tuning import fastpath
+
+    def use(kind: str) -> None:
+        if kind == "C hit path":
+            if fastpath.native_type() is None:
+                pytest.skip("the C hit path (flyautotune.tuning._hit) is not built here (no C compiler at "
+                            "install, or FLYAUTOTUNE_NATIVE_HIT=0); the Python path's runs cover the same behaviour")
+        else:
+            monkeypatch.setattr(fastpath, "_native", False)
+
+    return use
+
+
+@pytest.fixture
 def pm():
     """A fresh manager with the built-ins and no installed plugins."""
     manager = fat.build_plugin_manager(entry_points=False)

@@ -8,7 +8,7 @@ from flyautotune.tuning import fastpath
 
 
 @pytest.fixture(autouse=True, params=["C hit path", "torch checks", "key reads"])
-def tensor_checks(request, monkeypatch):
+def tensor_checks(request, monkeypatch, hit_path):
     """Every test runs three times: hits served by the C hit path (``_hit.HitPath``), by the generated
     Python path with torch's C tensor checks (where torch has them), and by the attribute-read key that
     serves a torch without them (the C path needs torch's checks, so it stays off there too)."""
@@ -16,16 +16,8 @@ def tensor_checks(request, monkeypatch):
         monkeypatch.setattr(fastpath, "_guards", False)
     else:
         assert fastpath.tensor_guards() is not None, "this torch should offer its C tensor checks"
-    if request.param == "C hit path":
-        if fastpath.native_type() is None:
-            pytest.skip(NOT_BUILT)
-    else:
-        monkeypatch.setattr(fastpath, "_native", False)
+    hit_path(request.param)
     return request.param
-
-
-NOT_BUILT = ("the C hit path (flyautotune.tuning._hit) is not built here (no C compiler at install, or "
-             "FLYAUTOTUNE_NATIVE_HIT=0); the Python path's runs cover the same behaviour")
 
 
 def primed(pm, counting_bench, **kw):

@@ -7,17 +7,12 @@ import torch
 
 import flyautotune as fat
 from flyautotune import streams
-from flyautotune.tuning import fastpath
 
 
 @pytest.fixture(autouse=True, params=["C hit path", "Python hit path"])
-def hit_path(request, monkeypatch):
+def both_hit_paths(request, hit_path):
     """Every test runs through the C hit path (where it is built) and through the generated Python one."""
-    if request.param == "C hit path":
-        if fastpath.native_type() is None:
-            pytest.skip("the C hit path (flyautotune.tuning._hit) is not built here; the Python runs cover it")
-    else:
-        monkeypatch.setattr(fastpath, "_native", False)
+    hit_path(request.param)
     return request.param
 
 
