@@ -260,6 +260,23 @@ def test_a_stream_hit_calls_the_callable_that_takes_the_stream_with_the_resolved
 
 
 @needs_c
+def test_a_wide_call_reaches_launch_rest_and_the_stream_launch_whole():
+    """22 arguments: more than the argument array the C path keeps on its stack; every one arrives, in order."""
+    n = 22
+    x = torch.zeros(2)
+    args = (x,) + tuple(range(1, n))
+    tuner, plan = Tuner(), Plan(direct=None)
+    tuner._env_size = 0
+    got = []
+    plan.direct_stream = lambda *a, stream: got.append((a, stream)) or "stream"
+    path = HitPath(types=(None,) + (int,) * (n - 1), key_idx=(1,), key_shape=(False,), tensor_idx=(0,), tuner=tuner,
+                   memo={(n, (), 1): (lambda *ts: True, plan, None)}, state=context._local, environ={},
+                   fallback=print, rest=lambda *a: got.append(a) or "rest", resolve=lambda s, d: ("resolved", s))
+    assert path(tuner, *args) == "rest" and got.pop() == (plan, context._local.stack) + args
+    assert path(tuner, *args, stream=7) == "stream" and got.pop() == (args, ("resolved", 7))
+
+
+@needs_c
 def test_bad_construction_is_refused_by_name():
     path, tuner, plan, memo, *_ = make()
     common = dict(types=(None, int), key_shape=(False,), tuner=tuner, memo=memo, state=context._local,

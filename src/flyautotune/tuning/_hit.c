@@ -108,14 +108,39 @@ check_tensors(PyObject *entry, PyObject **tensors, Py_ssize_t n)
     return 0;
 }
 
+/* ``func(*head, *a, *tail)``, the call's ``n`` arguments ``a`` spliced into one argument array between
+ * ``nhead`` leading and ``ntail`` trailing ones; ``kwnames`` names the last of them (or NULL). */
+static PyObject *
+call_spliced(PyObject *func, PyObject *const *head, Py_ssize_t nhead, PyObject *const *a, Py_ssize_t n,
+             PyObject *const *tail, Py_ssize_t ntail, PyObject *kwnames)
+{
+    PyObject *small[20], **all = small, *result;
+    Py_ssize_t total = nhead + n + ntail, i;
+
+    if (total > 20) {
+        all = PyMem_Malloc(total * sizeof(PyObject *));
+        if (all == NULL)
+            return PyErr_NoMemory();
+    }
+    for (i = 0; i < nhead; i++)
+        all[i] = head[i];
+    for (i = 0; i < n; i++)
+        all[nhead + i] = a[i];
+    for (i = 0; i < ntail; i++)
+        all[nhead + n + i] = tail[i];
+    result = PyObject_Vectorcall(func, all, total - (kwnames ? PyTuple_GET_SIZE(kwnames) : 0), kwnames);
+    if (all != small)
+        PyMem_Free(all);
+    return result;
+}
+
 /* A hit with ``stream=`` (not None) whose plan's specialized callable takes the stream
  * (``plan.direct_stream``): ``direct_stream(*a, stream=resolve_stream(stream, first tensor's device))``.
  * Sets ``*defer`` (and returns NULL with no error) where the Python path must decide instead. */
 static PyObject *
 stream_launch(HitPath *self, PyObject *plan, PyObject *const *a, Py_ssize_t n, PyObject *stream, int *defer)
 {
-    PyObject *direct, *device, *resolved, *result, *small[17], **cargs = small;
-    Py_ssize_t i;
+    PyObject *direct, *device, *resolved, *result;
 
     direct = PyObject_GetAttr(plan, s_direct_stream);
     if (direct == NULL)
@@ -136,20 +161,7 @@ stream_launch(HitPath *self, PyObject *plan, PyObject *const *a, Py_ssize_t n, P
         Py_DECREF(direct);
         return NULL;
     }
-    if (n + 1 > 17) {
-        cargs = PyMem_Malloc((n + 1) * sizeof(PyObject *));
-        if (cargs == NULL) {
-            Py_DECREF(direct);
-            Py_DECREF(resolved);
-            return PyErr_NoMemory();
-        }
-    }
-    for (i = 0; i < n; i++)
-        cargs[i] = a[i];
-    cargs[n] = resolved;
-    result = PyObject_Vectorcall(direct, cargs, n, stream_kwnames);
-    if (cargs != small)
-        PyMem_Free(cargs);
+    result = call_spliced(direct, NULL, 0, a, n, &resolved, 1, stream_kwnames);
     Py_DECREF(resolved);
     Py_DECREF(direct);
     return result;
@@ -278,23 +290,8 @@ hit_call(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
     }
     {
         /* launch_rest(plan, stack, *args): the generated body after its direct launch */
-        PyObject *small[18];
-        PyObject **rargs = small;
-        if (n + 2 > 18) {
-            rargs = PyMem_Malloc((n + 2) * sizeof(PyObject *));
-            if (rargs == NULL) {
-                Py_DECREF(plan);
-                PyErr_NoMemory();
-                goto error;
-            }
-        }
-        rargs[0] = plan;
-        rargs[1] = stack;
-        for (i = 0; i < n; i++)
-            rargs[2 + i] = a[i];
-        result = PyObject_Vectorcall(self->rest, rargs, n + 2, NULL);
-        if (rargs != small)
-            PyMem_Free(rargs);
+        PyObject *head[2] = {plan, stack};
+        result = call_spliced(self->rest, head, 2, a, n, NULL, 0, NULL);
     }
     Py_DECREF(plan);
     Py_DECREF(stack);
