@@ -98,11 +98,19 @@ def main() -> None:
         with calls_through(own, native_call.fallback):
             rows.append(("fat.autotune over it, memory hit, in place, Python hit path",
                          per_call_us(norm_tuned, *in_place)))
+    # out of place again: the key now keeps both kinds' checks, the in-place one tried first
+    rows.append(("fat.autotune over it, memory hit, after in-place calls", per_call_us(norm_tuned, *nargs)))
+    if hasattr(native_call, "fallback"):
+        with calls_through(own, native_call.fallback):
+            rows.append(("fat.autotune over it, memory hit, after in-place calls, Python hit path",
+                         per_call_us(norm_tuned, *nargs)))
     base = {name: rows[0][1] for name, _ in rows}
     spec = dict(rows)["specialized callable, 3 tensors + 6 values (RMSNorm's launch)"]
     for name in ("fat.autotune over it, memory hit", "fat.autotune over it, memory hit, in place",
                  "fat.autotune over it, memory hit, Python hit path",
                  "fat.autotune over it, memory hit, in place, Python hit path",
+                 "fat.autotune over it, memory hit, after in-place calls",
+                 "fat.autotune over it, memory hit, after in-place calls, Python hit path",
                  "fat.autotune over it, memory hit, stream=", "fat.autotune over it, memory hit, stream=, Python hit path"):
         base[name] = spec
     print(f"device: {platform.processor() or platform.machine()}, python {platform.python_version()}, "
