@@ -70,6 +70,7 @@ def main(argv=None):
     from flyautotune_rmsnorm.api import _check, _compile_options, _target, launch, specialize
     from flyautotune_rmsnorm.api import tuned_launch as _tuned_launch
     from flyautotune_rmsnorm.kernel import jit_kernel
+    from flyautotune.tuning import tcheck
 
     M, N, eps = args.M, args.N, 1e-6
     x = torch.randn(M, N, device="cuda", dtype=torch.bfloat16)
@@ -133,8 +134,18 @@ def main(argv=None):
         paths["raw: claunch"] = lambda: ours_raw(L.grid(M), 1, stream, *raw_args)
     # torch's tensor check of the hit (what the C and the Python hit paths both call): its share of the layer
     check = next((e[0] for e in _tuned_launch._fast_memo.values() if e[0] is not None and e[0](x, w, y)), None)
+    check_kind, check_why = tcheck.status()
     if check is not None:
-        paths["the hit's tensor check (torch's C check of x, w, out)"] = lambda: check(x, w, y)
+        paths[f"the hit's tensor check ({check_kind}: x, w, out)"] = lambda: check(x, w, y)
+    # both checks side by side, whichever the hits use: what the compiled one saves per hit
+    guards = torch._C._dynamo.guards.TensorGuards(
+        x, w, y, dynamic_dims_sizes=[[None] * t.dim() for t in (x, w, y)],
+        dynamic_dims_strides=[list(t.stride()) for t in (x, w, y)]).check
+    paths["torch's TensorGuards check alone (x, w, out)"] = lambda: guards(x, w, y)
+    compiled_check = tcheck.check_type()
+    if compiled_check is not None:
+        compiled = compiled_check(x, w, y)
+        paths["the compiled check alone (x, w, out)"] = lambda: compiled(x, w, y)
     # The tuner's first-arity __call__ is the C hit path where it is built; its Python twin (the generated
     # path it defers to) is timed too, as that __call__ for its own loops.
     own = type(_tuned_launch)
@@ -172,7 +183,7 @@ def main(argv=None):
     SIDE = "F.rms_norm on side (torch.cuda.stream block)"
     meta = {"device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
             "date": datetime.datetime.now(datetime.timezone.utc).strftime("%Y-%m-%d %H:%M UTC"),
-            "shape": [M, N], "dtype": ds, "config": cfg, "calls": args.calls, "repeats": args.repeats}
+            "shape": [M, N], "dtype": ds, "config": cfg, "tensor_check": check_kind, "calls": args.calls, "repeats": args.repeats}
     lines = [f"Host µs per call, {M} × {N} bf16 on {meta['device']} (torch {meta['torch']}, Triton "
              f"{meta['triton']}); median of {args.repeats} loops of {args.calls} calls; {meta['date']}.", "",
              "| path | µs per call | min–max |", "|---|---|---|"]
@@ -196,6 +207,7 @@ def main(argv=None):
                       f"and {fastest[PY_HIT] - fastest['specialized launch']:.2f} µs."]
     else:
         lines += ["", "The C hit path is not built here: the layer above is the Python hit path's."]
+    lines += ["", f"Hits check tensors with: {check_kind} ({check_why})."]
     md = "\n".join(lines)
     os.makedirs(args.out, exist_ok=True)
     with open(os.path.join(args.out, "dispatch.json"), "w") as f:

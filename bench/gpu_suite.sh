@@ -2,7 +2,7 @@
 # Everything that needs an NVIDIA GPU, in one go: install the packages, run the
 # plugin tests with CUDA, then the RMSNorm benchmark and the dispatch benchmark.
 #
-#   bash bench/gpu_suite.sh OUT_DIR [coop] [persist] [claunch] [cluster] [tests] [coretests] [bench] [explore] [stability] [wins] [longrows] [inductor] [harness] [addressing] [weight] [wshift] [default] [space] [body] [gluon] [flush] [cold] [agree] [plan] [dispatch] [overhead]
+#   bash bench/gpu_suite.sh OUT_DIR [coop] [persist] [claunch] [cluster] [tests] [coretests] [bench] [explore] [stability] [wins] [longrows] [inductor] [harness] [addressing] [weight] [wshift] [default] [space] [body] [gluon] [flush] [cold] [agree] [plan] [native] [dispatch] [dispatch_torchcheck] [overhead] [overhead_torchcheck]
 #
 # No network is needed: the three packages are built from this checkout
 # (setuptools must be installed); wheels under .whl/ (e.g. liger-kernel) are
@@ -125,9 +125,18 @@ for stage in $STAGES; do
       echo "== a plan of 8 RMSNorm keys, serially on this GPU"
       (cd "$OUT_DIR" && cp "$ROOT/bench/plans/rmsnorm_h200.toml" . && FLYAUTOTUNE_CACHE_DIR="$OUT_DIR/plan-store" \
         "$PY" -m flyautotune plan rmsnorm_h200.toml --serial) 2>&1 | tee "$OUT_DIR/plan.log" || status=1 ;;
+    native)
+      echo "== the compiled tensor check (flyautotune native build), for every later stage of this run"
+      "$PY" -m flyautotune native build || status=1 ;;
     dispatch)
       echo "== dispatch"
       "$PY" "$ROOT/bench/dispatch.py" --out "$OUT_DIR" || status=1 ;;
+    dispatch_torchcheck)
+      echo "== dispatch with torch's TensorGuards as the hit's tensor check (FLYAUTOTUNE_TENSOR_CHECK=torch)"
+      FLYAUTOTUNE_TENSOR_CHECK=torch "$PY" "$ROOT/bench/dispatch.py" --out "$OUT_DIR/torchcheck" || status=1 ;;
+    overhead_torchcheck)
+      echo "== autotune layer host overhead with torch's TensorGuards as the tensor check"
+      FLYAUTOTUNE_TENSOR_CHECK=torch "$PY" "$ROOT/bench/overhead.py" | tee "$OUT_DIR/overhead_torchcheck.md" || status=1 ;;
     *) echo "unknown stage $stage"; status=2 ;;
   esac
 done

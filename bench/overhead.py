@@ -22,7 +22,7 @@ import torch
 
 import flyautotune as fat
 from dispatch import calls_through
-from flyautotune.tuning import fastpath
+from flyautotune.tuning import fastpath, tcheck
 
 
 def per_call_us(fn, *args, number=20000, repeat=7):
@@ -133,6 +133,8 @@ def main() -> None:
     py = timed.get("fat.autotune over it, memory hit, Python hit path")
     if py is not None:
         print(f"With the Python hit path instead: {py[0] - bare[0]:.2f} µs (medians), {py[1] - bare[1]:.2f} (fastest runs).")
+    kind, why = tcheck.status()
+    print(f"Tensor check of the hits: {kind} ({why}).")
 
 
 if __name__ == "__main__":

@@ -16,6 +16,7 @@ def isolated_store(tmp_path, monkeypatch):
     """Every test gets its own store directory and no forced search."""
     cache = tmp_path / "fat-cache"
     monkeypatch.setenv("FLYAUTOTUNE_CACHE_DIR", str(cache))
+    monkeypatch.setenv("FLYAUTOTUNE_NATIVE_DIR", str(tmp_path / "fat-native"))  # no user build of the tensor check
     monkeypatch.delenv("FLYAUTOTUNE", raising=False)
     monkeypatch.delenv("FLYAUTOTUNE_DISABLE_PLUGINS", raising=False)
     monkeypatch.delenv("FLYAUTOTUNE_EVENT_LOG", raising=False)
@@ -79,3 +80,50 @@ class CountingBench:
 @pytest.fixture
 def counting_bench():
     return CountingBench
+
+
+def _cxx_found() -> bool:
+    import shlex
+    import shutil
+    import sysconfig
+    cxx = os.environ.get("CXX") or sysconfig.get_config_var("CXX") or "c++"
+    return shutil.which(shlex.split(cxx)[0]) is not None
+
+
+@pytest.fixture(scope="session")
+def compiled_check(tmp_path_factory):
+    """The folder holding a build of the compiled tensor check (``flyautotune native build``: one compile
+    per test session, 10-40 s). Skips where no C++ compiler is found, except in CI, which has one."""
+    from flyautotune.tuning import tcheck
+
+    if not _cxx_found() and not os.environ.get("CI"):
+        pytest.skip("no C++ compiler here to build the compiled tensor check (CI has one and runs these)")
+    folder = tmp_path_factory.mktemp("native")
+    old = os.environ.get(tcheck.DIR_ENV)
+    os.environ[tcheck.DIR_ENV] = str(folder)
+    try:
+        path = tcheck.build()
+    finally:
+        if old is None:
+            os.environ.pop(tcheck.DIR_ENV)
+        else:
+            os.environ[tcheck.DIR_ENV] = old
+    assert path.is_file() and path.parent == folder
+    return folder
+
+
+@pytest.fixture
+def use_compiled_check(compiled_check, monkeypatch):
+    """This test's tensor checks are the compiled ones (loaded from the session's build whatever the
+    test's cache folder)."""
+    from flyautotune.tuning import fastpath, tcheck
+
+    monkeypatch.setenv(tcheck.DIR_ENV, str(compiled_check))
+    monkeypatch.delenv(tcheck.ENV, raising=False)
+    monkeypatch.setattr(tcheck, "_loaded", None)
+    kind = tcheck.check_type()
+    assert kind is not None, tcheck.status()
+    monkeypatch.setattr(fastpath, "_guards", None)
+    yield kind
+    monkeypatch.setattr(tcheck, "_loaded", None)
+    monkeypatch.setattr(fastpath, "_guards", None)

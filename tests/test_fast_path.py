@@ -7,11 +7,16 @@ import flyautotune as fat
 from flyautotune.tuning import fastpath
 
 
-@pytest.fixture(autouse=True, params=["C hit path", "torch checks", "key reads"])
+@pytest.fixture(autouse=True, params=["C hit path", "C hit path, compiled check", "torch checks", "key reads"])
 def tensor_checks(request, monkeypatch, hit_path):
-    """Every test runs three times: hits served by the C hit path (``_hit.HitPath``), by the generated
-    Python path with torch's C tensor checks (where torch has them), and by the attribute-read key that
-    serves a torch without them (the C path needs torch's checks, so it stays off there too)."""
+    """Every test runs four times: hits served by the C hit path (``_hit.HitPath``), the same with the
+    tensor check compiled against this torch (``flyautotune native build``), by the generated Python path
+    with torch's C tensor checks (where torch has them), and by the attribute-read key that serves a torch
+    without them (the C path needs torch's checks, so it stays off there too)."""
+    if request.param == "C hit path, compiled check":
+        request.getfixturevalue("use_compiled_check")
+        hit_path("C hit path")
+        return request.param
     if request.param == "key reads":
         monkeypatch.setattr(fastpath, "_guards", False)
     else:

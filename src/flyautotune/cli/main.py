@@ -24,7 +24,8 @@ def build_parser() -> Parser:
         epilog="Environment: FLYAUTOTUNE_CACHE_DIR (store location), FLYAUTOTUNE=1 (every tune searches "
                "again, as tune --force does), FLYAUTOTUNE_LOG=info|debug (log messages), "
                "FLYAUTOTUNE_EVENT_LOG=FILE (JSON-lines events), FLYAUTOTUNE_DISABLE_PLUGINS=a,b, "
-               "FLYAUTOTUNE_NATIVE_HIT=0 (cache hits in Python, not C).",
+               "FLYAUTOTUNE_NATIVE_HIT=0 (cache hits in Python, not C), FLYAUTOTUNE_TENSOR_CHECK=torch (hits "
+               "check tensors with torch's TensorGuards even where flyautotune native build compiled one).",
     )
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     parser.add_argument("-v", "--verbose", action="count", default=0,

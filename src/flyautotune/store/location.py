@@ -14,11 +14,16 @@ CACHE_DIR_ENV = "FLYAUTOTUNE_CACHE_DIR"
 
 
 def cache_dir() -> Path:
-    """``$FLYAUTOTUNE_CACHE_DIR``, else the user cache dir + ``/flyautotune``
-    (``$XDG_CACHE_HOME`` or ``~/.cache``; ``%LOCALAPPDATA%`` on Windows)."""
+    """``$FLYAUTOTUNE_CACHE_DIR``, else :func:`user_cache_dir`."""
     env = os.environ.get(CACHE_DIR_ENV)
     if env:
         return Path(env).expanduser()
+    return user_cache_dir()
+
+
+def user_cache_dir() -> Path:
+    """The user cache dir + ``/flyautotune`` (``$XDG_CACHE_HOME`` or ``~/.cache``; ``%LOCALAPPDATA%`` on
+    Windows), whatever ``$FLYAUTOTUNE_CACHE_DIR`` says."""
     if os.name == "nt":  # pragma: no cover
         base = os.environ.get("LOCALAPPDATA") or str(Path.home() / "AppData" / "Local")
     else:

@@ -36,6 +36,7 @@ import sys
 from typing import Any, Callable, Optional, Sequence
 
 from .. import context, keys, streams
+from . import tcheck
 
 log = logging.getLogger("flyautotune")
 
@@ -105,7 +106,9 @@ def tensor_guards() -> Optional[Callable[..., Any]]:
     dtypes, devices, dispatch keys (so device types), ``requires_grad``, dimensions and strides as
     ``tensors`` (sizes free), False for anything else, non-tensors included. That is finer than the
     fast key's tensor parts (dtype and strides of each, the first one's device), so a passing check
-    stands in for them: one C call instead of seven attribute reads.
+    stands in for them: one C call instead of seven attribute reads. Where the check compiled against
+    this torch was built (:mod:`.tcheck`, ``flyautotune native build``), it makes the same check without
+    pybind11's dispatch; torch's serves tensors it cannot read and every process without the build.
 
     torch's check also requires its tensors to be distinct objects. Where ``tensors`` repeats one (an
     in-place call, ``out=x``), the check is made over the distinct ones and passes only for calls that
@@ -118,12 +121,20 @@ def tensor_guards() -> Optional[Callable[..., Any]]:
         torch = sys.modules.get("torch")
         try:
             cls = torch._C._dynamo.guards.TensorGuards
+            compiled = tcheck.check_type()
 
             def make(tensors: Sequence[Any]) -> Callable[..., bool]:
                 pattern = alias_pattern(tensors)
                 distinct = [t for i, t in enumerate(tensors) if pattern[i] == i]
-                check = cls(*distinct, dynamic_dims_sizes=[[None] * t.dim() for t in distinct],
-                            dynamic_dims_strides=[list(t.stride()) for t in distinct]).check
+                check = None
+                if compiled is not None:
+                    try:
+                        check = compiled(*distinct)
+                    except (TypeError, ValueError):  # a tensor it cannot read (sparse, symbolic): torch's
+                        check = None
+                if check is None:
+                    check = cls(*distinct, dynamic_dims_sizes=[[None] * t.dim() for t in distinct],
+                                dynamic_dims_strides=[list(t.stride()) for t in distinct]).check
                 return check if len(distinct) == len(tensors) else _aliased(check, pattern)
 
             a, b = torch.zeros(2, 3), torch.zeros(3, dtype=torch.float64)

@@ -1,7 +1,7 @@
 """One module per sub-command: ``add_parser(subparsers)`` declares it, ``run(args)`` does it."""
 
 from ...scale import cli_plan as plan
-from . import clear, export, import_pack, plugins, report, show, tune
+from . import clear, export, import_pack, native, plugins, report, show, tune
 
 #: name -> module, in the order ``--help`` lists them.
 COMMANDS = {
@@ -13,4 +13,5 @@ COMMANDS = {
     "clear": clear,
     "report": report,
     "plan": plan,
+    "native": native,
 }

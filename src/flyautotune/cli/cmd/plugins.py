@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 
-from ...tuning import fastpath
+from ...tuning import fastpath, tcheck
 from ..common import indent, out, plugin_manager, short, table
 
 
@@ -35,9 +35,11 @@ def run(args: argparse.Namespace) -> None:
         for f in sorted(pm.load_failures.values(), key=lambda f: f.name)
     ]
     kind, why = fastpath.hit_path()
+    check, check_why = tcheck.status()
     if args.json:
         out(json.dumps({"plugins": plugins, "adopters": adopters, "failures": failures,
-                        "disabled": list(pm.disabled), "hit_path": {"kind": kind, "why": why}}, indent=2))
+                        "disabled": list(pm.disabled), "hit_path": {"kind": kind, "why": why},
+                        "tensor_check": {"kind": check, "why": check_why}}, indent=2))
         return
     out("Plugins:")
     rows = [[p["name"], "backend" if p["backend"] else ("adopters" if "register_adopters" in p["hooks"] else "hooks"),
@@ -62,3 +64,4 @@ def run(args: argparse.Namespace) -> None:
         out(f"Disabled by FLYAUTOTUNE_DISABLE_PLUGINS: {', '.join(pm.disabled)}")
     out()
     out(f"Cache hits: {'in C' if kind == 'c' else 'in Python'} ({why}).")
+    out(f"Tensor check: {'compiled for this torch' if check == 'compiled' else 'torch TensorGuards'} ({check_why}).")

@@ -1,0 +1,189 @@
+"""The tensor check compiled against the installed torch (``flyautotune.tuning.tcheck``, ``_tcheck.cpp``):
+it is built by ``flyautotune native build``, loads only under the torch it was built for, gives the
+same verdicts as torch's TensorGuards, and is what cache hits check their tensors with once built."""
+
+import json
+import os
+import shutil
+import sys
+
+import pytest
+import torch
+
+import flyautotune as fat
+from flyautotune.cli.main import main as cli
+from flyautotune.tuning import fastpath, tcheck
+
+
+@pytest.fixture
+def fresh(monkeypatch):
+    """The loader's and fastpath's once-per-process reads, made again for this test and after it."""
+    monkeypatch.setattr(tcheck, "_loaded", None)
+    monkeypatch.setattr(fastpath, "_guards", None)
+    yield
+    tcheck._loaded = None
+    fastpath._guards = None
+
+
+@pytest.fixture
+def in_built(compiled_check, monkeypatch, fresh):
+    monkeypatch.setenv(tcheck.DIR_ENV, str(compiled_check))
+    monkeypatch.delenv(tcheck.ENV, raising=False)
+    return compiled_check
+
+
+def _guards(*tensors):
+    G = torch._C._dynamo.guards.TensorGuards
+    return G(*tensors, dynamic_dims_sizes=[[None] * t.dim() for t in tensors],
+             dynamic_dims_strides=[list(t.stride()) for t in tensors]).check
+
+
+def _variants():
+    base = torch.randn(6, 8)
+    return {
+        "2d": base,
+        "2d other sizes": torch.randn(3, 8),
+        "2d other rows": torch.randn(6, 16),
+        "transposed": torch.randn(8, 6).t(),
+        "row slice": torch.randn(6, 16)[:, :8],
+        "expanded": torch.randn(1, 8).expand(6, 8),
+        "1d": torch.randn(8),
+        "3d": torch.randn(2, 3, 8),
+        "fp64": base.double(),
+        "bf16": base.bfloat16(),
+        "int": torch.ones(6, 8, dtype=torch.int32),
+        "requires grad": torch.randn(6, 8, requires_grad=True),
+        "parameter": torch.nn.Parameter(torch.randn(6, 8)),
+        "0-d": torch.tensor(1.0),
+        "empty": torch.empty(0, 8),
+    }
+
+
+def test_its_verdicts_are_torchs_over_layouts_dtypes_and_subclasses(in_built):
+    TensorCheck = tcheck.check_type()
+    assert TensorCheck is not None
+    variants = _variants()
+    w = torch.randn(8)
+    disagree = []
+    for made_name, made in variants.items():
+        ours, theirs = TensorCheck(made, w), _guards(made, w)
+        for name, t in variants.items():
+            for w2 in (w, torch.randn(8), torch.randn(8).double(), torch.randn(16)[::2]):
+                if ours(t, w2) != theirs(t, w2):
+                    disagree.append((made_name, name, w2.dtype, w2.stride()))
+    assert disagree == []
+    check = TensorCheck(variants["2d"], w)
+    assert check(variants["2d other sizes"], w) is True  # sizes are free: the key carries them
+    assert check(variants["transposed"], w) is False
+    assert check(variants["2d"], w, w) is False and check(variants["2d"]) is False
+    assert check(variants["2d"], 1.0) is False and check("x", w) is False
+
+
+def test_one_tensor_twice_fails_as_torchs_does_and_is_refused_at_construction(in_built):
+    TensorCheck = tcheck.check_type()
+    x, w = torch.randn(4, 8), torch.randn(8)
+    check = TensorCheck(x, torch.randn(4, 8), w)
+    assert check(x, torch.randn(4, 8), w) is True
+    assert check(x, x, w) is False
+    with pytest.raises(ValueError, match="arguments 0 and 1 are one tensor"):
+        TensorCheck(x, x)
+    with pytest.raises(TypeError, match="argument 1 must be a strided torch.Tensor.*float"):
+        TensorCheck(x, 2.0)
+    with pytest.raises(TypeError, match="argument 0 must be a strided"):
+        TensorCheck(torch.randn(4, 4).to_sparse())
+    with pytest.raises(TypeError, match="keyword"):
+        TensorCheck(x, other=w)
+
+
+@pytest.mark.parametrize("path", ["C hit path", "Python hit path"])
+def test_cache_hits_check_their_tensors_with_it_in_place_calls_too(in_built, pm, counting_bench, hit_path, path):
+    hit_path(path)
+
+    @fat.autotune(configs=[fat.Config(B=1), fat.Config(B=2)], key=["n"], do_bench=counting_bench(),
+                  plugin_manager=pm, name=f"t_tcheck_hits_{path[0]}")
+    def launch(x, w, out, n, B=None):
+        out.copy_(x * w + B)
+        return B
+
+    x, w, out = torch.randn(4, 8), torch.randn(8), torch.empty(4, 8)
+    chosen = launch(x, w, out, 4)
+    for _ in range(3):
+        assert launch(x, w, out, 4) == chosen and launch.last_source == "memory"
+        assert launch(x, w, x.clone(), 4) == chosen
+    checks = [entry[0] for entry in launch._fast_memo.values()]
+    assert checks and all(isinstance(c, tcheck.check_type()) for c in checks)
+    y = x.clone()
+    assert launch(y, w, y, 4) == chosen  # in place: a check over the distinct tensors and the pattern
+    torch.testing.assert_close(y, x * w + chosen)
+    inner = [alt[0] for e in launch._fast_memo.values() if e[2] for alt in e[2]]
+    assert inner and all(isinstance(c, tcheck.check_type()) for c in inner)
+    # a layout the entry was not made for still runs correctly (a fresh check for it)
+    xt = torch.randn(8, 4).t()
+    assert launch(xt, w, out, 4) == chosen
+    torch.testing.assert_close(out, xt * w + chosen)
+
+
+def test_a_build_for_another_torch_or_a_broken_file_is_never_loaded(in_built, monkeypatch, caplog):
+    good = tcheck.build_path()
+    monkeypatch.setattr(torch, "__version__", "0.0.0+elsewhere")
+    other = tcheck.build_path()
+    assert other != good and tcheck.check_type() is None  # another torch: its own file name, not built
+    assert tcheck.status() == ("torch", "not built for this torch (flyautotune native build compiles it, once)")
+    shutil.copy(good, other)  # a file under that name built for another torch (as a copied cache would be)
+    monkeypatch.setattr(tcheck, "_loaded", None)
+    with caplog.at_level("WARNING", logger="flyautotune"):
+        assert tcheck.check_type() is None
+    assert "was built for torch" in caplog.text and "0.0.0+elsewhere" in caplog.text
+    monkeypatch.setattr(torch, "__version__", "0.0.1+broken")  # a fresh name: a loaded one stays loaded
+    broken = tcheck.build_path()
+    broken.write_bytes(b"not a shared object")
+    monkeypatch.setattr(tcheck, "_loaded", None)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="flyautotune"):
+        assert tcheck.check_type() is None
+    assert "does not load" in caplog.text and "flyautotune native build" in caplog.text
+
+
+def test_the_environment_keeps_torchs_check(in_built, monkeypatch):
+    monkeypatch.setenv(tcheck.ENV, "torch")
+    assert tcheck.check_type() is None
+    assert tcheck.status() == ("torch", "FLYAUTOTUNE_TENSOR_CHECK=torch")
+    x = torch.randn(2, 3)
+    check = fastpath.tensor_guards()((x,))
+    assert not isinstance(check, type) and check(torch.randn(5, 3)) and not check(x.t())
+
+
+def test_the_native_command_builds_and_reports(in_built, capsys):
+    assert cli(["native", "build", "--json"]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["check"] == "compiled" and report["torch"] == torch.__version__
+    assert report["built"]["path"] == str(tcheck.build_path())
+    assert cli(["native"]) == 0
+    assert "compiled check" in capsys.readouterr().out
+    assert cli(["plugins"]) == 0
+    assert "Tensor check: compiled for this torch" in capsys.readouterr().out
+
+
+def test_the_native_command_without_a_build_says_how_to_get_one(tmp_path, monkeypatch, fresh, capsys):
+    monkeypatch.setenv(tcheck.DIR_ENV, str(tmp_path))
+    monkeypatch.delenv(tcheck.ENV, raising=False)
+    assert cli(["native"]) == 0
+    assert "TensorGuards (not built for this torch (flyautotune native build" in capsys.readouterr().out
+    assert cli(["native", "--force"]) == 2
+    assert "--force goes with build" in capsys.readouterr().err
+
+
+def test_a_failing_compiler_is_reported_with_its_output(tmp_path, monkeypatch, fresh):
+    monkeypatch.setenv(tcheck.DIR_ENV, str(tmp_path))
+    monkeypatch.setenv("CXX", f"{sys.executable} -c 'import sys; sys.stderr.write(\"no such header\"); sys.exit(3)'")
+    with pytest.raises(RuntimeError, match="(?s)the compiler failed \\(exit 3\\).*no such header"):
+        tcheck.build()
+    assert not list(tmp_path.iterdir())  # nothing half-written takes the name
+    monkeypatch.setenv("CXX", "/nonexistent/c++")
+    with pytest.raises(RuntimeError, match="no C\\+\\+ compiler: '/nonexistent/c\\+\\+'"):
+        tcheck.build()
+
+
+@pytest.mark.skipif(not os.environ.get("CI"), reason="only CI promises a C++ compiler")
+def test_ci_builds_the_tensor_check(compiled_check):
+    assert any(compiled_check.iterdir())
