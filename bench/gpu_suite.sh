@@ -58,7 +58,7 @@ for stage in $STAGES; do
         plugins/cuda/tests plugins/rmsnorm/tests tests/test_timing.py 2>&1 | tee "$OUT_DIR/pytest.log") || status=1 ;;
     coretests)
       echo "== core tests that have GPU cases (streams, fast path, CLI on a GPU)"
-      (cd "$ROOT" && "$PY" -m pytest -q -p no:cacheprovider -rs tests/test_streams.py tests/test_fast_path.py \
+      (cd "$ROOT" && "$PY" -m pytest -q -p no:cacheprovider -rs tests/test_streams.py tests/test_fast_path.py tests/test_tcheck.py \
         tests/test_autotune_select.py tests/test_search_decision.py tests/test_output_check_triton.py tests/test_cli_rmsnorm.py 2>&1 \
         | tee "$OUT_DIR/pytest_core.log") || status=1 ;;
     overhead)

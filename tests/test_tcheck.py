@@ -187,3 +187,16 @@ def test_a_failing_compiler_is_reported_with_its_output(tmp_path, monkeypatch, f
 @pytest.mark.skipif(not os.environ.get("CI"), reason="only CI promises a C++ compiler")
 def test_ci_builds_the_tensor_check(compiled_check):
     assert any(compiled_check.iterdir())
+
+
+@pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU; the CPU tensors above cover every other part")
+def test_on_the_gpu_its_verdicts_are_torchs_and_the_device_counts(in_built):
+    TensorCheck = tcheck.check_type()
+    x, w = torch.randn(6, 8, device="cuda"), torch.randn(8, device="cuda")
+    cases = [torch.randn(3, 8, device="cuda"), torch.randn(6, 8), torch.randn(8, 6, device="cuda").t(),
+             torch.randn(6, 8, device="cuda", dtype=torch.bfloat16), torch.randn(6, 16, device="cuda")[:, :8]]
+    ours, theirs = TensorCheck(x, w), _guards(x, w)
+    for t in cases:
+        for w2 in (w, w.cpu(), torch.randn(8, device="cuda").half()):
+            assert ours(t, w2) == theirs(t, w2), (t.device, t.dtype, t.stride(), w2.device, w2.dtype)
+    assert ours(cases[0], w) is True and ours(cases[1], w) is False
