@@ -70,7 +70,7 @@ def main(argv=None):
     from flyautotune_rmsnorm.api import _check, _compile_options, _target, launch, specialize
     from flyautotune_rmsnorm.api import tuned_launch as _tuned_launch
     from flyautotune_rmsnorm.kernel import jit_kernel
-    from flyautotune.tuning import tcheck
+    from flyautotune.tuning import fastpath, tcheck
 
     M, N, eps = args.M, args.N, 1e-6
     x = torch.randn(M, N, device="cuda", dtype=torch.bfloat16)
@@ -138,9 +138,7 @@ def main(argv=None):
     if check is not None:
         paths[f"the hit's tensor check ({check_kind}: x, w, out)"] = lambda: check(x, w, y)
     # both checks side by side, whichever the hits use: what the compiled one saves per hit
-    guards = torch._C._dynamo.guards.TensorGuards(
-        x, w, y, dynamic_dims_sizes=[[None] * t.dim() for t in (x, w, y)],
-        dynamic_dims_strides=[list(t.stride()) for t in (x, w, y)]).check
+    guards = fastpath.torch_check(torch._C._dynamo.guards.TensorGuards, (x, w, y))
     paths["torch's TensorGuards check alone (x, w, out)"] = lambda: guards(x, w, y)
     compiled_check = tcheck.check_type()
     if compiled_check is not None:

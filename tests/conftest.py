@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import shutil
 
 import pytest
 
@@ -82,21 +83,13 @@ def counting_bench():
     return CountingBench
 
 
-def _cxx_found() -> bool:
-    import shlex
-    import shutil
-    import sysconfig
-    cxx = os.environ.get("CXX") or sysconfig.get_config_var("CXX") or "c++"
-    return shutil.which(shlex.split(cxx)[0]) is not None
-
-
 @pytest.fixture(scope="session")
 def compiled_check(tmp_path_factory):
     """The folder holding a build of the compiled tensor check (``flyautotune native build``: one compile
     per test session, 10-40 s). Skips where no C++ compiler is found, except in CI, which has one."""
     from flyautotune.tuning import tcheck
 
-    if not _cxx_found() and not os.environ.get("CI"):
+    if shutil.which(tcheck.compiler()[0]) is None and not os.environ.get("CI"):
         pytest.skip("no C++ compiler here to build the compiled tensor check (CI has one and runs these)")
     folder = tmp_path_factory.mktemp("native")
     old = os.environ.get(tcheck.DIR_ENV)

@@ -33,9 +33,7 @@ def in_built(compiled_check, monkeypatch, fresh):
 
 
 def _guards(*tensors):
-    G = torch._C._dynamo.guards.TensorGuards
-    return G(*tensors, dynamic_dims_sizes=[[None] * t.dim() for t in tensors],
-             dynamic_dims_strides=[list(t.stride()) for t in tensors]).check
+    return fastpath.torch_check(torch._C._dynamo.guards.TensorGuards, tensors)
 
 
 def _variants():

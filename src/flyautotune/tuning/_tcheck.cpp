@@ -14,6 +14,7 @@
 
 #include <cstdint>
 #include <cstring>
+#include <vector>
 
 #ifndef FAT_TORCH_VERSION
 #error "build with -DFAT_TORCH_VERSION=\"<torch.__version__>\""
@@ -57,10 +58,8 @@ bool matches(const Expect &e, PyObject *obj) {
         return false;
     const at::Tensor &t = THPVariable_Unpack(obj);
     c10::TensorImpl *impl = t.unsafeGetTensorImpl();
-    if (impl == nullptr || impl->key_set().raw_repr() != e.keys || impl->dtype() != e.dtype
-            || impl->device() != e.device || impl->dim() != e.dim || impl->has_symbolic_sizes_strides())
-        return false;
-    if (impl->requires_grad() != e.requires_grad)
+    if (impl->key_set().raw_repr() != e.keys || impl->dtype() != e.dtype || impl->device() != e.device
+            || impl->dim() != e.dim || impl->has_symbolic_sizes_strides() || impl->requires_grad() != e.requires_grad)
         return false;
     c10::IntArrayRef strides = impl->strides();
     return std::memcmp(strides.data(), e.strides, sizeof(int64_t) * e.dim) == 0;
@@ -104,9 +103,10 @@ PyObject *check_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
         return nullptr;
     }
     Py_ssize_t n = PyTuple_GET_SIZE(args), total = 0;
+    std::vector<c10::TensorImpl *> impls(n);
     for (Py_ssize_t i = 0; i < n; i++) {
         PyObject *obj = PyTuple_GET_ITEM(args, i);
-        c10::TensorImpl *impl = impl_of(obj);
+        c10::TensorImpl *impl = impls[i] = impl_of(obj);
         if (impl == nullptr) {
             PyErr_Format(PyExc_TypeError, "TensorCheck: argument %zd must be a strided torch.Tensor with "
                          "concrete strides, got %.100s", i, Py_TYPE(obj)->tp_name);
@@ -130,10 +130,9 @@ PyObject *check_new(PyTypeObject *type, PyObject *args, PyObject *kwargs) {
     int64_t *next = self->block;
     try {
         for (Py_ssize_t i = 0; i < n; i++) {
-            PyObject *obj = PyTuple_GET_ITEM(args, i);
-            c10::TensorImpl *impl = impl_of(obj);
+            c10::TensorImpl *impl = impls[i];
             Expect &e = self->expect[i];
-            e.type = Py_TYPE(obj);
+            e.type = Py_TYPE(PyTuple_GET_ITEM(args, i));
             Py_INCREF(reinterpret_cast<PyObject *>(e.type));
             self->n = i + 1;
             e.keys = impl->key_set().raw_repr();

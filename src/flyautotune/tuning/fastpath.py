@@ -131,10 +131,9 @@ def tensor_guards() -> Optional[Callable[..., Any]]:
                     try:
                         check = compiled(*distinct)
                     except (TypeError, ValueError):  # a tensor it cannot read (sparse, symbolic): torch's
-                        check = None
+                        pass
                 if check is None:
-                    check = cls(*distinct, dynamic_dims_sizes=[[None] * t.dim() for t in distinct],
-                                dynamic_dims_strides=[list(t.stride()) for t in distinct]).check
+                    check = torch_check(cls, distinct)
                 return check if len(distinct) == len(tensors) else _aliased(check, pattern)
 
             a, b = torch.zeros(2, 3), torch.zeros(3, dtype=torch.float64)
@@ -145,6 +144,13 @@ def tensor_guards() -> Optional[Callable[..., Any]]:
         except Exception:  # noqa: BLE001 - any torch without them keeps the attribute-read key
             pass
     return _guards or None
+
+
+def torch_check(cls: Any, tensors: Sequence[Any]) -> Callable[..., bool]:
+    """torch's check (``cls``: ``TensorGuards``) of ``tensors``' dtypes, devices, dispatch keys,
+    ``requires_grad``, dimensions and strides, sizes free."""
+    return cls(*tensors, dynamic_dims_sizes=[[None] * t.dim() for t in tensors],
+               dynamic_dims_strides=[list(t.stride()) for t in tensors]).check
 
 
 def alias_pattern(tensors: Sequence[Any]) -> tuple:

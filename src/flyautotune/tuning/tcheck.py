@@ -110,10 +110,15 @@ def status() -> tuple:
     return "torch", "not built for this torch (flyautotune native build compiles it, once)"
 
 
+def compiler() -> list:
+    """The C++ compiler's command: ``$CXX``, else the one Python was built with, else ``c++``."""
+    return shlex.split(os.environ.get("CXX") or sysconfig.get_config_var("CXX") or "c++")
+
+
 def compile_command(torch: Any, source: Path, target: Path) -> list:
     """The compiler call that builds ``source`` into ``target`` against ``torch``'s headers and libraries."""
     from torch.utils import cpp_extension
-    cxx = shlex.split(os.environ.get("CXX") or sysconfig.get_config_var("CXX") or "c++")
+    cxx = compiler()
     abi = int(getattr(torch._C, "_GLIBCXX_USE_CXX11_ABI", True))
     libs = cpp_extension.library_paths()
     cmd = [*cxx, "-O2", "-std=c++20", "-fPIC", "-shared", "-w", f"-D_GLIBCXX_USE_CXX11_ABI={abi}",
