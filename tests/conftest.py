@@ -18,6 +18,7 @@ def isolated_store(tmp_path, monkeypatch):
     cache = tmp_path / "fat-cache"
     monkeypatch.setenv("FLYAUTOTUNE_CACHE_DIR", str(cache))
     monkeypatch.setenv("FLYAUTOTUNE_NATIVE_DIR", str(tmp_path / "fat-native"))  # no user build of the tensor check
+    monkeypatch.setenv("FLYAUTOTUNE_NATIVE_AUTO", "0")  # and no compiler started by a test's hits
     monkeypatch.delenv("FLYAUTOTUNE", raising=False)
     monkeypatch.delenv("FLYAUTOTUNE_DISABLE_PLUGINS", raising=False)
     monkeypatch.delenv("FLYAUTOTUNE_EVENT_LOG", raising=False)

@@ -1,11 +1,14 @@
 """The tensor check compiled against the installed torch (``flyautotune.tuning.tcheck``, ``_tcheck.cpp``):
-it is built by ``flyautotune native build``, loads only under the torch it was built for, gives the
-same verdicts as torch's TensorGuards, and is what cache hits check their tensors with once built."""
+it is built by the first cache hit in the background or by ``flyautotune native build``, loads only under
+the torch it was built for, gives the same verdicts as torch's TensorGuards, and is what cache hits check
+their tensors with once built."""
 
 import json
 import os
 import shutil
+import subprocess
 import sys
+import time
 
 import pytest
 import torch
@@ -126,7 +129,8 @@ def test_a_build_for_another_torch_or_a_broken_file_is_never_loaded(in_built, mo
     monkeypatch.setattr(torch, "__version__", "0.0.0+elsewhere")
     other = tcheck.build_path()
     assert other != good and tcheck.check_type() is None  # another torch: its own file name, not built
-    assert tcheck.status() == ("torch", "not built for this torch (flyautotune native build compiles it, once)")
+    assert tcheck.status() == ("torch", "not built for this torch yet (FLYAUTOTUNE_NATIVE_AUTO=0 keeps hits from "
+                                        "building it; flyautotune native build compiles it now)")
     shutil.copy(good, other)  # a file under that name built for another torch (as a copied cache would be)
     monkeypatch.setattr(tcheck, "_loaded", None)
     with caplog.at_level("WARNING", logger="flyautotune"):
@@ -166,7 +170,10 @@ def test_the_native_command_without_a_build_says_how_to_get_one(tmp_path, monkey
     monkeypatch.setenv(tcheck.DIR_ENV, str(tmp_path))
     monkeypatch.delenv(tcheck.ENV, raising=False)
     assert cli(["native"]) == 0
-    assert "TensorGuards (not built for this torch (flyautotune native build" in capsys.readouterr().out
+    assert "TensorGuards (not built for this torch yet (FLYAUTOTUNE_NATIVE_AUTO=0" in capsys.readouterr().out
+    monkeypatch.delenv(tcheck.AUTO_ENV)
+    assert cli(["native"]) == 0
+    assert "the first cache hit compiles it in the background" in capsys.readouterr().out
     assert cli(["native", "--force"]) == 2
     assert "--force goes with build" in capsys.readouterr().err
 
@@ -198,3 +205,105 @@ def test_on_the_gpu_its_verdicts_are_torchs_and_the_device_counts(in_built):
         for w2 in (w, w.cpu(), torch.randn(8, device="cuda").half()):
             assert ours(t, w2) == theirs(t, w2), (t.device, t.dtype, t.stride(), w2.device, w2.dtype)
     assert ours(cases[0], w) is True and ours(cases[1], w) is False
+
+
+FAILING_CXX = f"{sys.executable} -c 'import sys; sys.stderr.write(\"no such header\"); sys.exit(3)'"
+
+
+@pytest.fixture
+def background(tmp_path, monkeypatch, fresh):
+    """An empty build folder with the background build allowed, and the once-per-process attempt reset."""
+    monkeypatch.setenv(tcheck.DIR_ENV, str(tmp_path / "native"))
+    monkeypatch.delenv(tcheck.ENV, raising=False)
+    monkeypatch.delenv(tcheck.AUTO_ENV, raising=False)
+    monkeypatch.setattr(tcheck, "_background", None)
+    return tmp_path / "native"
+
+
+def _wait_for_build(files, deadline_s=300):
+    """Wait until the background build's lock is released (its child finished)."""
+    end = time.monotonic() + deadline_s
+    while files["lock"].exists():
+        assert time.monotonic() < end, f"the background build did not finish in {deadline_s} s"
+        time.sleep(0.2)
+
+
+def _check_in_a_new_process():
+    code = "import torch; from flyautotune.tuning import tcheck; print(tcheck.status()[0])"
+    return subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True).stdout.strip()
+
+
+def test_the_first_hit_builds_it_in_the_background_for_later_processes(compiled_check, background, pm,
+                                                                      counting_bench):
+    @fat.autotune(configs=[fat.Config(B=1), fat.Config(B=2)], key=["n"], do_bench=counting_bench(),
+                  plugin_manager=pm, name="t_tcheck_background")
+    def launch(x, out, n, B=None):
+        out.copy_(x + B)
+        return B
+
+    x, out = torch.randn(4, 8), torch.empty(4, 8)
+    chosen = launch(x, out, 4)
+    assert launch(x, out, 4) == chosen and launch.last_source == "memory"  # served at once, by torch's check
+    assert tcheck._background.startswith("started (pid ")
+    files = tcheck.side_files(tcheck.build_path())
+    assert files["lock"].is_file()
+    assert tcheck.status()[0] == "torch" and "being compiled in the background" in tcheck.status()[1]
+    _wait_for_build(files)
+    assert tcheck.build_path().is_file() and not files["failed"].exists(), files["log"].read_text()
+    assert "built " in files["log"].read_text()
+    assert tcheck.status() == ("torch", f"{tcheck.build_path()} is built; processes started from now on use it")
+    assert _check_in_a_new_process() == "compiled"
+    assert tcheck.start_background_build() == tcheck._background  # once per process
+
+
+def test_a_failed_background_build_is_said_and_not_tried_again_until_asked(background, monkeypatch, capsys):
+    monkeypatch.setenv("CXX", FAILING_CXX)
+    assert tcheck.start_background_build().startswith("started")
+    files = tcheck.side_files(tcheck.build_path())
+    _wait_for_build(files)
+    assert not tcheck.build_path().exists()
+    assert "the compiler failed (exit 3)" in files["failed"].read_text()
+    assert "no such header" in files["log"].read_text()
+    kind, why = tcheck.status()
+    assert kind == "torch" and "its background build failed (RuntimeError: the compiler failed (exit 3)" in why
+    assert cli(["native"]) == 0 and "flyautotune native build tries again" in capsys.readouterr().out
+    monkeypatch.setattr(tcheck, "_background", None)  # a later process: it does not start the compiler again
+    assert tcheck.start_background_build() == f"not started: the last build failed (see {files['failed']})"
+    with pytest.raises(RuntimeError, match="no such header"):
+        tcheck.build()  # asked for in the foreground: it tries, and says why it failed there
+    assert not files["failed"].exists()  # so hits may try again in the background after it
+
+
+def test_one_process_builds_at_a_time_and_a_dead_builders_lock_is_taken_over(background, monkeypatch):
+    monkeypatch.setenv("CXX", FAILING_CXX)
+    files = tcheck.side_files(tcheck.build_path())
+    background.mkdir(parents=True)
+    files["lock"].write_text("12345\n")
+    assert tcheck.start_background_build() == "not started: another process is building it"
+    old = time.time() - tcheck.STALE_LOCK_S - 5
+    os.utime(files["lock"], (old, old))
+    monkeypatch.setattr(tcheck, "_background", None)
+    assert tcheck.start_background_build().startswith("started")
+    _wait_for_build(files)
+    assert files["failed"].is_file()
+
+
+def test_the_switches_keep_hits_from_starting_a_compiler(background, monkeypatch, pm, counting_bench):
+    for name, value, said in ((tcheck.AUTO_ENV, "0", "not started: FLYAUTOTUNE_NATIVE_AUTO=0"),
+                              (tcheck.ENV, "torch", "not started: FLYAUTOTUNE_TENSOR_CHECK=torch")):
+        monkeypatch.setenv(name, value)
+        monkeypatch.setattr(tcheck, "_background", None)
+        monkeypatch.setattr(fastpath, "_guards", None)
+        monkeypatch.setattr(tcheck, "_loaded", None)
+
+        @fat.autotune(configs=[fat.Config(B=1), fat.Config(B=2)], key=["n"], do_bench=counting_bench(),
+                      plugin_manager=pm, name=f"t_tcheck_switch_{name}")
+        def launch(x, n, B=None):
+            return B
+
+        x = torch.randn(4, 8)
+        chosen = launch(x, 4)
+        assert launch(x, 4) == chosen and launch.last_source == "memory"
+        assert tcheck._background == said
+        assert not background.exists()  # nothing made in the build folder
+        monkeypatch.delenv(name)

@@ -17,6 +17,7 @@ from flyautotune_rmsnorm import api
 @pytest.fixture(autouse=True)
 def isolated_store(tmp_path, monkeypatch):
     monkeypatch.setenv("FLYAUTOTUNE_CACHE_DIR", str(tmp_path / "fat-cache"))
+    monkeypatch.setenv("FLYAUTOTUNE_NATIVE_AUTO", "0")  # hits use a built tensor check, never start a compiler
     monkeypatch.delenv("FLYAUTOTUNE", raising=False)
     monkeypatch.delenv("FLYAUTOTUNE_DISABLE_PLUGINS", raising=False)
     _fat_caches.clear_caches()  # the store moved in place: the tuners' memories belong to the old one

@@ -107,8 +107,9 @@ def tensor_guards() -> Optional[Callable[..., Any]]:
     ``tensors`` (sizes free), False for anything else, non-tensors included. That is finer than the
     fast key's tensor parts (dtype and strides of each, the first one's device), so a passing check
     stands in for them: one C call instead of seven attribute reads. Where the check compiled against
-    this torch was built (:mod:`.tcheck`, ``flyautotune native build``), it makes the same check without
-    pybind11's dispatch; torch's serves tensors it cannot read and every process without the build.
+    this torch was built (:mod:`.tcheck`: by the first hit in the background, or ``flyautotune native
+    build``), it makes the same check without pybind11's dispatch; torch's serves tensors it cannot read
+    and every process without the build.
 
     torch's check also requires its tensors to be distinct objects. Where ``tensors`` repeats one (an
     in-place call, ``out=x``), the check is made over the distinct ones and passes only for calls that
@@ -122,6 +123,8 @@ def tensor_guards() -> Optional[Callable[..., Any]]:
         try:
             cls = torch._C._dynamo.guards.TensorGuards
             compiled = tcheck.check_type()
+            if compiled is None:  # none for this torch yet: compiled in the background for later processes
+                tcheck.start_background_build()
 
             def make(tensors: Sequence[Any]) -> Callable[..., bool]:
                 pattern = alias_pattern(tensors)

@@ -6,10 +6,18 @@ is pybind11's argument dispatch. ``_tcheck.TensorCheck`` makes the same check st
 ``TensorImpl`` and is called through vectorcall.
 
 It needs torch's C++ headers, so it is not built at install (pip's isolated build has no torch, and
-the binary is tied to one torch build). ``flyautotune native build`` (or :func:`build`) compiles it
-once into the user cache (``$FLYAUTOTUNE_NATIVE_DIR``), named by the torch version, the Python ABI and the source; later processes
-load it (:func:`check_type`) only where the module says it was built for the running torch. Anywhere
-else (no build, another torch, ``FLYAUTOTUNE_TENSOR_CHECK=torch``) hits keep torch's check.
+the binary is tied to one torch build). It is compiled once per torch install into the user cache
+(``$FLYAUTOTUNE_NATIVE_DIR``), named by the torch version, the Python ABI and the source; processes load
+it (:func:`check_type`) only where the module says it was built for the running torch. Anywhere else (no
+build yet, another torch, ``FLYAUTOTUNE_TENSOR_CHECK=torch``) hits keep torch's check.
+
+Who compiles it: the first process that makes a cache hit without a build starts the compiler in the
+background (:func:`start_background_build`: a detached child at low priority, one per cache folder at a
+time, its output in a ``.log`` next to the build), as Triton compiles its launchers on first use; that
+process keeps torch's check, processes started after the build use it. A failed build is not tried
+again in the background until the source or torch changes (``.failed`` says why).
+``FLYAUTOTUNE_NATIVE_AUTO=0`` turns the background build off; ``flyautotune native build`` (or
+:func:`build`) compiles in the foreground and says how it went.
 """
 
 from __future__ import annotations
@@ -24,6 +32,8 @@ import subprocess
 import sys
 import sysconfig
 import tempfile
+import threading
+import time
 from pathlib import Path
 from typing import Any, Optional
 
@@ -34,10 +44,15 @@ ENV = "FLYAUTOTUNE_TENSOR_CHECK"
 #: Where builds go (default: the user cache folder's ``native/``).
 DIR_ENV = "FLYAUTOTUNE_NATIVE_DIR"
 SOURCE = Path(__file__).with_name("_tcheck.cpp")
+#: ``0`` (or ``off``, ``false``, ``no``) keeps hits from starting the background build.
+AUTO_ENV = "FLYAUTOTUNE_NATIVE_AUTO"
 #: A compile of torch's headers takes 10-40 s; a wedged compiler must not hang the command forever.
 BUILD_TIMEOUT_S = 600
+#: A background build's lock older than this is left over from a build that died: taken over.
+STALE_LOCK_S = BUILD_TIMEOUT_S + 120
 
 _loaded: Any = None  # None: not looked for yet; False: none usable; else the TensorCheck type
+_background: Any = None  # None: not tried in this process; else what start_background_build said
 
 
 def _off() -> bool:
@@ -99,6 +114,106 @@ def check_type() -> Optional[type]:
     return _loaded or None
 
 
+def _auto_off() -> bool:
+    return os.environ.get(AUTO_ENV, "").strip().lower() in ("0", "off", "false", "no")
+
+
+def side_files(path: Path) -> dict:
+    """The files a background build of ``path`` keeps next to it: ``lock`` (a build is running: its pid),
+    ``failed`` (the last one failed: why), ``log`` (the compiler's output)."""
+    return {kind: path.with_name(path.name + "." + kind) for kind in ("lock", "failed", "log")}
+
+
+def _take_lock(lock: Path) -> bool:
+    """Create ``lock`` exclusively (True), taking over one older than :data:`STALE_LOCK_S`."""
+    for _ in range(2):
+        try:
+            fd = os.open(lock, os.O_CREAT | os.O_EXCL | os.O_WRONLY, 0o644)
+        except FileExistsError:
+            try:
+                if time.time() - lock.stat().st_mtime < STALE_LOCK_S:
+                    return False
+                lock.unlink()
+            except FileNotFoundError:
+                pass
+            continue
+        os.close(fd)
+        return True
+    return False
+
+
+def start_background_build() -> str:
+    """Start compiling the check for the running torch in a detached child process, unless there is no
+    need or it is not wanted; at most once per process. Returns what happened, in words: ``started (pid
+    N)``, or why not (built already, turned off, a build running, the last one failed, no torch, or an
+    OS error). Never raises: a hit must not fail for an optimisation."""
+    global _background
+    if _background is not None:
+        return _background
+    _background = _start()
+    log.debug("flyautotune: background build of the tensor check: %s", _background)
+    return _background
+
+
+def _start() -> str:
+    torch = _torch()
+    if torch is None:
+        return "not started: torch is not imported"
+    if _off() or _auto_off():
+        return f"not started: {ENV}=torch" if _off() else f"not started: {AUTO_ENV}=0"
+    try:
+        path = build_path(torch)
+        files = side_files(path)
+        if path.is_file():
+            return "not started: built already"
+        if files["failed"].is_file():
+            return f"not started: the last build failed (see {files['failed']})"
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not _take_lock(files["lock"]):
+            return "not started: another process is building it"
+        try:
+            with open(files["log"], "w") as logf:
+                code = f"import sys; from {__package__} import tcheck; sys.exit(tcheck._background_main(sys.argv[1]))"
+                child = subprocess.Popen([sys.executable, "-c", code, str(path)], stdin=subprocess.DEVNULL,
+                                         stdout=logf, stderr=subprocess.STDOUT, start_new_session=True,
+                                         close_fds=True)
+            files["lock"].write_text(f"{child.pid}\n")
+        except BaseException:
+            files["lock"].unlink(missing_ok=True)
+            raise
+    except OSError as err:
+        return f"not started: {err}"
+    threading.Thread(target=child.wait, name="flyautotune-tcheck-build", daemon=True).start()  # reaps it
+    log.info("flyautotune: compiling the tensor check for torch %s in the background (pid %d, output in %s); "
+             "processes started after it finishes use it (%s=0 turns this off)", torch.__version__, child.pid,
+             files["log"], AUTO_ENV)
+    return f"started (pid {child.pid})"
+
+
+def _background_main(expected: str) -> int:
+    """The detached child of :func:`start_background_build`, which expects the build at ``expected``:
+    build at low priority, record a failure, release the lock."""
+    files = side_files(Path(expected))
+    try:
+        try:
+            os.nice(10)
+        except (AttributeError, OSError):  # pragma: no cover - no nice (Windows) or not allowed
+            pass
+        import torch
+        if build_path(torch) != Path(expected):  # another torch here (the parent changed sys.path)
+            raise RuntimeError(f"this process's torch ({torch.__version__}, {torch.__file__}) is not the one "
+                               f"that asked for {expected}")
+        path = build(background=True)
+        print(f"built {path}")
+        return 0
+    except Exception as err:  # noqa: BLE001 - whatever went wrong is said in .failed and the log
+        files["failed"].write_text(f"{type(err).__name__}: {err}\n")
+        print(f"failed: {err}")
+        return 1
+    finally:
+        files["lock"].unlink(missing_ok=True)
+
+
 def status() -> tuple:
     """``(kind, why)``: ``"compiled"`` or ``"torch"``, and why (``flyautotune plugins`` says it)."""
     if check_type() is not None:
@@ -107,7 +222,20 @@ def status() -> tuple:
         return "torch", "torch is not imported"
     if _off():
         return "torch", f"{ENV}=torch"
-    return "torch", "not built for this torch (flyautotune native build compiles it, once)"
+    path = build_path()
+    files = side_files(path)
+    if path.is_file():
+        return "torch", f"{path} is built; processes started from now on use it"
+    if files["lock"].is_file():
+        return "torch", (f"it is being compiled in the background ({files['lock']}); processes started after "
+                         f"it finishes use it")
+    if files["failed"].is_file():
+        why = files["failed"].read_text(errors="replace").strip().splitlines()[:1]
+        return "torch", (f"its background build failed ({why[0] if why else 'no reason recorded'}; output in "
+                         f"{files['log']}); flyautotune native build tries again and shows the compiler's output")
+    auto = (f"{AUTO_ENV}=0 keeps hits from building it" if _auto_off() else
+            "the first cache hit compiles it in the background")
+    return "torch", f"not built for this torch yet ({auto}; flyautotune native build compiles it now)"
 
 
 def compiler() -> list:
@@ -129,14 +257,18 @@ def compile_command(torch: Any, source: Path, target: Path) -> list:
     return cmd
 
 
-def build(force: bool = False) -> Path:
+def build(force: bool = False, background: bool = False) -> Path:
     """Compile the check for the running torch into :func:`build_path` (a no-op where it exists, unless
-    ``force``) and return the path. Raises ``RuntimeError`` with the compiler's output when it fails."""
+    ``force``) and return the path. Raises ``RuntimeError`` with the compiler's output when it fails. A
+    foreground build (not ``background``) clears the record of a failed background build first, so hits
+    try again in the background after it."""
     import torch
     path = build_path(torch)
     if path.is_file() and not force:
         return path
     path.parent.mkdir(parents=True, exist_ok=True)
+    if not background:
+        side_files(path)["failed"].unlink(missing_ok=True)
     fd, tmp = tempfile.mkstemp(prefix=path.stem + ".", suffix=".tmp.so", dir=path.parent)
     os.close(fd)
     try:
@@ -160,3 +292,4 @@ def build(force: bool = False) -> Path:
     global _loaded
     _loaded = None  # this process looks again (fastpath reads it when it next makes a check)
     return path
+

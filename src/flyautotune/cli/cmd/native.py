@@ -13,8 +13,9 @@ def add_parser(sub) -> None:
     p = sub.add_parser("native", help="build (once per torch) or show the compiled tensor check that "
                                       "cache hits use instead of torch's TensorGuards")
     p.add_argument("action", nargs="?", default="status", choices=["build", "status"],
-                   help="build: compile it into the user cache (10-40 s, needs a C++ compiler); "
-                        "status (default): say which check serves hits")
+                   help="build: compile it into the user cache now (10-40 s, needs a C++ compiler; without "
+                        "it the first cache hit compiles it in the background); status (default): say which "
+                        "check serves hits, and whether a build is running or failed")
     p.add_argument("--force", action="store_true", help="with build: compile again even where it exists")
     p.add_argument("--json", action="store_true", help="print JSON instead of a sentence")
 
