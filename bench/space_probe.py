@@ -8,7 +8,14 @@ the best peer? With ``--rotated-outputs`` every config is also timed writing a p
 input copy (each timed launch writes a cold buffer: how a search timed candidates before ``outputs=``).
 
     python bench/space_probe.py --out DIR [--shapes 4096x1000:bf16,...] [--rounds 5] [--rotated-outputs]
-                                [--also-policy P] [--extra 128x8:1,...]
+                                [--also-policy P] [--extra 128x8:1,...] [--eager]
+
+With ``--eager`` every implementation is also timed one call at a time, as ``triton.testing.do_bench``
+times it (events around each call, the L2 emptied before it), with three ways of emptying the L2: ``zero``
+(``do_bench``'s own: 256 MB written, so the L2 is left full of dirty lines), ``read`` (256 MB read: the L2
+is left clean), ``none`` (back to back, warm); and its host time per call (wall clock over 2000 calls,
+synchronized once). Which of them a gap between two implementations follows says where it comes from: the
+dirty lines' write-back, a cold L2, or the host.
 
 Prints a table (GB/s, best first, with the slowest and fastest round) per shape and writes
 space_probe.json.
@@ -57,6 +64,84 @@ def extra_config(base, item):
     return dict(base, BLOCK_THREADS=bt, ROWS_PER_PROGRAM=per, CACHE_POLICY=policy, **knobs)
 
 
+EAGER_MODES = ("zero", "read", "none")
+
+
+def eager_ms(fn, x, w, mode, flush, reps=200):
+    """Median ms of one ``fn(x, w)`` between two events, ``flush`` (``mode``: see the module's doc) run
+    before each call, as ``do_bench`` runs its own."""
+    import statistics
+
+    import torch
+
+    for _ in range(10):
+        fn(x, w)
+    starts = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    ends = [torch.cuda.Event(enable_timing=True) for _ in range(reps)]
+    for s, e in zip(starts, ends):
+        if mode == "zero":
+            flush.zero_()
+        elif mode == "read":
+            flush.sum(dtype=torch.int32)
+        s.record()
+        fn(x, w)
+        e.record()
+    torch.cuda.synchronize()
+    return statistics.median(s.elapsed_time(e) for s, e in zip(starts, ends))
+
+
+def host_us(fn, x, w, calls=2000):
+    """µs of host time per ``fn(x, w)``: the wall clock over ``calls`` back-to-back calls, synchronized
+    once at the end (host-bound when the GPU's part of a call is shorter)."""
+    import time
+
+    import torch
+
+    for _ in range(100):
+        fn(x, w)
+    torch.cuda.synchronize()
+    t = time.perf_counter()
+    for _ in range(calls):
+        fn(x, w)
+    torch.cuda.synchronize()
+    return (time.perf_counter() - t) / calls * 1e6
+
+
+def eager_table(fns, x, w, rounds, M, N, ds):
+    """``{mode: {name: GB/s}}`` (medians over ``rounds`` interleaved rounds) for every mode of
+    :data:`EAGER_MODES`, and ``{"host_us": {name: µs}}``."""
+    import statistics
+
+    import torch
+
+    from rmsnorm import gbps_of
+
+    flush = torch.empty(256 * 2**20, dtype=torch.int8, device=x.device)
+    got = {m: {n: [] for n in fns} for m in EAGER_MODES + ("host_us",)}
+    names = list(fns)
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            for m in EAGER_MODES:
+                got[m][name].append(eager_ms(fns[name], x, w, m, flush))
+            got["host_us"][name].append(host_us(fns[name], x, w))
+    out = {m: gbps_of({n: statistics.median(v) for n, v in got[m].items()}, M, N, ds) for m in EAGER_MODES}
+    out["host_us"] = {n: statistics.median(v) for n, v in got["host_us"].items()}
+    del flush
+    return out
+
+
+def print_eager(heading, table):
+    """The ``--eager`` table of one shape: GB/s per flush mode and host µs per call, fastest in ``zero``
+    (``do_bench``'s) first, with each one's ratio to the best peer there."""
+    zero = table["zero"]
+    best = max(zero[k] for k in ("compile", "quack") if k in zero)
+    print(f"\n### {heading}: one call at a time\n\n| implementation | GB/s, L2 zeroed (do_bench) | / best peer "
+          f"| GB/s, L2 read | GB/s, warm | host µs per call |\n|---|---|---|---|---|---|")
+    for name, v in sorted(zero.items(), key=lambda kv: -kv[1]):
+        print(f"| {name} | {v:.0f} | {v / best:.3f} | {table['read'][name]:.0f} | {table['none'][name]:.0f} "
+              f"| {table['host_us'][name]:.2f} |")
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=".")
@@ -70,6 +155,9 @@ def main(argv=None):
     ap.add_argument("--rotated-outputs", action="store_true",
                     help="also time every config writing into a preallocated output per input copy (as a search "
                          "times it: each timed launch writes a cold buffer), named 'CONFIG, out rotated'")
+    ap.add_argument("--eager", action="store_true",
+                    help="also time one call at a time (do_bench's way, and with a clean or no flush) and the "
+                         "host time per call")
     args = ap.parse_args(argv)
     try:
         extra = parse_extra(args.extra)
@@ -93,6 +181,13 @@ def main(argv=None):
         dt = torch_dtype(ds)
         x, w, picked = searched_inputs(M, N, ds)
         fns = probe_fns(N, quack, x, w)
+        if args.eager:  # eager's peers: torch's own op, and the adopter's zero-search entry point
+            import torch.nn.functional as F
+
+            from flyautotune_rmsnorm import rmsnorm
+
+            fns["torch"] = lambda x, w, N=N: F.rms_norm(x, (N,), w, EPS)
+            fns["default"] = lambda x, w: rmsnorm(x, w, EPS)
         ref = rmsnorm_reference(x, w, EPS)
         configs = {}
         space = [c.kwargs for c in cuda_space(M, N, ds)]
@@ -127,6 +222,8 @@ def main(argv=None):
         gbps, spread = graph_gbps(fns, xs, w, args.rounds, M, N, ds)
         row = {"shape": spec, "picked": picked, "default": default_config(M, N, ds).kwargs, "gbps": gbps,
                "spread": spread, "configs": configs}
+        if args.eager:
+            row["eager"] = eager_table(fns, x, w, args.rounds, M, N, ds)
         rows.append(row)
         print(json.dumps(row), flush=True)
         del x
@@ -135,6 +232,8 @@ def main(argv=None):
     for r in rows:
         print_ranking(f"{r['shape']}: picked {describe(r['picked'])}, default {describe(r['default'])}, "
                       f"clone {r['gbps']['clone']:.0f} GB/s", r["gbps"], r["spread"])
+        if "eager" in r:
+            print_eager(r["shape"], r["eager"])
 
 
 if __name__ == "__main__":
