@@ -2,7 +2,7 @@
 # Everything that needs an NVIDIA GPU, in one go: install the packages, run the
 # plugin tests with CUDA, then the RMSNorm benchmark and the dispatch benchmark.
 #
-#   bash bench/gpu_suite.sh OUT_DIR [coop] [persist] [claunch] [cluster] [tests] [coretests] [bench] [explore] [stability] [wins] [longrows] [inductor] [harness] [addressing] [weight] [wshift] [default] [space] [body] [gluon] [flush] [cold] [agree] [plan] [native] [dispatch] [dispatch_torchcheck] [overhead] [overhead_torchcheck]
+#   bash bench/gpu_suite.sh OUT_DIR [coop] [persist] [claunch] [cluster] [tests] [coretests] [bench] [explore] [stability] [wins] [longrows] [inductor] [harness] [addressing] [weight] [wshift] [default] [space] [body] [gluon] [flush] [cold] [agree] [plan] [autobuild] [native] [dispatch] [dispatch_torchcheck] [overhead] [overhead_torchcheck]
 #
 # No network is needed: the three packages are built from this checkout
 # (setuptools must be installed); wheels under .whl/ (e.g. liger-kernel) are
@@ -125,6 +125,25 @@ for stage in $STAGES; do
       echo "== a plan of 8 RMSNorm keys, serially on this GPU"
       (cd "$OUT_DIR" && cp "$ROOT/bench/plans/rmsnorm_h200.toml" . && FLYAUTOTUNE_CACHE_DIR="$OUT_DIR/plan-store" \
         "$PY" -m flyautotune plan rmsnorm_h200.toml --serial) 2>&1 | tee "$OUT_DIR/plan.log" || status=1 ;;
+    autobuild)
+      echo "== the compiled tensor check built by the first cache hit, in the background (an empty build folder); then dispatch in a new process"
+      NATIVE_DIR=$(mktemp -d)
+      FLYAUTOTUNE_NATIVE_DIR=$NATIVE_DIR "$PY" - <<'PYEOF' || status=1
+import time, torch
+from flyautotune.tuning import tcheck
+from flyautotune_rmsnorm import rmsnorm_autotuned
+x = torch.randn(4, 4096, device="cuda", dtype=torch.bfloat16)
+w = torch.rand(4096, device="cuda", dtype=torch.bfloat16) + 0.5
+t = time.perf_counter()
+rmsnorm_autotuned(x, w); rmsnorm_autotuned(x, w); torch.cuda.synchronize()
+print(f"first two calls {time.perf_counter() - t:.2f} s; background build: {tcheck._background}; {tcheck.status()}")
+lock = tcheck.side_files(tcheck.build_path())["lock"]
+while lock.exists():
+    time.sleep(0.2)
+print(f"the build finished {time.perf_counter() - t:.1f} s after the first call: {tcheck.status()}")
+PYEOF
+      FLYAUTOTUNE_NATIVE_DIR=$NATIVE_DIR "$PY" -m flyautotune native || status=1
+      FLYAUTOTUNE_NATIVE_DIR=$NATIVE_DIR "$PY" "$ROOT/bench/dispatch.py" --out "$OUT_DIR/autobuild" || status=1 ;;
     native)
       echo "== the compiled tensor check (flyautotune native build), for every later stage of this run"
       "$PY" -m flyautotune native build || status=1 ;;

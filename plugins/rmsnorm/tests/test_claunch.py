@@ -180,7 +180,7 @@ CUresult cuLaunchKernel(void *f, unsigned gx, unsigned gy, unsigned gz, unsigned
 typedef struct { int id; char pad[4]; union { char pad[64]; int allowed; } value; } attr_t;
 typedef struct { unsigned dims[7]; void *stream; attr_t *attrs; unsigned n_attrs; } config_t;
 int fake_ex_calls;
-int fake_ex_attr[3]; /* number of attributes, the first one's id and value */
+int fake_ex_attr[4]; /* number of attributes, the first one's id and value, the second one's id */
 CUresult cuLaunchKernelEx(const config_t *c, void *f, void **params, void **extra) {
   memcpy(fake_dims, c->dims, sizeof fake_dims);
   fake_function = (uint64_t)(uintptr_t)f;
@@ -189,6 +189,7 @@ CUresult cuLaunchKernelEx(const config_t *c, void *f, void **params, void **extr
   fake_ex_attr[0] = (int)c->n_attrs;
   fake_ex_attr[1] = c->n_attrs ? c->attrs[0].id : -1;
   fake_ex_attr[2] = c->n_attrs ? c->attrs[0].value.allowed : -1;
+  fake_ex_attr[3] = c->n_attrs > 1 ? c->attrs[1].id : -1;
   fake_ex_calls += 1 + (extra != 0) * 1000;
   return fake_rc;
 }
@@ -242,12 +243,28 @@ pdl = claunch.pack_state(0xCAFE, 4, 128, "pciIlL-fdhbp", pdl=True)
 launch(pdl, 9, 2, 0xD00D, 0x7F00DEAD0000, -3, -7, 2**32 - 1, -2**40, 2**64 - 1, "cx", 1.5, 0.1, 2.5, 3.0, None)
 assert ctypes.c_int.in_dll(lib, "fake_ex_calls").value == 1
 assert ctypes.c_int.in_dll(lib, "fake_calls").value == 3  # the two launches above, none here
-assert list((ctypes.c_int * 3).in_dll(lib, "fake_ex_attr")) == [1, 6, 1]
+assert list((ctypes.c_int * 4).in_dll(lib, "fake_ex_attr")) == [1, 6, 1, -1]
 assert list((ctypes.c_uint * 7).in_dll(lib, "fake_dims")) == [9, 2, 1, 128, 1, 1, 128]
 assert ctypes.c_uint64.in_dll(lib, "fake_function").value == 0xCAFE
 assert ctypes.c_uint64.in_dll(lib, "fake_stream").value == 0xD00D
 assert struct.unpack("<i", struct.pack("<Q", vals[2])[:4])[0] == -7
 fails_with(pdl, "cuLaunchKernelEx failed: fake failure")
+# A cooperative grid: cuLaunchKernelEx with the cooperative attribute (id 2); with PDL too, both.
+coop = claunch.pack_state(0xCAFE, 4, 128, "pciIlL-fdhbp", cooperative=True)
+launch(coop, 9, 2, 0xD00D, 0x7F00DEAD0000, -3, -7, 2**32 - 1, -2**40, 2**64 - 1, "cx", 1.5, 0.1, 2.5, 3.0, None)
+assert ctypes.c_int.in_dll(lib, "fake_ex_calls").value == 3  # the failed PDL launch counted too
+assert list((ctypes.c_int * 4).in_dll(lib, "fake_ex_attr")) == [1, 2, 1, -1]
+both = claunch.pack_state(0xCAFE, 4, 128, "pciIlL-fdhbp", pdl=True, cooperative=True)
+launch(both, 9, 2, 0xD00D, 0x7F00DEAD0000, -3, -7, 2**32 - 1, -2**40, 2**64 - 1, "cx", 1.5, 0.1, 2.5, 3.0, None)
+assert list((ctypes.c_int * 4).in_dll(lib, "fake_ex_attr")) == [2, 6, 1, 2]
+ctypes.c_int.in_dll(lib, "fake_rc").value = 720  # the driver refusing a grid it cannot hold resident
+try:
+    launch(coop, 1, 1, 0, 0, 0, 0, 0, 0, 0, 0, 0.0, 0.0, 0.0, 0.0, 0)
+except RuntimeError as e:
+    assert claunch.too_large(e), e
+else:
+    sys.exit("no error from a refused cooperative launch")
+ctypes.c_int.in_dll(lib, "fake_rc").value = 0
 print("fake driver ok")
 """
 
@@ -322,7 +339,7 @@ def test_direct_launcher_reads_the_signature_from_metadata_without_src(launch):
 
 
 @pytest.mark.parametrize("change", [
-    dict(num_ctas=2), dict(launch_cooperative_grid=True), dict(global_scratch_size=128),
+    dict(num_ctas=2), dict(global_scratch_size=128),
     dict(profile_scratch_size=64), dict(cluster_dims=(2, 1, 1)),
     dict(signature={"X": "*fp32", "d": "tensordesc<fp32[16]>"}), dict(signature={"X": "*fp32", "t": ("i32",)}),
 ], ids=lambda d: next(iter(d)))
@@ -339,6 +356,24 @@ def test_direct_launcher_packs_a_pdl_kernel_for_cuLaunchKernelEx(launch):
     assert call.args[0] != claunch.pack_state(0x5000, 4, 0, "pppiiif----")
     with pytest.raises(ValueError, match="pdl=1 must be a bool"):
         claunch.pack_state(0x5000, 4, 0, "p", pdl=1)
+
+
+def test_direct_launcher_packs_a_cooperative_kernel_for_cuLaunchKernelEx(launch):
+    """A kernel compiled with ``launch_cooperative_grid`` (the split's one-launch bodies) stays on the
+    direct path, its state asking for the cooperative attribute; a refusal of the grid is told apart
+    from other launch errors, whichever launcher raised it."""
+    call = claunch.direct_launcher(_fake_compiled(launch_cooperative_grid=True))
+    assert call.args[0] == claunch.pack_state(0x5000, 4, 0, "pppiiif----", cooperative=True)
+    assert call.args[0] not in (claunch.pack_state(0x5000, 4, 0, "pppiiif----"),
+                                claunch.pack_state(0x5000, 4, 0, "pppiiif----", pdl=True))
+    with pytest.raises(ValueError, match="cooperative=1 must be a bool"):
+        claunch.pack_state(0x5000, 4, 0, "p", cooperative=1)
+    assert claunch.too_large(RuntimeError("claunch: cuLaunchKernelEx failed: too many blocks in cooperative "
+                                          "launch (CUresult 720)"))
+    assert claunch.too_large(RuntimeError("Triton Error [CUDA]: too many blocks in cooperative launch"))
+    assert not claunch.too_large(RuntimeError("claunch: cuLaunchKernelEx failed: unspecified launch failure "
+                                              "(CUresult 719)"))
+    assert not claunch.too_large(RuntimeError("claunch: cuLaunchKernel failed: x (CUresult 7200)"))
 
 
 def test_direct_launcher_accepts_unit_cluster_dims(launch):

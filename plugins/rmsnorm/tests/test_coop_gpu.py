@@ -56,3 +56,48 @@ CHILD = textwrap.dedent("""
 def test_cooperative_split_rows_are_right_and_never_hang(gpu_child):
     words = gpu_child(CHILD, 180, "a row's barrier never opened")
     assert words[0] == "ok" and int(words[1]) >= 21, words
+
+
+
+REFUSED_CHILD = textwrap.dedent("""
+    import logging
+    import torch
+    from flyautotune_rmsnorm import factory, split
+    from flyautotune_rmsnorm.api import launch
+    from gpu_checks import run_and_check
+
+    records = []
+    handler = logging.Handler()
+    handler.emit = records.append
+    logging.getLogger("flyautotune_rmsnorm.split").addHandler(handler)
+    cfg = dict(BLOCK_THREADS=128, ROWS_PER_PROGRAM=1, CHUNK=0, CACHE_POLICY=2, PREFETCH=0, SPLIT=128, VEC=16,
+               COOP=1, HOLD=0)
+    w = torch.rand(262144, device="cuda", dtype=torch.bfloat16) + 0.5
+
+    def rows(M, what):
+        x = torch.randn(M, 262144, device="cuda", dtype=torch.bfloat16)
+        for _ in range(3):
+            run_and_check(lambda y: launch(x, w, y, M, 262144, "bf16", 1e-6, 262144, 262144, None, **cfg), x, w,
+                          what)
+
+    rows(1, "1 row, one launch")
+    # the one-launch binary is a cooperative launch: the driver holds its whole grid resident, or refuses it
+    (launcher,) = [l for l in factory._launchers.values() if isinstance(l, split.SplitLauncher) and l.COOP == 1]
+    ones = [v for v in launcher._launches.values() if isinstance(v, factory.Launch)]
+    assert ones and all(v.kernel.metadata.launch_cooperative_grid for v in ones), ones
+    assert not records
+    # a grid the driver cannot hold at once (as under an MPS thread limit, where the device still reports
+    # all its SMs): the launcher is told the GPU has far more SMs, the driver refuses the cooperative grid,
+    # and the rows take the two-launch form, right, with one warning
+    split._sm_counts[torch.cuda.current_device()] = 100000
+    rows(64, "64 rows x SPLIT 128, refused by the driver")
+    said = [r.getMessage() for r in records]
+    assert len(said) == 1 and "will not hold the 8192 programs" in said[0], said
+    assert "CUresult 720" in said[0] or "too many blocks in cooperative launch" in said[0], said
+    print("ok")
+""")
+
+
+def test_a_cooperative_grid_the_driver_refuses_takes_the_two_launch_form(gpu_child):
+    words = gpu_child(REFUSED_CHILD, 180, "a refused cooperative grid hung")
+    assert words == ["ok"], words

@@ -5,8 +5,10 @@ argument and a metadata tuple on each call. Here a tiny CPython extension
 launches with ``cuLaunchKernel`` from a ``bytes`` state packed once per binary:
 ``launch(state, gx, gy, stream, *args)`` converts each argument by its one-byte
 type code and appends Triton's two (null) scratch pointer parameters. A kernel
-compiled for programmatic dependent launch (``launch_pdl``) is launched with
-``cuLaunchKernelEx`` and that one launch attribute, as Triton's launcher does.
+compiled for programmatic dependent launch (``launch_pdl``) or for a cooperative
+grid (``launch_cooperative_grid``: the driver guarantees every program resident at
+once, or refuses the launch) is launched with ``cuLaunchKernelEx`` and those launch
+attributes, as Triton's launcher does.
 
 The extension is built on first use by Triton's ``compile_module_from_src``
 (cached by source hash); it includes no CUDA header and loads ``libcuda.so.1``
@@ -41,6 +43,10 @@ _TYPE_CODES = {
 _HEADER = struct.Struct("=QIIIIiI")
 #: ``flags`` bit: launch with programmatic stream serialization (PDL).
 FLAG_PDL = 1
+#: ``flags`` bit: a cooperative launch (every program resident at once, or ``CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE``).
+FLAG_COOP = 2
+#: The driver's answer to a cooperative grid it cannot hold resident at once.
+CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE = 720
 #: The ``__call__`` parameters of Triton 3.5/3.6's ``CudaLauncher``.
 _TRITON_36_CALL = ["self", "gridX", "gridY", "gridZ", "stream", "function", "args"]
 _OFF = ("0", "false", "no", "off")
@@ -72,6 +78,7 @@ typedef CUresult (*cuGetErrorString_t)(CUresult error, const char **pStr);
 typedef union {
   char pad[64];
   int programmaticStreamSerializationAllowed;
+  int cooperative;
 } CUlaunchAttributeValue;
 typedef struct {
   int id;
@@ -86,11 +93,13 @@ typedef struct {
 } CUlaunchConfig;
 typedef CUresult (*cuLaunchKernelEx_t)(const CUlaunchConfig *config, CUfunction f, void **kernelParams,
                                        void **extra);
+#define CU_LAUNCH_ATTRIBUTE_COOPERATIVE 2
 #define CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION 6
 
 #define MAX_PARAMS 64
 #define HEADER_BYTES 32 /* uint64 function, uint32 block_x, shared, n_args, n_extra, int32 device, uint32 flags */
 #define FLAG_PDL 1u
+#define FLAG_COOP 2u
 
 static cuLaunchKernel_t p_cuLaunchKernel = NULL;
 static cuCtxGetCurrent_t p_cuCtxGetCurrent = NULL;
@@ -410,17 +419,24 @@ static PyObject *launch(PyObject *self, PyObject *const *args, Py_ssize_t nargs)
     if ((rc = p_cuCtxSetCurrent(ctx)) != 0)
       return cuda_error("cuCtxSetCurrent", rc);
   }
-  if (flags & FLAG_PDL) {
+  if (flags & (FLAG_PDL | FLAG_COOP)) {
     if (p_cuLaunchKernelEx == NULL) {
       PyErr_SetString(PyExc_RuntimeError, "claunch: this libcuda.so.1 lacks cuLaunchKernelEx, which a "
-                                          "programmatic dependent launch needs");
+                                          "programmatic dependent or cooperative launch needs");
       return NULL;
     }
-    CUlaunchAttribute attr;
-    memset(&attr, 0, sizeof attr);
-    attr.id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
-    attr.value.programmaticStreamSerializationAllowed = 1;
-    CUlaunchConfig config = {gx, gy, 1, block_x, 1, 1, shared, (CUstream)(uintptr_t)stream, &attr, 1};
+    CUlaunchAttribute attrs[2];
+    unsigned int n_attrs = 0;
+    memset(attrs, 0, sizeof attrs);
+    if (flags & FLAG_PDL) {
+      attrs[n_attrs].id = CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+      attrs[n_attrs++].value.programmaticStreamSerializationAllowed = 1;
+    }
+    if (flags & FLAG_COOP) {
+      attrs[n_attrs].id = CU_LAUNCH_ATTRIBUTE_COOPERATIVE;
+      attrs[n_attrs++].value.cooperative = 1;
+    }
+    CUlaunchConfig config = {gx, gy, 1, block_x, 1, 1, shared, (CUstream)(uintptr_t)stream, attrs, n_attrs};
     Py_BEGIN_ALLOW_THREADS;
     rc = p_cuLaunchKernelEx(&config, (CUfunction)(uintptr_t)function, params, NULL);
     Py_END_ALLOW_THREADS;
@@ -480,11 +496,12 @@ def _check_int(name: str, value: Any, lo: int, hi: int) -> None:
 
 
 def pack_state(function: int, num_warps: int, shared: int, codes: str, extra_null_params: int = 2,
-               device: int = 0, pdl: bool = False) -> bytes:
+               device: int = 0, pdl: bool = False, cooperative: bool = False) -> bytes:
     """The ``state`` argument of ``launch``: the kernel handle, ``32 * num_warps`` threads, the shared
     memory bytes, the argument codes, how many null pointer parameters follow the kernel's own, the
     device the kernel is loaded on (its primary context is made current on a thread that has none), and
-    whether the kernel is launched with programmatic dependent launch (``cuLaunchKernelEx``)."""
+    whether the kernel is launched with programmatic dependent launch or as a cooperative grid (either
+    through ``cuLaunchKernelEx``)."""
     _check_int("function", function, 1, 2**64 - 1)
     _check_int("device", device, 0, 2**31 - 1)
     _check_int("num_warps", num_warps, 1, 32)
@@ -498,10 +515,11 @@ def pack_state(function: int, num_warps: int, shared: int, codes: str, extra_nul
     n_params = len(codes) - codes.count("-") + extra_null_params
     if n_params > MAX_PARAMS:
         raise ValueError(f"claunch: {n_params} kernel parameters; at most {MAX_PARAMS}")
-    if not isinstance(pdl, bool):
-        raise ValueError(f"claunch: pdl={pdl!r} must be a bool")
+    for name, flag in (("pdl", pdl), ("cooperative", cooperative)):
+        if not isinstance(flag, bool):
+            raise ValueError(f"claunch: {name}={flag!r} must be a bool")
     return (_HEADER.pack(function, 32 * num_warps, shared, len(codes), extra_null_params, device,
-                         FLAG_PDL if pdl else 0) + codes.encode("ascii"))
+                         (FLAG_PDL if pdl else 0) | (FLAG_COOP if cooperative else 0)) + codes.encode("ascii"))
 
 
 def module() -> Any:
@@ -574,8 +592,6 @@ def _why_not(compiled: Any, run: Any, md: Any) -> Optional[str]:
     cluster = getattr(md, "cluster_dims", None)
     if cluster is not None and tuple(cluster) != (1, 1, 1):
         return f"cluster_dims {tuple(cluster)}"
-    if getattr(md, "launch_cooperative_grid", False) or getattr(run, "launch_cooperative_grid", False):
-        return "launch_cooperative_grid is set"
     for name in ("global_scratch_size", "profile_scratch_size"):
         if getattr(md, name, 0) or getattr(run, name, 0):
             return f"{name} is nonzero"
@@ -587,7 +603,7 @@ def _why_not(compiled: Any, run: Any, md: Any) -> Optional[str]:
 def direct_launcher(compiled: Any, runtime_only: bool = False) -> Optional[Callable[..., None]]:
     """``call(gx, gy, stream, *args)`` launching the loaded Triton ``CompiledKernel`` ``compiled`` through
     the C module, or None when the kernel is outside this path (another launcher or Triton version,
-    clusters, cooperative launches, scratch memory, an argument type without a code), when the
+    clusters, scratch memory, an argument type without a code), when the
     module cannot be built, or when ``FLYAUTOTUNE_RMSNORM_CLAUNCH=0``.
 
     ``args`` are the kernel's arguments in signature order, constexprs included, pointers as ints; with
@@ -608,8 +624,10 @@ def direct_launcher(compiled: Any, runtime_only: bool = False) -> Optional[Calla
             if runtime_only:
                 codes = codes.replace("-", "")
             pdl = bool(getattr(md, "launch_pdl", False) or getattr(run, "launch_pdl", False))
+            coop = bool(getattr(md, "launch_cooperative_grid", False) or getattr(run, "launch_cooperative_grid", False))
             state = pack_state(getattr(compiled, "function", None), getattr(md, "num_warps", None),
-                               getattr(md, "shared", None), codes, device=_current_device(), pdl=pdl)
+                               getattr(md, "shared", None), codes, device=_current_device(), pdl=pdl,
+                               cooperative=coop)
         except ValueError as e:
             why = str(e)
     if why is not None:
@@ -623,3 +641,12 @@ def direct_launcher(compiled: Any, runtime_only: bool = False) -> Optional[Calla
             _log.debug("%s", e)
         return None
     return functools.partial(mod.launch, state)
+
+
+def too_large(err: BaseException) -> bool:
+    """Whether ``err``, raised by a launch (this module's or Triton's), is the driver refusing a
+    cooperative grid it cannot hold resident at once (``CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE``: under
+    an MPS thread limit or a green context, or a grid bigger than the GPU)."""
+    text = str(err)
+    return (f"CUresult {CUDA_ERROR_COOPERATIVE_LAUNCH_TOO_LARGE})" in text
+            or "too many blocks in cooperative launch" in text)

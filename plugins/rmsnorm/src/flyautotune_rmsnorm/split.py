@@ -4,14 +4,17 @@ of resident programs); see ``kernel_split.py``."""
 
 from __future__ import annotations
 
+import logging
 import threading
 from typing import Any, Optional
 
+from . import claunch
 from . import kernel_split as _ks
 from .factory import (_INTERPRET, CACHE_POLICIES, Launch, RMSNormLauncher, _direct_call, _torch, launch_key,
                       next_pow2, on_rocm, row_vec, stream_handle, torch_stream)
 
 
+_log = logging.getLogger(__name__)
 _workspaces: dict = {}
 _workspace_lock = threading.Lock()
 _sm_counts: dict = {}
@@ -115,6 +118,7 @@ class SplitLauncher(RMSNormLauncher):
         self.programs = -(-self.N // self.slice)
         self.EVEN_N = self.N % self.slice == 0
         self.NUM_CHUNKS = self.TILES
+        self._refused: set = set()  # launch keys whose cooperative grid the driver would not hold resident
 
     def grid(self, M: int) -> int:
         return M * self.programs
@@ -173,7 +177,11 @@ class SplitLauncher(RMSNormLauncher):
     def _one_launch(self, x, w, y, M, S, rv, sx, sy, eps, stream, options) -> bool:
         """One launch of the one-launch body: with ``COOP=1`` every program resident (the caller checked
         ``M * S`` against the SMs), with ``COOP=2`` ``R * S`` resident programs looping over the rows.
-        False when no workspace can be made now (a graph capture on a new stream)."""
+        Both are cooperative launches: the driver starts the grid only when every program can be resident
+        at once, so the barrier never waits on a program that has not started (another kernel holding SMs
+        delays the launch; it cannot hang it). False when no workspace can be made now (a graph capture on
+        a new stream), or when the driver refuses the grid (fewer SMs than the device has: an MPS thread
+        limit, a green context): the caller then runs the two-launch form, which computes the same rows."""
         persist = self.COOP == 2
         dev = x.get_device()
         handle = stream_handle(stream, dev)
@@ -184,6 +192,8 @@ class SplitLauncher(RMSNormLauncher):
         xp, wp, yp = x.data_ptr(), w.data_ptr(), y.data_ptr()
         sxv, syv = sx // rv, sy // rv
         key = launch_key(dev, ("persist" if persist else "coop", rv), xp, yp, wp, w.dtype, options)
+        if key in self._refused:
+            return False
         launch = self._launches.get(key)
         if launch is None:
             with _torch().cuda.device(dev):
@@ -193,18 +203,32 @@ class SplitLauncher(RMSNormLauncher):
             launch = Launch(_direct_call(k), k, groups=groups)
             with self._lock:
                 self._launches[key] = launch
-        if persist:
-            R = row_groups(-(-M // self.ROWS_PER_PROGRAM), launch.groups)
-            launch.call(R * S, 1, handle, xp, wp, yp, p.data_ptr(), c.data_ptr(), M, sxv, syv, eps, R,
-                        *self.persist_constexprs(rv).values())
-        else:
-            launch.call(M, S, handle, xp, wp, yp, p.data_ptr(), c.data_ptr(), sxv, syv, eps,
-                        *self.coop_constexprs(rv).values())
+        grid = 0
+        try:
+            if persist:
+                R = row_groups(-(-M // self.ROWS_PER_PROGRAM), launch.groups)
+                grid = R * S
+                launch.call(grid, 1, handle, xp, wp, yp, p.data_ptr(), c.data_ptr(), M, sxv, syv, eps, R,
+                            *self.persist_constexprs(rv).values())
+            else:
+                grid = M * S
+                launch.call(M, S, handle, xp, wp, yp, p.data_ptr(), c.data_ptr(), sxv, syv, eps,
+                            *self.coop_constexprs(rv).values())
+        except RuntimeError as err:
+            if not claunch.too_large(err):
+                raise
+            with self._lock:
+                self._refused.add(key)
+            _log.warning("rmsnorm: the driver will not hold the %d programs of the one-launch split (COOP=%d, "
+                         "%d rows x SPLIT %d) resident at once on device %d (%s); these rows take the two-launch "
+                         "form from now on", grid, self.COOP, M, S, dev, err)
+            return False
         return True
 
     def _one_launch_compiled(self, x, w, y, p, c, M, sxv, syv, rv, options):
-        """The loaded binary of the one-launch body (``COOP=1`` or ``2``), compiled without launching."""
-        opts = self.compile_options(dict(options))
+        """The loaded binary of the one-launch body (``COOP=1`` or ``2``), compiled without launching, for a
+        cooperative launch (its programs wait for each other)."""
+        opts = dict(self.compile_options(dict(options)), launch_cooperative_grid=True)
         if self.COOP == 2:
             k = _ks.persist_kernel().warmup(x, w, y, p, c, M, sxv, syv, 1e-6, 1, grid=(1,),
                                             **self.persist_constexprs(rv), **opts)
