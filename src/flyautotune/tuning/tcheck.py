@@ -150,7 +150,10 @@ def start_background_build() -> str:
     global _background
     if _background is not None:
         return _background
-    _background = _start()
+    try:
+        _background = _start()
+    except Exception as err:  # noqa: BLE001 - anything unforeseen costs the build, never the hit
+        _background = f"not started: {type(err).__name__}: {err}"
     log.debug("flyautotune: background build of the tensor check: %s", _background)
     return _background
 
@@ -292,4 +295,3 @@ def build(force: bool = False, background: bool = False) -> Path:
     global _loaded
     _loaded = None  # this process looks again (fastpath reads it when it next makes a check)
     return path
-
