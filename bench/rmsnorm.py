@@ -80,6 +80,16 @@ def shape_spec(spec):
     return M, N, ds
 
 
+def parse_shape(item):
+    """One ``--shapes`` item: an index into :data:`SHAPES`, or ``MxN:dtype`` (:func:`shape_spec`)."""
+    if item.strip().isdigit():
+        return SHAPES[int(item)]
+    M, N, ds = shape_spec(item.strip())
+    if ds not in ("bf16", "fp16", "fp32") or M < 1 or N < 1:
+        raise ValueError(item)
+    return M, N, ds
+
+
 def torch_dtype(ds):
     import torch
 
@@ -573,7 +583,9 @@ def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=".")
     ap.add_argument("--explore", action="store_true", help="also time a wider config grid per shape")
-    ap.add_argument("--shapes", default="all", help="comma list of indices into SHAPES, or 'all'")
+    ap.add_argument("--shapes", default="all",
+                    help="'all' (SHAPES), or a comma list of indices into SHAPES and MxN:dtype shapes, e.g. "
+                         "0,3,4096x7168:bf16")
     ap.add_argument("--budget-s", type=float, default=480.0, help="stop starting new shapes after this")
     ap.add_argument("--workers", type=int, default=min(14, os.cpu_count() or 1))
     ap.add_argument("--rounds", type=int, default=3,
@@ -606,7 +618,11 @@ def main(argv=None):
             quack = version("quack-kernels")
         except Exception:
             quack = "installed"
-    shapes = SHAPES if args.shapes == "all" else [SHAPES[int(i)] for i in args.shapes.split(",")]
+    try:
+        shapes = SHAPES if args.shapes == "all" else [parse_shape(item) for item in args.shapes.split(",")]
+    except (ValueError, IndexError):
+        ap.error(f"--shapes {args.shapes!r}: expected 'all', or indices into SHAPES (0-{len(SHAPES) - 1}) and "
+                 f"MxN:dtype shapes (dtype bf16, fp16 or fp32), comma-separated")
     meta = {
         "device": torch.cuda.get_device_name(), "torch": torch.__version__, "triton": triton.__version__,
         "cuda": torch.version.cuda, "liger": liger, "quack": quack, "python": platform.python_version(),

@@ -157,7 +157,7 @@ def test_rows_off_the_vector_grid_default_to_a_whole_row_read_as_aligned_vectors
     assert cfg in cuda_space(M, N, ds)
     assert make_launcher(N, ds, **kw).align(N, N) == 16 // ELEMENT_SIZE[ds]
     # a width whose padded row cannot hold the aligned window keeps the old default
-    assert default_config(M, 4095, "bf16") == default_config(M, 4088, "bf16")
+    assert default_config(M, 4095, "bf16") == default_config(M, 4096, "bf16")
 
 
 def test_adopter_is_registered_through_its_entry_point():
@@ -880,3 +880,18 @@ def test_rows_off_the_vector_grid_cross_compile_to_16_byte_accesses_for_gfx942()
         assert consts["ALIGN"] == 8
     assert found[False][0] >= 2 and found[False][1] >= 2 and found[False][2] == 1, found
     assert found[True][:2] == (0, 0) and found[True][2] >= 8, found
+
+
+@pytest.mark.parametrize("M,N", [(4096, 2560), (4096, 3072), (16384, 3584), (4096, 5120), (16384, 6144), (4096, 7168)])
+def test_many_rows_of_llm_widths_off_the_power_of_two_get_a_default_that_fills_their_threads(M, N):
+    # H200: the general rule (two passes, one vector a thread a chunk) read 0.88-0.91 of the best config at
+    # 2560-5120; padded to 4096 the whole row at 128 threads, to 8192 (up to 6144) chunks of 4096 at 256 threads
+    for ds in ("bf16", "fp16"):
+        cfg = default_config(M, N, ds)
+        assert cfg in cuda_space(M, N, ds)
+        want = {4096: (128, 0), 8192: (256, 4096) if N <= 6144 else (512, 4096)}[next_pow2(N)]
+        assert (cfg.kwargs["BLOCK_THREADS"], cfg.kwargs["CHUNK"]) == want, cfg
+    # powers of two, few rows and fp32 keep the rules they were measured with
+    assert default_config(4096, 4096, "bf16").kwargs["CHUNK"] == 2048
+    assert default_config(200, 3072, "bf16") == default_config(200, 4096, "bf16")
+    assert default_config(M, N, "fp32").kwargs["BLOCK_THREADS"] != 128
