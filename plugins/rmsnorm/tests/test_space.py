@@ -882,14 +882,17 @@ def test_rows_off_the_vector_grid_cross_compile_to_16_byte_accesses_for_gfx942()
     assert found[True][:2] == (0, 0) and found[True][2] >= 8, found
 
 
-@pytest.mark.parametrize("M,N", [(4096, 2560), (4096, 3072), (16384, 3584), (4096, 5120), (16384, 6144), (4096, 7168)])
-def test_many_rows_of_llm_widths_off_the_power_of_two_get_a_default_that_fills_their_threads(M, N):
-    # H200: the general rule (two passes, one vector a thread a chunk) read 0.88-0.91 of the best config at
-    # 2560-5120; padded to 4096 the whole row at 128 threads, to 8192 (up to 6144) chunks of 4096 at 256 threads
+@pytest.mark.parametrize("M,N,want", [
+    (4096, 2560, (128, 0)), (1024, 3584, (128, 0)), (16384, 2560, (128, 0)), (16384, 3072, (256, 2048)),
+    (65536, 3584, (256, 2048)), (4096, 5120, (256, 4096)), (16384, 6144, (256, 4096)), (4096, 7168, (512, 4096)),
+])
+def test_many_rows_of_llm_widths_off_the_power_of_two_get_a_default_that_fills_their_threads(M, N, want):
+    # H200: the general rule (two passes, one vector a thread a chunk) read 0.88-0.92 of the best config at
+    # 2560-5120; padded to 4096 the whole row at 128 threads (but chunks of 2048 for many rows of wider
+    # rows), padded to 8192 (up to 6144) chunks of 4096 at 256 threads
     for ds in ("bf16", "fp16"):
         cfg = default_config(M, N, ds)
         assert cfg in cuda_space(M, N, ds)
-        want = {4096: (128, 0), 8192: (256, 4096) if N <= 6144 else (512, 4096)}[next_pow2(N)]
         assert (cfg.kwargs["BLOCK_THREADS"], cfg.kwargs["CHUNK"]) == want, cfg
     # powers of two, few rows and fp32 keep the rules they were measured with
     assert default_config(4096, 4096, "bf16").kwargs["CHUNK"] == 2048

@@ -271,19 +271,23 @@ def off_pow2_rows(M: int, N: int, dtype_str: str) -> Optional[fat.Config]:
     width is not a power of two, or None (the general rule serves). The general rule streams such rows
     in two passes of one 16-byte vector a thread, and the last chunk of a row that is not a whole number
     of chunks leaves up to three quarters of the threads masked (5120 in chunks of 4096). On the H200
-    (``bench/rmsnorm.py``, bf16, the search's flushed graph timing of the whole space, 2026-12-03) the general
-    rule read 0.88-0.91 of the best config at 4096 x 2560, 3072, 3584 and 5120 and 16384 x 5120; instead:
+    (``bench/rmsnorm.py``, bf16, the search's flushed graph timing of the whole space, two runs of
+    2026-12-03) the general rule read 0.88-0.92 of the best config at 4096 x 2560, 3072, 3584 and 5120,
+    1024 x 2560, 16384 x 2560 and 16384 x 5120. Instead:
 
-    * padded to 4096: the whole row in registers at 128 threads (32 elements a thread), the best config
-      of the space at all three widths;
+    * padded to 4096: the whole row in registers at 128 threads (32 elements a thread): 0.995-1.000 of
+      the best at 1024 and 4096 rows of 2560-3584 and at 16384 rows of 2560. With more rows of a wider
+      row the general rule's chunks of 2048 lead (16384 x 3072: 0.997 against 0.960; 65536 x 3584: 1.000
+      against 0.948), so from 8192 rows only rows of at most 5/8 of the padded width take it;
     * padded to 8192, at most three quarters of it (5120, 6144): chunks of 4096 at 256 threads (two
-      vectors a thread a chunk), 0.994 and 0.998 of the best at 4096 and 16384 rows of 5120. Wider rows
-      (7168) keep the general rule, the best there or within 0.4 %.
+      vectors a thread a chunk): 0.988-0.998 of the best at 4096-16384 rows of 5120 (fp16 too) and
+      4096 x 6144, where the general rule read 0.88-0.95. Wider rows (7168) keep the general rule, the
+      best there or within 0.4 %.
     """
     npad = next_pow2(N)
     if M < FEW_ROWS or N == npad or ELEMENT_SIZE[dtype_str] != 2 or N % (16 // ELEMENT_SIZE[dtype_str]):
         return None
-    if npad == 4096:
+    if npad == 4096 and (M < 8192 or 8 * N <= 5 * npad):
         return _cfg(128, 1, policy=1)
     if npad == 8192 and 4 * N <= 3 * npad:
         return _cfg(256, 1, 4096, 1)
