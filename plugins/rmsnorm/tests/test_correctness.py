@@ -394,3 +394,19 @@ def test_the_cuda_default_of_rows_off_the_vector_grid_computes_their_rows_on_cpu
     L(x, w[:N].contiguous(), y, 7, N + 5, N + 5, 1e-6)
     assert_close(y[:, :N], x, w[:N])
     assert torch.isnan(y[:, N:]).all()
+
+
+@pytest.mark.parametrize("M,N,dtype", [(300, 2560, torch.bfloat16), (300, 5120, torch.float16),
+                                       (9000, 3584, torch.bfloat16)], ids=str)
+def test_the_cuda_default_of_llm_widths_computes_their_rows_on_cpu(M, N, dtype):
+    """The CUDA default of many rows of widths off the power of two (a whole row at 128 threads, or chunks
+    of 4096 at 256): the first rows of such a launch, strided into a padded output, give the reference."""
+    from flyautotune_rmsnorm.space import default_config
+
+    kw = default_config(M, N, dtype_str(dtype)).kwargs
+    base, w = inputs((5, N + 16), dtype, seed=N)
+    x, w = base[:, :N], w[:N].contiguous()
+    y = torch.full_like(base, float("nan"))
+    make_launcher(N, dtype_str(dtype), **kw)(x, w, y, 5, N + 16, N + 16, 1e-6)
+    assert_close(y[:, :N], x, w)
+    assert torch.isnan(y[:, N:]).all()

@@ -548,3 +548,15 @@ def test_the_defaults_bound_launch_follows_every_call(N, dtype, monkeypatch):
     assert {k[6] for k in runs} == {dtype, torch.float32} and any(k[7] for k in runs)  # weight dtypes, hints
     split = [k for k, run in runs.items() if run is None]  # rows the bound launch does not serve (split)
     assert all(default_config(k[0], N, dtype_str(dtype)).kwargs["SPLIT"] > 1 for k in split)
+
+
+@pytest.mark.parametrize("M,N", [(300, 2560), (4096, 3072), (16384, 3584), (4096, 5120), (8192, 6144)], ids=str)
+@pytest.mark.parametrize("dtype", [torch.bfloat16, torch.float16], ids=str)
+def test_the_default_of_llm_widths_runs_on_the_gpu(M, N, dtype):
+    """``rmsnorm()`` without a search at the hidden sizes of common LLMs (widths off the power of two):
+    against fp64, into a fresh output and in place."""
+    x, w = _inputs(M, N, dtype)
+    _check(rmsnorm(x, w), x, w)
+    y = x.clone()
+    rmsnorm(y, w, out=y)
+    _check(y, x, w)
