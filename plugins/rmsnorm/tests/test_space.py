@@ -883,17 +883,20 @@ def test_rows_off_the_vector_grid_cross_compile_to_16_byte_accesses_for_gfx942()
 
 
 @pytest.mark.parametrize("M,N,want", [
-    (4096, 2560, (128, 0)), (1024, 3584, (128, 0)), (16384, 2560, (128, 0)), (16384, 3072, (256, 2048)),
-    (65536, 3584, (256, 2048)), (4096, 5120, (256, 4096)), (16384, 6144, (256, 4096)), (4096, 7168, (512, 4096)),
+    (4096, 2560, (128, 0)), (1024, 3584, (128, 0)), (4096, 3584, (128, 0)), (6144, 3072, (128, 2048)),
+    (16384, 2560, (128, 2048)), (16384, 3072, (128, 2048)), (65536, 3584, (128, 2048)), (4096, 5120, (256, 4096)),
+    (16384, 6144, (256, 4096)), (4096, 7168, (512, 4096)),
 ])
 def test_many_rows_of_llm_widths_off_the_power_of_two_get_a_default_that_fills_their_threads(M, N, want):
     # H200: the general rule (two passes, one vector a thread a chunk) read 0.88-0.92 of the best config at
-    # 2560-5120; padded to 4096 the whole row at 128 threads (but chunks of 2048 for many rows of wider
-    # rows), padded to 8192 (up to 6144) chunks of 4096 at 256 threads
+    # 2560-5120; padded to 4096 the whole row at 128 threads while x is under 32 MiB (chunks of 2048 at 128
+    # threads from there), padded to 8192 (up to 6144) chunks of 4096 at 256 threads
     for ds in ("bf16", "fp16"):
         cfg = default_config(M, N, ds)
         assert cfg in cuda_space(M, N, ds)
         assert (cfg.kwargs["BLOCK_THREADS"], cfg.kwargs["CHUNK"]) == want, cfg
+        if want == (128, 2048):  # streaming y, as the search's pick did at every one of these shapes
+            assert cfg.kwargs["CACHE_POLICY"] == 2, cfg
     # powers of two, few rows and fp32 keep the rules they were measured with
     assert default_config(4096, 4096, "bf16").kwargs["CHUNK"] == 2048
     assert default_config(200, 3072, "bf16") == default_config(200, 4096, "bf16")

@@ -266,19 +266,28 @@ def default_config(M: int, N: int, dtype_str: str, backend: str = "cuda") -> fat
     return _cfg(max(256, min(1024, chunk // vec)), 1, chunk, policy)
 
 
+#: Many rows padded to 4096 (:func:`off_pow2_rows`) stay whole in registers while x is smaller than this;
+#: larger, they stream in chunks. H200, bf16: whole rows led at 4096 x 3584 (29 MB) and trailed by
+#: 0.8-5 % from 6144 x 3072 (38 MB) up.
+OFF_POW2_WHOLE_BYTES = 32 << 20
+
+
 def off_pow2_rows(M: int, N: int, dtype_str: str) -> Optional[fat.Config]:
     """The CUDA default for many rows (``M >= FEW_ROWS``) of 16-bit elements on the 16-byte grid whose
     width is not a power of two, or None (the general rule serves). The general rule streams such rows
     in two passes of one 16-byte vector a thread, and the last chunk of a row that is not a whole number
     of chunks leaves up to three quarters of the threads masked (5120 in chunks of 4096). On the H200
-    (``bench/rmsnorm.py``, bf16, the search's flushed graph timing of the whole space, two runs of
-    2026-12-03) the general rule read 0.88-0.92 of the best config at 4096 x 2560, 3072, 3584 and 5120,
+    (``bench/rmsnorm.py --shapes``, the search's flushed graph timing of the whole space, two runs of
+    2026-12-03 and two of 2026-12-04) the general rule read 0.88-0.92 of the best config at 4096 x 2560, 3072, 3584 and 5120,
     1024 x 2560, 16384 x 2560 and 16384 x 5120. Instead:
 
-    * padded to 4096: the whole row in registers at 128 threads (32 elements a thread): 0.995-1.000 of
-      the best at 1024 and 4096 rows of 2560-3584 and at 16384 rows of 2560. With more rows of a wider
-      row the general rule's chunks of 2048 lead (16384 x 3072: 0.997 against 0.960; 65536 x 3584: 1.000
-      against 0.948), so from 8192 rows only rows of at most 5/8 of the padded width take it;
+    * padded to 4096, while x is under :data:`OFF_POW2_WHOLE_BYTES`: the whole row in registers at 128
+      threads (32 elements a thread): 0.966-1.000 of the best at 1024-4096 rows of 2560-3584 (eight
+      shapes, 2026-12-04; 0.995-1.000 on 2026-12-03);
+    * padded to 4096, larger: chunks of 2048 at 128 threads (two vectors a thread a chunk), streaming y
+      (``CACHE_POLICY=2``): 0.993-1.000 of the best at 6144-32768 rows of 2560-3584 (nine shapes, fp16
+      too), where the whole row read 0.948-0.992 and the general rule's chunks of 2048 at 256 threads
+      0.926-1.000 (2026-12-04);
     * padded to 8192, at most three quarters of it (5120, 6144): chunks of 4096 at 256 threads (two
       vectors a thread a chunk): 0.988-0.998 of the best at 4096-16384 rows of 5120 (fp16 too) and
       4096 x 6144, where the general rule read 0.88-0.95. Wider rows (7168) keep the general rule, the
@@ -287,8 +296,10 @@ def off_pow2_rows(M: int, N: int, dtype_str: str) -> Optional[fat.Config]:
     npad = next_pow2(N)
     if M < FEW_ROWS or N == npad or ELEMENT_SIZE[dtype_str] != 2 or N % (16 // ELEMENT_SIZE[dtype_str]):
         return None
-    if npad == 4096 and (M < 8192 or 8 * N <= 5 * npad):
-        return _cfg(128, 1, policy=1)
+    if npad == 4096:
+        if M * N * ELEMENT_SIZE[dtype_str] < OFF_POW2_WHOLE_BYTES:
+            return _cfg(128, 1, policy=1)
+        return _cfg(128, 1, 2048, 2)
     if npad == 8192 and 4 * N <= 3 * npad:
         return _cfg(256, 1, 4096, 1)
     return None
