@@ -285,9 +285,9 @@ def off_pow2_rows(M: int, N: int, dtype_str: str) -> Optional[fat.Config]:
       threads (32 elements a thread): 0.966-1.000 of the best at 1024-4096 rows of 2560-3584 (eight
       shapes, 2026-12-04; 0.995-1.000 on 2026-12-03);
     * padded to 4096, larger: chunks of 2048 at 128 threads (two vectors a thread a chunk), streaming y
-      (``CACHE_POLICY=2``): 0.993-1.000 of the best at 6144-32768 rows of 2560-3584 (nine shapes, fp16
-      too), where the whole row read 0.948-0.992 and the general rule's chunks of 2048 at 256 threads
-      0.926-1.000 (2026-12-04);
+      (``CACHE_POLICY=2``): 0.993-1.000 of the best at 6144-65536 rows of 2560-3584 (twelve shapes, fp16
+      too), where the whole row read 0.944-0.993 and the general rule's chunks of 2048 at 256 threads
+      0.923-1.000 (2026-12-04);
     * padded to 8192, at most three quarters of it (5120, 6144): chunks of 4096 at 256 threads (two
       vectors a thread a chunk): 0.988-0.998 of the best at 4096-16384 rows of 5120 (fp16 too) and
       4096 x 6144, where the general rule read 0.88-0.95. Wider rows (7168) keep the general rule, the
