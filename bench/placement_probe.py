@@ -1,0 +1,115 @@
+"""Does where the input copies lie decide a config's speed? One shape, a few configs and QuACK, timed the
+bench's way (CUDA-graph replay, one input copy a call, each call allocating its output) over input copies
+placed two ways:
+
+* ``set K``: a fresh set of separately allocated copies (as the bench makes them), after a spacer
+  allocation of K MiB + K * 4 KiB that moves the allocator on;
+* ``offset B``: the copies carved from one buffer, each starting B bytes past a 2 MiB boundary.
+
+If a config reads differently from one ``set`` to the next but alike at every ``offset``, its speed follows
+the physical pages it lands on, not the address's low bits; if it follows ``offset``, it names the bits.
+
+    python bench/placement_probe.py --out DIR [--shape 4096x1000:bf16] [--sets 4] [--offsets 0,256,4096,65536]
+                                    [--copies 199] [--extra 128x4:0,...]
+
+Prints one table (GB/s per placement and implementation) and writes placement_probe.json.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+import tempfile
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+PAGE = 2 << 20
+
+
+def main(argv=None):
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=".")
+    ap.add_argument("--shape", default="4096x1000:bf16")
+    ap.add_argument("--sets", type=int, default=4, help="fresh sets of separately allocated copies")
+    ap.add_argument("--offsets", default="0,256,4096,65536", help="byte offsets past a 2 MiB boundary")
+    ap.add_argument("--copies", type=int, default=199, help="input copies a graph replay reads (one a call)")
+    ap.add_argument("--extra", default="128x4:0", help="configs besides the default and the search's pick "
+                    "(space_probe's syntax: THREADSxROWS:POLICY[:KNOB=VALUE...]; other knobs as the default's)")
+    args = ap.parse_args(argv)
+    from space_probe import describe, extra_config, parse_extra
+    try:
+        extra = parse_extra(args.extra)
+        offsets = [int(v) for v in filter(None, args.offsets.split(","))]
+    except ValueError as exc:
+        ap.error(str(exc))
+    if args.copies < 2:
+        ap.error(f"--copies: {args.copies}: at least 2 (one graph replay reads each once)")
+    if args.sets < 0:
+        ap.error(f"--sets: {args.sets}: 0 or more")
+    bad = [b for b in offsets if not 0 <= b < PAGE or b % 16]
+    if bad:
+        ap.error(f"--offsets: {bad}: byte offsets past a 2 MiB boundary, multiples of 16 under {PAGE}")
+    os.makedirs(args.out, exist_ok=True)
+    os.environ.setdefault("FLYAUTOTUNE_CACHE_DIR", tempfile.mkdtemp(prefix="fat-placement-"))
+    import torch
+    from rmsnorm import EPS, gbps_of, graph_time, load_quack, save_rows, searched_inputs, shape_spec
+
+    from flyautotune_rmsnorm.api import launch
+    from flyautotune_rmsnorm.space import default_config
+
+    M, N, ds = shape_spec(args.shape)
+    x, w, picked = searched_inputs(M, N, ds)
+    default = default_config(M, N, ds).kwargs
+    configs = {"default " + describe(default): default, "picked " + describe(picked): picked}
+    for item in extra:
+        kw = extra_config(default, item)  # other knobs as the default's (the pick's may be another body)
+        configs.setdefault(describe(kw), kw)
+    fns = {name: (lambda x, w, kw=kw: launch(x, w, torch.empty_like(x), M, N, ds, EPS, N, N, None, **kw))
+           for name, kw in configs.items()}
+    quack = load_quack()
+    if quack is not None:
+        fns["quack"] = lambda x, w: quack(x, w, eps=EPS)[0]
+    fns["clone"] = lambda x, w: x.clone()
+
+    def timed(label, xs):
+        row = {"placement": label, "copies": len(xs),
+               "gbps": gbps_of({name: graph_time(fn, xs, w, reps_ms=60, min_replay_ms=0)
+                                for name, fn in fns.items()}, M, N, ds)}
+        print(label, {k: round(v) for k, v in row["gbps"].items()}, flush=True)
+        return row
+
+    rows = []
+    spacers = []
+    for k in range(args.sets):
+        spacers.append(torch.empty((k + 1) * (1 << 20) + k * 4096, dtype=torch.uint8, device=x.device))
+        xs = [x.clone() for _ in range(args.copies)]
+        rows.append(timed(f"set {k}", xs))
+        del xs
+        torch.cuda.empty_cache()  # back to the driver: the next set is mapped afresh, not the cached blocks
+    spacers.clear()
+    torch.cuda.empty_cache()
+    nbytes = x.numel() * x.element_size()
+    stride = -(-nbytes // PAGE) * PAGE  # whole 2 MiB pages a copy
+    big = torch.empty(args.copies * stride + PAGE * 2, dtype=torch.uint8, device=x.device)
+    base = (-big.data_ptr()) % PAGE  # the first 2 MiB boundary inside the buffer
+    for off in offsets:
+        xs = []
+        for i in range(args.copies):
+            start = base + i * stride + off
+            xi = big[start:start + nbytes].view(x.dtype).view(M, N)
+            xi.copy_(x)
+            xs.append(xi)
+        rows.append(timed(f"offset {off}", xs))
+        del xs
+    save_rows(args.out, "placement_probe.json", rows)
+    names = list(fns)
+    print(f"\n### {args.shape}, GB/s per placement ({args.copies} input copies a replay)\n")
+    print("| placement | " + " | ".join(names) + " |")
+    print("|---|" + "---|" * len(names))
+    for r in rows:
+        print(f"| {r['placement']} | " + " | ".join(f"{r['gbps'][n]:.0f}" for n in names) + " |")
+
+
+if __name__ == "__main__":
+    sys.exit(main())
