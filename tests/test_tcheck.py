@@ -307,3 +307,27 @@ def test_the_switches_keep_hits_from_starting_a_compiler(background, monkeypatch
         assert tcheck._background == said
         assert not background.exists()  # nothing made in the build folder
         monkeypatch.delenv(name)
+
+
+
+def test_a_build_folder_it_cannot_make_costs_the_build_never_the_hit(tmp_path, monkeypatch, fresh, pm,
+                                                                      counting_bench):
+    blocker = tmp_path / "not-a-folder"
+    blocker.write_text("a file where the build folder's parent should be\n")
+    monkeypatch.setenv(tcheck.DIR_ENV, str(blocker / "native"))  # mkdir fails, for root too
+    monkeypatch.delenv(tcheck.ENV, raising=False)
+    monkeypatch.delenv(tcheck.AUTO_ENV, raising=False)
+    monkeypatch.setattr(tcheck, "_background", None)
+
+    @fat.autotune(configs=[fat.Config(B=1), fat.Config(B=2)], key=["n"], do_bench=counting_bench(),
+                  plugin_manager=pm, name="t_tcheck_no_folder")
+    def launch(x, n, B=None):
+        return B
+
+    x = torch.randn(4, 8)
+    chosen = launch(x, 4)
+    assert launch(x, 4) == chosen and launch.last_source == "memory"  # the hit is served, by torch's check
+    said = tcheck._background
+    assert said.startswith("not started: ") and "Not a directory" in said, said
+    kind, why = tcheck.status()
+    assert kind == "torch" and "not built for this torch yet" in why, why
