@@ -8,6 +8,11 @@ placed two ways:
 
 If a config reads differently from one ``set`` to the next but alike at every ``offset``, its speed follows
 the physical pages it lands on, not the address's low bits; if it follows ``offset``, it names the bits.
+If it reads alike everywhere in one process but differently from one process to the next (what the H200
+showed at 4096 x 1000 bf16), two more things say whether the process differs: each config's compiled
+binary (a digest of its cubin and its registers: the same in every process unless the compile differs),
+and the GPU's clocks, power and temperature sampled by ``nvidia-smi`` every 50 ms while each placement
+is timed (``--no-clocks`` leaves them out; without ``nvidia-smi`` the probe says so and goes on).
 
     python bench/placement_probe.py --out DIR [--shape 4096x1000:bf16] [--sets 4] [--offsets 0,256,4096,65536]
                                     [--copies 199] [--extra 128x4:0,...]
@@ -18,13 +23,84 @@ Prints one table (GB/s per placement and implementation) and writes placement_pr
 from __future__ import annotations
 
 import argparse
+import hashlib
 import os
+import statistics
+import subprocess
 import sys
 import tempfile
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 PAGE = 2 << 20
+#: What ``nvidia-smi`` samples while a placement is timed.
+CLOCK_QUERY = ("clocks.sm", "clocks.mem", "power.draw", "temperature.gpu")
+
+
+def parse_samples(text):
+    """``{field: [value, ...]}`` of ``nvidia-smi --format=csv,noheader,nounits`` lines of
+    :data:`CLOCK_QUERY`; lines that do not parse (a field ``[N/A]``, a cut last line) are skipped."""
+    got = {f: [] for f in CLOCK_QUERY}
+    for line in text.splitlines():
+        parts = [p.strip() for p in line.split(",")]
+        try:
+            values = [float(p) for p in parts]
+        except ValueError:
+            continue
+        if len(values) == len(CLOCK_QUERY):
+            for f, v in zip(CLOCK_QUERY, values):
+                got[f].append(v)
+    return got
+
+
+class ClockSampler:
+    """``nvidia-smi`` sampling :data:`CLOCK_QUERY` of one GPU every 50 ms inside a ``with`` block;
+    :attr:`summary` is then ``{field: [lowest, median, highest]}`` (empty without ``nvidia-smi``)."""
+
+    def __init__(self, gpu):
+        self.gpu, self.proc, self.summary = gpu, None, {}
+
+    def __enter__(self):
+        try:
+            self.proc = subprocess.Popen(["nvidia-smi", "-i", str(self.gpu), "--query-gpu=" + ",".join(CLOCK_QUERY),
+                                          "--format=csv,noheader,nounits", "-lms", "50"],
+                                         stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True)
+        except OSError as exc:
+            print(f"clocks not sampled: {exc}", flush=True)
+        return self
+
+    def __exit__(self, *exc):
+        if self.proc is not None:
+            self.proc.terminate()
+            out, _ = self.proc.communicate(timeout=10)
+            self.summary = {f: [min(v), statistics.median(v), max(v)]
+                            for f, v in parse_samples(out).items() if v}
+        return False
+
+
+def gpu_id(torch, device):
+    """What ``nvidia-smi -i`` takes for ``device``: its UUID where torch has it (CUDA_VISIBLE_DEVICES may
+    renumber devices), else its index."""
+    uuid = getattr(torch.cuda.get_device_properties(device), "uuid", None)
+    return f"GPU-{uuid}" if uuid is not None and not str(uuid).startswith("GPU-") else (uuid or device.index or 0)
+
+
+def binary_ids(configs, x, w, M, N, ds):
+    """``{name: "digest (R registers)"}`` of each config's compiled binary for these arguments."""
+    import torch
+
+    from flyautotune_rmsnorm import make_launcher
+
+    ids = {}
+    for name, kw in configs.items():
+        try:
+            k = make_launcher(N, ds, **kw).compiled(x, w, torch.empty_like(x), M, N, N)
+            cubin = k.asm.get("cubin", b"")
+            ids[name] = f"{hashlib.sha256(cubin if isinstance(cubin, bytes) else cubin.encode()).hexdigest()[:12]}" \
+                        f" ({k.n_regs} registers)"
+        except Exception as exc:  # noqa: BLE001 - a body without a report says why, the timing goes on
+            ids[name] = f"unavailable: {type(exc).__name__}: {exc}"[:200]
+    return ids
 
 
 def main(argv=None):
@@ -34,6 +110,7 @@ def main(argv=None):
     ap.add_argument("--sets", type=int, default=4, help="fresh sets of separately allocated copies")
     ap.add_argument("--offsets", default="0,256,4096,65536", help="byte offsets past a 2 MiB boundary")
     ap.add_argument("--copies", type=int, default=199, help="input copies a graph replay reads (one a call)")
+    ap.add_argument("--no-clocks", action="store_true", help="do not sample the GPU's clocks with nvidia-smi")
     ap.add_argument("--extra", default="128x4:0", help="configs besides the default and the search's pick "
                     "(space_probe's syntax: THREADSxROWS:POLICY[:KNOB=VALUE...]; other knobs as the default's)")
     args = ap.parse_args(argv)
@@ -72,11 +149,20 @@ def main(argv=None):
         fns["quack"] = lambda x, w: quack(x, w, eps=EPS)[0]
     fns["clone"] = lambda x, w: x.clone()
 
+    binaries = binary_ids(configs, x, w, M, N, ds)
+    for name, ident in binaries.items():
+        print(f"binary of {name}: {ident}", flush=True)
+    gpu = gpu_id(torch, x.device)
+
     def timed(label, xs):
-        row = {"placement": label, "copies": len(xs),
-               "gbps": gbps_of({name: graph_time(fn, xs, w, reps_ms=60, min_replay_ms=0)
-                                for name, fn in fns.items()}, M, N, ds)}
-        print(label, {k: round(v) for k, v in row["gbps"].items()}, flush=True)
+        sampler = ClockSampler(gpu)
+        if args.no_clocks:
+            ms = {name: graph_time(fn, xs, w, reps_ms=60, min_replay_ms=0) for name, fn in fns.items()}
+        else:
+            with sampler:
+                ms = {name: graph_time(fn, xs, w, reps_ms=60, min_replay_ms=0) for name, fn in fns.items()}
+        row = {"placement": label, "copies": len(xs), "gbps": gbps_of(ms, M, N, ds), "clocks": sampler.summary}
+        print(label, {k: round(v) for k, v in row["gbps"].items()}, row["clocks"], flush=True)
         return row
 
     rows = []
@@ -102,13 +188,16 @@ def main(argv=None):
             xs.append(xi)
         rows.append(timed(f"offset {off}", xs))
         del xs
-    save_rows(args.out, "placement_probe.json", rows)
+    save_rows(args.out, "placement_probe.json", [{"binaries": binaries}] + rows)
     names = list(fns)
     print(f"\n### {args.shape}, GB/s per placement ({args.copies} input copies a replay)\n")
-    print("| placement | " + " | ".join(names) + " |")
-    print("|---|" + "---|" * len(names))
+    print("| placement | " + " | ".join(names) + " | SM MHz (lowest–highest) | W (median) |")
+    print("|---|" + "---|" * (len(names) + 2))
     for r in rows:
-        print(f"| {r['placement']} | " + " | ".join(f"{r['gbps'][n]:.0f}" for n in names) + " |")
+        sm, power = r["clocks"].get("clocks.sm"), r["clocks"].get("power.draw")
+        print(f"| {r['placement']} | " + " | ".join(f"{r['gbps'][n]:.0f}" for n in names)
+              + f" | {f'{sm[0]:.0f}–{sm[2]:.0f}' if sm else '—'} | {f'{power[1]:.0f}' if power else '—'} |")
+    print("\nBinaries: " + "; ".join(f"{n}: {i}" for n, i in binaries.items()))
 
 
 if __name__ == "__main__":
