@@ -10,7 +10,8 @@ If a config reads differently from one ``set`` to the next but alike at every ``
 the physical pages it lands on, not the address's low bits; if it follows ``offset``, it names the bits.
 If it reads alike everywhere in one process but differently from one process to the next (what the H200
 showed at 4096 x 1000 bf16), two more things say whether the process differs: each config's compiled
-binary (a digest of its cubin and its registers: the same in every process unless the compile differs),
+binaries as launched (a digest of each cubin and its registers, from ``bench/rmsnorm.py``'s
+``kernel_report``: the same in every process unless the compile differs),
 and the GPU's clocks, power and temperature sampled by ``nvidia-smi`` every 50 ms while each placement
 is timed (``--no-clocks`` leaves them out; without ``nvidia-smi`` the probe says so and goes on).
 
@@ -23,7 +24,7 @@ Prints one table (GB/s per placement and implementation) and writes placement_pr
 from __future__ import annotations
 
 import argparse
-import hashlib
+import contextlib
 import os
 import statistics
 import subprocess
@@ -85,24 +86,6 @@ def gpu_id(torch, device):
     return f"GPU-{uuid}" if uuid is not None and not str(uuid).startswith("GPU-") else (uuid or device.index or 0)
 
 
-def binary_ids(configs, x, w, M, N, ds):
-    """``{name: "digest (R registers)"}`` of each config's compiled binary for these arguments."""
-    import torch
-
-    from flyautotune_rmsnorm import make_launcher
-
-    ids = {}
-    for name, kw in configs.items():
-        try:
-            k = make_launcher(N, ds, **kw).compiled(x, w, torch.empty_like(x), M, N, N)
-            cubin = k.asm.get("cubin", b"")
-            ids[name] = f"{hashlib.sha256(cubin if isinstance(cubin, bytes) else cubin.encode()).hexdigest()[:12]}" \
-                        f" ({k.n_regs} registers)"
-        except Exception as exc:  # noqa: BLE001 - a body without a report says why, the timing goes on
-            ids[name] = f"unavailable: {type(exc).__name__}: {exc}"[:200]
-    return ids
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=".")
@@ -130,7 +113,8 @@ def main(argv=None):
     os.makedirs(args.out, exist_ok=True)
     os.environ.setdefault("FLYAUTOTUNE_CACHE_DIR", tempfile.mkdtemp(prefix="fat-placement-"))
     import torch
-    from rmsnorm import EPS, gbps_of, graph_time, load_quack, save_rows, searched_inputs, shape_spec
+    from rmsnorm import (EPS, gbps_of, graph_time, kernel_report, load_quack, save_rows, searched_inputs,
+                         shape_spec)
 
     from flyautotune_rmsnorm.api import launch
     from flyautotune_rmsnorm.space import default_config
@@ -149,18 +133,12 @@ def main(argv=None):
         fns["quack"] = lambda x, w: quack(x, w, eps=EPS)[0]
     fns["clone"] = lambda x, w: x.clone()
 
-    binaries = binary_ids(configs, x, w, M, N, ds)
-    for name, ident in binaries.items():
-        print(f"binary of {name}: {ident}", flush=True)
     gpu = gpu_id(torch, x.device)
 
     def timed(label, xs):
         sampler = ClockSampler(gpu)
-        if args.no_clocks:
+        with contextlib.nullcontext() if args.no_clocks else sampler:
             ms = {name: graph_time(fn, xs, w, reps_ms=60, min_replay_ms=0) for name, fn in fns.items()}
-        else:
-            with sampler:
-                ms = {name: graph_time(fn, xs, w, reps_ms=60, min_replay_ms=0) for name, fn in fns.items()}
         row = {"placement": label, "copies": len(xs), "gbps": gbps_of(ms, M, N, ds), "clocks": sampler.summary}
         print(label, {k: round(v) for k, v in row["gbps"].items()}, row["clocks"], flush=True)
         return row
@@ -188,6 +166,8 @@ def main(argv=None):
             xs.append(xi)
         rows.append(timed(f"offset {off}", xs))
         del xs
+    binaries = {name: ", ".join(f"{k['cubin']} ({k['n_regs']} registers)" for k in kernel_report(kw, N, ds))
+                for name, kw in configs.items()}  # what each config launched above
     save_rows(args.out, "placement_probe.json", [{"binaries": binaries}] + rows)
     names = list(fns)
     print(f"\n### {args.shape}, GB/s per placement ({args.copies} input copies a replay)\n")

@@ -33,6 +33,7 @@ from __future__ import annotations
 import argparse
 import concurrent.futures as cf
 import datetime
+import hashlib
 import json
 import math
 import multiprocessing
@@ -457,7 +458,8 @@ def space_jobs(M, N, ds, explore):
 
 
 def kernel_report(cfg, N, ds):
-    """Registers and spills of the binaries a config launched (from its launcher cache)."""
+    """Registers, spills, shared memory and a digest of the cubin of the binaries a config launched (from
+    its launcher cache): two processes whose digests match launched the same binary."""
     from flyautotune_rmsnorm import make_launcher
 
     kw = cfg if isinstance(cfg, dict) else cfg.kwargs
@@ -466,8 +468,10 @@ def kernel_report(cfg, N, ds):
     for launch in list(L._launches.values()):
         for one in (launch if isinstance(launch, tuple) else (launch,)):  # split rows: two kernels
             k = one.kernel
+            cubin = getattr(k, "asm", {}).get("cubin")
             out.append({"n_regs": getattr(k, "n_regs", None), "n_spills": getattr(k, "n_spills", None),
-                        "shared": k.metadata.shared if hasattr(k.metadata, "shared") else None})
+                        "shared": k.metadata.shared if hasattr(k.metadata, "shared") else None,
+                        "cubin": hashlib.sha256(cubin).hexdigest()[:12] if isinstance(cubin, bytes) else None})
     return out
 
 

@@ -309,15 +309,11 @@ def test_the_switches_keep_hits_from_starting_a_compiler(background, monkeypatch
         monkeypatch.delenv(name)
 
 
-
-def test_a_build_folder_it_cannot_make_costs_the_build_never_the_hit(tmp_path, monkeypatch, fresh, pm,
+def test_a_build_folder_it_cannot_make_costs_the_build_never_the_hit(background, tmp_path, monkeypatch, pm,
                                                                       counting_bench):
     blocker = tmp_path / "not-a-folder"
     blocker.write_text("a file where the build folder's parent should be\n")
     monkeypatch.setenv(tcheck.DIR_ENV, str(blocker / "native"))  # mkdir fails, for root too
-    monkeypatch.delenv(tcheck.ENV, raising=False)
-    monkeypatch.delenv(tcheck.AUTO_ENV, raising=False)
-    monkeypatch.setattr(tcheck, "_background", None)
 
     @fat.autotune(configs=[fat.Config(B=1), fat.Config(B=2)], key=["n"], do_bench=counting_bench(),
                   plugin_manager=pm, name="t_tcheck_no_folder")

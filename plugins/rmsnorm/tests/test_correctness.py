@@ -400,7 +400,8 @@ def test_the_cuda_default_of_rows_off_the_vector_grid_computes_their_rows_on_cpu
                                        (9000, 3584, torch.bfloat16)], ids=str)
 def test_the_cuda_default_of_llm_widths_computes_their_rows_on_cpu(M, N, dtype):
     """The CUDA default of many rows of widths off the power of two (a whole row at 128 threads, chunks of
-    2048 at 128 for many rows padded to 4096, or chunks of 4096 at 256): the first rows of such a launch, strided into a padded output, give the reference."""
+    2048 at 128 for many rows padded to 4096, or chunks of 4096 at 256): the first rows of such a launch,
+    strided into a padded output, give the reference."""
     from flyautotune_rmsnorm.space import default_config
 
     kw = default_config(M, N, dtype_str(dtype)).kwargs

@@ -278,8 +278,8 @@ def off_pow2_rows(M: int, N: int, dtype_str: str) -> Optional[fat.Config]:
     in two passes of one 16-byte vector a thread, and the last chunk of a row that is not a whole number
     of chunks leaves up to three quarters of the threads masked (5120 in chunks of 4096). On the H200
     (``bench/rmsnorm.py --shapes``, the search's flushed graph timing of the whole space, two runs of
-    2026-12-03 and two of 2026-12-04) the general rule read 0.88-0.92 of the best config at 4096 x 2560, 3072, 3584 and 5120,
-    1024 x 2560, 16384 x 2560 and 16384 x 5120. Instead:
+    2026-12-03 and two of 2026-12-04) the general rule read 0.88-0.92 of the best config at 4096 x 2560,
+    3072, 3584 and 5120, 1024 x 2560, 16384 x 2560 and 16384 x 5120. Instead:
 
     * padded to 4096, while x is under :data:`OFF_POW2_WHOLE_BYTES`: the whole row in registers at 128
       threads (32 elements a thread): 0.966-1.000 of the best at 1024-4096 rows of 2560-3584 (eight
