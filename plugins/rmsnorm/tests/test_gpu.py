@@ -560,3 +560,25 @@ def test_the_default_of_llm_widths_runs_on_the_gpu(M, N, dtype):
     y = x.clone()
     rmsnorm(y, w, out=y)
     _check(y, x, w)
+
+
+@pytest.mark.parametrize("M,N,dtype", [(4096, 768, torch.bfloat16), (8192, 1000, torch.bfloat16),
+                                       (8192, 1024, torch.float16), (16384, 1000, torch.bfloat16),
+                                       (8192, 2000, torch.bfloat16), (8192, 1000, torch.float32)], ids=str)
+def test_the_default_of_middling_x_runs_on_the_gpu(M, N, dtype):
+    """``rmsnorm()`` without a search where x is 6-48 MiB of rows of 513-2048 elements (the asynchronous
+    copy, or x streamed): against fp64, into a fresh output, in place and with strided rows into a padded
+    output whose padding stays untouched."""
+    from flyautotune_rmsnorm.space import mid_rows
+
+    assert mid_rows(M, N, dtype_str(dtype)) == default_config(M, N, dtype_str(dtype)) is not None
+    x, w = _inputs(M, N, dtype)
+    _check(rmsnorm(x, w), x, w)
+    y = x.clone()
+    rmsnorm(y, w, out=y)
+    _check(y, x, w)
+    base = torch.randn(M, N + 8, device="cuda", dtype=dtype)
+    out = torch.full_like(base, float("nan"))
+    rmsnorm(base[:, :N], w, out=out[:, :N])
+    _check(out[:, :N], base[:, :N], w)
+    assert torch.isnan(out[:, N:]).all()

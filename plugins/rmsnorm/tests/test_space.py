@@ -321,7 +321,7 @@ def test_32_bit_row_offsets_cross_compile_without_64_bit_multiplies():
 
 
 @needs_ptxas
-@pytest.mark.parametrize("M,N", [(65536, 128), (4096, 1000), (1024, 8192)])
+@pytest.mark.parametrize("M,N", [(65536, 128), (2048, 1000), (1024, 8192)])
 def test_a_packed_launch_never_reads_the_runtime_strides(M, N):
     """A launch of packed rows (``compile_spec`` describes one) addresses its rows from the constant N:
     its PTX never loads the stride parameters, while the same config for strided rows does."""
@@ -516,7 +516,7 @@ def _pdl_env(monkeypatch, value):
 
 
 @needs_ptxas
-@pytest.mark.parametrize("M,N", [(1, 4096), (4096, 1000), (1024, 65536)])
+@pytest.mark.parametrize("M,N", [(1, 4096), (2048, 1000), (1024, 65536)])
 def test_the_one_launch_body_waits_for_the_kernel_ahead_before_touching_memory_on_hopper(M, N, monkeypatch):
     """With programmatic dependent launch (asked for) the body may start while the kernel ahead still
     runs: the compiled sm_90 binary asks for the launch attribute, and its PTX waits
@@ -901,3 +901,36 @@ def test_many_rows_of_llm_widths_off_the_power_of_two_get_a_default_that_fills_t
     assert default_config(4096, 4096, "bf16").kwargs["CHUNK"] == 2048
     assert default_config(200, 3072, "bf16") == default_config(200, 4096, "bf16")
     assert default_config(M, N, "fp32").kwargs["BLOCK_THREADS"] != 128
+
+
+@pytest.mark.parametrize("M,N,ds,want", [
+    # (threads, rows a program, cache policy, ASYNC); x of 6-24 MiB, 16-bit rows padded to 1024: the copy
+    (4096, 768, "bf16", (128, 4, 0, 1)), (4096, 1000, "bf16", (128, 4, 0, 1)), (8192, 1024, "fp16", (128, 4, 0, 1)),
+    (12288, 1000, "bf16", (128, 4, 0, 1)),
+    # 24-48 MiB: x streamed (rows padded to 1024 or 2048, fp32 too)
+    (16384, 768, "bf16", (128, 2, 1, 0)), (16384, 1024, "bf16", (128, 2, 1, 0)), (8192, 2000, "bf16", (128, 1, 1, 0)),
+    (8192, 1000, "fp32", (128, 2, 1, 0)), (24575, 1024, "bf16", (128, 2, 1, 0)),
+    # outside the band: the old rule (2048 elements a program at 128 threads, x kept)
+    (2048, 1000, "bf16", (128, 2, 0, 0)), (3071, 1024, "bf16", (128, 2, 0, 0)), (24576, 1024, "bf16", (128, 2, 0, 0)),
+    (65536, 1024, "bf16", (128, 2, 0, 0)), (4096, 1000, "fp32", (128, 2, 0, 0)), (4096, 1536, "bf16", (128, 1, 0, 0)),
+    # off the 16-byte grid, and short rows: not this rule
+    (8192, 1001, "bf16", (128, 2, 0, 0)), (65536, 512, "bf16", None),
+])
+def test_the_cuda_default_of_rows_of_513_to_2048_follows_the_size_of_x(M, N, ds, want):
+    # H200 (bench/space_probe.py): the old default read 0.91-0.96 of the best config where x is 6-48 MiB;
+    # the copy led at 6-16 MiB (16-bit, rows padded to 1024), x streamed at 24-32 MiB, x kept from 64 MiB
+    from flyautotune_rmsnorm import kernel_async
+    from flyautotune_rmsnorm.space import mid_rows
+
+    cfg = default_config(M, N, ds)
+    assert cfg in cuda_space(M, N, ds)
+    if want is None:
+        assert mid_rows(M, N, ds) is None
+        return
+    if want[3] and not kernel_async.available():  # no Gluon in this Triton: the old rule serves
+        want = (128, 2048 // next_pow2(N), 0, 0)
+    k = cfg.kwargs
+    assert (k["BLOCK_THREADS"], k["ROWS_PER_PROGRAM"], k["CACHE_POLICY"], k["ASYNC"]) == want, cfg
+    assert (mid_rows(M, N, ds) is None) == (cfg == _cfg(128, 2048 // next_pow2(N), policy=0))
+    # other backends keep their own rules
+    assert default_config(M, N, ds, "cpu").kwargs["ASYNC"] == 0 == default_config(M, N, ds, "rocm").kwargs["ASYNC"]

@@ -247,7 +247,8 @@ def default_config(M: int, N: int, dtype_str: str, backend: str = "cuda") -> fat
         return _cfg(min(1024, max(256, npad // 16)), 1, 8192 if npad > MAX_REGISTER_ROW else 0)
     vec = 16 // ELEMENT_SIZE[dtype_str]
     if npad <= 2048:
-        return _cfg(128, max(1, 2048 // npad), policy=0)
+        mid = mid_rows(M, N, dtype_str) if backend == "cuda" else None
+        return mid or _cfg(128, max(1, 2048 // npad), policy=0)
     if backend == "cuda":
         if npad <= 8192 and window_fits(N, npad, vec):
             return _cfg(npad // 32, 1, policy=0 if npad <= 4096 else 1)
@@ -264,6 +265,45 @@ def default_config(M: int, N: int, dtype_str: str, backend: str = "cuda") -> fat
     chunk = min(npad // 2, 16384)
     policy = 2 if npad >= MAX_REGISTER_ROW else 1
     return _cfg(max(256, min(1024, chunk // vec)), 1, chunk, policy)
+
+
+#: x sizes (bytes, ``[low, high)``) where the CUDA default of rows padded to 1024 takes the asynchronous copy
+#: (:func:`mid_rows`).
+MID_ASYNC_BYTES = (6 << 20, 24 << 20)
+#: x sizes (bytes, ``[low, high)``) where the CUDA default of rows padded to 1024 or 2048 streams x
+#: (``CACHE_POLICY=1``) instead of keeping it (:func:`mid_rows`).
+MID_STREAM_BYTES = (24 << 20, 48 << 20)
+
+
+def mid_rows(M: int, N: int, dtype_str: str) -> Optional[fat.Config]:
+    """The CUDA default for rows of 513-2048 elements on the 16-byte grid whose x is of middling size, or
+    None (128 threads, 2048 elements a program, ``CACHE_POLICY=0``, serves). On the H200 (2026-12-04,
+    ``bench/space_probe.py``, every config of the space in the bench's graph replay, three rounds) that
+    rule read 0.95-1.00 of the best config at 2048-65536 rows of 768-2000, and lowest where x is 6-48 MiB:
+
+    * rows padded to 1024, 16-bit, x in :data:`MID_ASYNC_BYTES`: the asynchronous-copy body (``ASYNC=1``,
+      4 rows on 4 warps): 1.011-1.098x the old default at 4096 x 768, 4096 x 1000, 8192 x 768, 8192 x 1000
+      and 8192 x 1024 (6-16 MiB), the best config at three of them; at 2048 x 1000 (4 MB) it read 0.98x, at
+      16384 x 1000 (31 MiB) 0.95x. Where this Triton has no Gluon the old default serves; on a GPU the body
+      cannot run, its launcher takes the Triton body of its tile;
+    * rows padded to 1024 or 2048, x in :data:`MID_STREAM_BYTES`: the old default's tile with x streamed
+      and the weight kept (``CACHE_POLICY=1``): 1.028-1.040x at 16384 x 768, 16384 x 1000, 16384 x 1024,
+      8192 x 2000 and 8192 x 1000 fp32 (24-32 MiB); from 64 MiB (32768 x 1024, 65536 x 1024) policy 0 led
+      by 0.1-2.6 %.
+
+    Rows off the 16-byte grid keep the old default (not measured in this band)."""
+    npad, elem = next_pow2(N), ELEMENT_SIZE[dtype_str]
+    if not SMALL_N < npad <= 2048 or N % (16 // elem):
+        return None
+    nbytes = M * N * elem
+    if npad == 1024 and elem == 2 and MID_ASYNC_BYTES[0] <= nbytes < MID_ASYNC_BYTES[1]:
+        from . import kernel_async
+
+        if kernel_async.available():
+            return _cfg(128, 4, policy=0, async_=1)
+    if MID_STREAM_BYTES[0] <= nbytes < MID_STREAM_BYTES[1]:
+        return _cfg(128, 2048 // npad, policy=1)
+    return None
 
 
 #: Many rows padded to 4096 (:func:`off_pow2_rows`) stay whole in registers while x is smaller than this;
