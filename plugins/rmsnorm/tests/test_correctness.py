@@ -400,7 +400,7 @@ def test_the_cuda_default_of_rows_off_the_vector_grid_computes_their_rows_on_cpu
                                        (16384, 1000, torch.bfloat16), (8192, 2000, torch.bfloat16),
                                        (8192, 1000, torch.float32)], ids=str)
 def test_the_cuda_default_of_middling_x_computes_their_rows_on_cpu(M, N, dtype):
-    """The CUDA default where x is 6-48 MiB of rows of 513-2048 elements (the asynchronous copy, which
+    """The CUDA default where x is 6-36 MiB of rows of 513-2048 elements (the asynchronous copy, which
     takes the Triton body of its tile under the interpreter, or x streamed): the first rows of such a
     launch, strided into a padded output, give the reference and leave the padding alone."""
     from flyautotune_rmsnorm.space import default_config, mid_rows

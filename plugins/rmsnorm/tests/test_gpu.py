@@ -566,7 +566,7 @@ def test_the_default_of_llm_widths_runs_on_the_gpu(M, N, dtype):
                                        (8192, 1024, torch.float16), (16384, 1000, torch.bfloat16),
                                        (8192, 2000, torch.bfloat16), (8192, 1000, torch.float32)], ids=str)
 def test_the_default_of_middling_x_runs_on_the_gpu(M, N, dtype):
-    """``rmsnorm()`` without a search where x is 6-48 MiB of rows of 513-2048 elements (the asynchronous
+    """``rmsnorm()`` without a search where x is 6-36 MiB of rows of 513-2048 elements (the asynchronous
     copy, or x streamed): against fp64, into a fresh output, in place and with strided rows into a padded
     output whose padding stays untouched."""
     from flyautotune_rmsnorm.space import mid_rows
