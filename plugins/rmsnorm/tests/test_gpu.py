@@ -376,7 +376,7 @@ def test_weight_on_another_device_is_rejected():
         rmsnorm(x, w.cpu())
 
 
-@pytest.mark.parametrize("M,N", [(1, 4096), (32, 4096), (4096, 1000), (256, 8192)])
+@pytest.mark.parametrize("M,N", [(1, 4096), (32, 4096), (2048, 1000), (256, 8192)])
 def test_a_chain_of_pdl_launches_reads_each_previous_output(M, N, monkeypatch):
     """With FLYAUTOTUNE_RMSNORM_PDL=1 the one-launch body runs with programmatic dependent launch on
     Hopper, so each call may start before the call ahead has finished. In a chain where every call reads

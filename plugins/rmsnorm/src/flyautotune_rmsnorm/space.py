@@ -235,7 +235,8 @@ def default_config(M: int, N: int, dtype_str: str, backend: str = "cuda") -> fat
       passes; 1024 x 5001 fp16 2509 against 1310; 8 x 5001 fp32 143 against 133
       at 16 elements a thread; 4096 x 3001 fp32 3669, 1 % behind 16);
     * many 16-bit rows on the grid whose width is not a power of two (the hidden
-      sizes of most LLMs: 2560, 3072, 3584, 5120): :func:`off_pow2_rows`.
+      sizes of most LLMs: 2560, 3072, 3584, 5120): :func:`off_pow2_rows`;
+    * rows of 513-2048 elements on the grid whose x is 6-36 MiB: :func:`mid_rows`.
     """
     npad = next_pow2(N)
     if npad <= SMALL_N:
