@@ -8,7 +8,12 @@ the best peer? With ``--rotated-outputs`` every config is also timed writing a p
 input copy (each timed launch writes a cold buffer: how a search timed candidates before ``outputs=``).
 
     python bench/space_probe.py --out DIR [--shapes 4096x1000:bf16,...] [--rounds 5] [--rotated-outputs]
-                                [--also-policy P] [--extra 128x8:1,...] [--eager]
+                                [--also-policy P] [--extra 128x8:1,...] [--eager] [--warm]
+
+With ``--warm`` every implementation is also timed on an x just written by the layer before it, as in a
+model (a residual add): in the same graph replay each call follows an in-place ``x.mul_(1.0)`` of its own
+input, whose time (the same producers replayed alone) is taken off. x is then in L2 as far as it fits, with
+its lines dirty; the search times every config on cold inputs, so this says whether its pick holds there.
 
 With ``--eager`` every implementation is also timed one call at a time, as ``triton.testing.do_bench``
 times it (events around each call, the L2 emptied before it), with three ways of emptying the L2: ``zero``
@@ -142,6 +147,40 @@ def print_eager(heading, table):
               f"| {table['host_us'][name]:.2f} |")
 
 
+#: The producer ``--warm`` runs before each call: it reads and writes the call's own x (the values stay).
+PRODUCER = "x.mul_(1.0)"
+
+
+def warm_gbps(fns, xs, w, rounds, M, N, ds):
+    """``(gbps, spread)`` as :func:`rmsnorm.graph_gbps` gives them, of each implementation called right after
+    an in-place ``x.mul_(1.0)`` of its input in the same graph replay over ``xs`` (as given: the copies the
+    cold timing grew), with the producers' own time (the same replay without the implementation, timed in
+    the same round) taken off; interleaved rounds, the order rotated, medians kept. A difference that is
+    not positive (noise larger than a call) is said and kept as NaN."""
+    import statistics
+
+    from rmsnorm import gbps_of, graph_time
+
+    warm = {name: (lambda x, w, fn=fn: (x.mul_(1.0), fn(x, w))[1]) for name, fn in fns.items()}
+    warm[PRODUCER] = lambda x, w: x.mul_(1.0)
+    names = list(warm)
+    got = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            got[name].append(graph_time(warm[name], xs, w, reps_ms=max(40, 100 // rounds), min_replay_ms=0))
+    alone = got.pop(PRODUCER)
+    per_round = {}
+    for name, v in got.items():
+        diffs = [t - p for t, p in zip(v, alone)]
+        if min(diffs) <= 0:
+            print(f"--warm: {name}: a round's time is not above the producer's alone ({diffs}); kept as NaN")
+        per_round[name] = [d if d > 0 else float("nan") for d in diffs]
+    med = {name: statistics.median(v) for name, v in per_round.items()}
+    slowest = gbps_of({name: max(v) for name, v in per_round.items()}, M, N, ds)
+    fastest = gbps_of({name: min(v) for name, v in per_round.items()}, M, N, ds)
+    return gbps_of(med, M, N, ds), {name: [slowest[name], fastest[name]] for name in per_round}
+
+
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=".")
@@ -158,6 +197,9 @@ def main(argv=None):
     ap.add_argument("--eager", action="store_true",
                     help="also time one call at a time (do_bench's way, and with a clean or no flush) and the "
                          "host time per call")
+    ap.add_argument("--warm", action="store_true",
+                    help="also time every implementation on an x just written by an in-place multiply before it "
+                         "(its own time taken off), as a norm after a residual add reads it")
     args = ap.parse_args(argv)
     try:
         extra = parse_extra(args.extra)
@@ -224,6 +266,8 @@ def main(argv=None):
                "spread": spread, "configs": configs}
         if args.eager:
             row["eager"] = eager_table(fns, x, w, args.rounds, M, N, ds)
+        if args.warm:
+            row["warm"], row["warm_spread"] = warm_gbps(fns, xs, w, args.rounds, M, N, ds)
         rows.append(row)
         print(json.dumps(row), flush=True)
         del x
@@ -232,6 +276,9 @@ def main(argv=None):
     for r in rows:
         print_ranking(f"{r['shape']}: picked {describe(r['picked'])}, default {describe(r['default'])}, "
                       f"clone {r['gbps']['clone']:.0f} GB/s", r["gbps"], r["spread"])
+        if "warm" in r:
+            print_ranking(f"{r['shape']}, x just written (warm): picked {describe(r['picked'])}", r["warm"],
+                          r["warm_spread"])
         if "eager" in r:
             print_eager(r["shape"], r["eager"])
 

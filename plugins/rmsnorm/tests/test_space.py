@@ -917,8 +917,9 @@ def test_many_rows_of_llm_widths_off_the_power_of_two_get_a_default_that_fills_t
     (8192, 1001, "bf16", (128, 2, 0, 0)), (65536, 512, "bf16", None),
 ])
 def test_the_cuda_default_of_rows_of_513_to_2048_follows_the_size_of_x(M, N, ds, want):
-    # H200 (bench/space_probe.py, bench/rmsnorm.py): the old default read 0.93-0.98 of the best config where x is 6-36 MiB;
-    # the copy led at 6-16 MiB (16-bit, rows padded to 1024), x streamed at 20-32 MiB, x kept from 40 MiB
+    # H200 (bench/space_probe.py, bench/rmsnorm.py): the old default read 0.91-0.98 of the best config where
+    # x is 6-36 MiB; the copy led at 6-16 MiB (16-bit, rows padded to 1024), x streamed at 20-32 MiB, x kept
+    # from 40 MiB
     from flyautotune_rmsnorm import kernel_async
     from flyautotune_rmsnorm.space import mid_rows
 
