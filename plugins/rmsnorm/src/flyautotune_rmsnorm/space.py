@@ -294,7 +294,10 @@ def mid_rows(M: int, N: int, dtype_str: str) -> Optional[fat.Config]:
       16384 x 1000, 16384 x 1024, 6144 x 2048, 8192 x 2000 and 8192 x 1000 fp32 (20-32 MiB); from 40 MiB
       (20480 x 1024 fp16, 24576 x 1000, 12288 x 1000 fp32, 32768 x 1024) policy 0 led by 1.6-3.9 %.
 
-    Rows off the 16-byte grid keep the old default (not measured in this band)."""
+    Rows off the 16-byte grid keep the old default (not measured in this band). All of this is timed with x
+    cold (flushed out of L2), as the search and the bench time; on an x just written by the kernel before
+    (``bench/space_probe.py --warm``) the asynchronous body read 0.955x the old default at 4096 x 1000, and x
+    streamed 1.118x at 16384 x 1024 (NOTES.md)."""
     npad, elem = next_pow2(N), ELEMENT_SIZE[dtype_str]
     if not SMALL_N < npad <= 2048 or N % (16 // elem):
         return None
