@@ -24,8 +24,10 @@ does not), our default config (``rmsnorm``) and our tuned config
 peer, ``x.clone()``: a copy of the same bytes, timed the same way (the report's ``tuned / clone``:
 how close a shape comes to a copy of its own size). ``--explore`` also times every
 config of a wider grid per shape (graph mode), to check the space and the
-default against it. Writes ``rmsnorm.json``, ``rmsnorm.md``, ``rmsnorm.png``
-(and ``explore.json``) under ``--out``.
+default against it. ``--warm`` also times every implementation on an x just written (each call after an
+in-place ``x.mul_(1.0)`` of its input in the same graph replay, that producer's own time taken off), as a
+norm after a residual add reads it: x in L2 as far as it fits. Writes ``rmsnorm.json``, ``rmsnorm.md``,
+``rmsnorm.png`` (and ``explore.json``) under ``--out``.
 """
 
 from __future__ import annotations
@@ -266,6 +268,39 @@ def graph_times(fns, xs, w, rounds=3, samples=None):
     return {name: statistics.median(v) for name, v in got.items()}
 
 
+#: What ``--warm`` runs before each timed call, in the same graph: it reads and writes that call's own x (the
+#: values stay), so x is in L2, dirty, as far as it fits (a residual add's output, the usual input of a norm).
+PRODUCER = "x.mul_(1.0)"
+
+
+def _produced(fn):
+    return lambda x, w: (x.mul_(1.0), fn(x, w))[1]
+
+
+def warm_times(fns, xs, w, rounds=3):
+    """``{name: [ms per call, one a round]}`` of each ``fns[name](x, w)`` on an x just written: each call
+    follows :data:`PRODUCER` of its own input in one graph replay over ``xs`` (as given: no copies added),
+    and the producers' own time, the same replay without the implementation timed in the same round, is
+    taken off. Interleaved rounds, the order rotated as :func:`graph_times` rotates it. A difference that is
+    not positive (noise larger than a call) is said and kept as NaN."""
+    timed = {name: _produced(fn) for name, fn in fns.items()}
+    timed[PRODUCER] = lambda x, w: x.mul_(1.0)
+    names = list(timed)
+    got = {name: [] for name in names}
+    for r in range(rounds):
+        for name in names[r % len(names):] + names[:r % len(names)]:
+            got[name].append(graph_time(timed[name], xs, w, reps_ms=max(40, 100 // rounds), min_replay_ms=0))
+    alone = got.pop(PRODUCER)
+    out = {}
+    for name, v in got.items():
+        diffs = [t - p for t, p in zip(v, alone)]
+        if min(diffs) <= 0:
+            print(f"x just written: {name}: a round is not above the producer's own time ({diffs}); kept as NaN",
+                  flush=True)
+        out[name] = [d if d > 0 else float("nan") for d in diffs]
+    return out
+
+
 def graph_gbps(fns, xs, w, rounds, M, N, ds):
     """``(gbps, spread)`` of :func:`graph_times` over one shape: ``{name: GB/s}`` of the medians, and
     ``{name: [slowest, fastest] GB/s}`` over the rounds, whether a gap between two implementations is
@@ -475,7 +510,7 @@ def kernel_report(cfg, N, ds):
     return out
 
 
-def bench_shape(M, N, ds, impls, explore, log, rounds=1):
+def bench_shape(M, N, ds, impls, explore, log, rounds=1, warm=False):
     import torch
     import triton
 
@@ -540,6 +575,9 @@ def bench_shape(M, N, ds, impls, explore, log, rounds=1):
     row["graph_ms"] = {name: statistics.median(v) for name, v in samples.items()}
     if rounds > 1:
         row["graph_rounds"] = {name: v for name, v in samples.items()}
+    if warm:
+        row["warm_rounds"] = warm_times({name: impls[name] for name in names}, xs, w, rounds)
+        row["warm_ms"] = {name: statistics.median(v) for name, v in row["warm_rounds"].items()}
     row["kernels"] = {"default": kernel_report(row["default_config"], N, ds),
                       "tuned": kernel_report(row["tuned_config"], N, ds)}
 
@@ -595,6 +633,9 @@ def main(argv=None):
     ap.add_argument("--rounds", type=int, default=3,
                     help="graph-replay rounds over every implementation of a shape (the median is kept; the "
                          "first round after a search often runs 1-3%% low, for every implementation)")
+    ap.add_argument("--warm", action="store_true",
+                    help="also time every implementation on an x just written by an in-place multiply before it "
+                         "in the same graph replay (its own time taken off): a norm after a residual add")
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     t_start = time.perf_counter()
@@ -649,7 +690,7 @@ def main(argv=None):
             continue
         impls = impl_cache.get(N) or impl_cache.setdefault(N, make_impls(N, liger is not None, quack_fwd))
         t0 = time.perf_counter()
-        row = bench_shape(M, N, ds, impls, args.explore, log, args.rounds)
+        row = bench_shape(M, N, ds, impls, args.explore, log, args.rounds, args.warm)
         row["device"] = meta["device"]
         rows.append(row)
         vals = {n: gbps(row, "eager", n) for n in IMPLS}

@@ -147,34 +147,14 @@ def print_eager(heading, table):
               f"| {table['host_us'][name]:.2f} |")
 
 
-#: The producer ``--warm`` runs before each call: it reads and writes the call's own x (the values stay).
-PRODUCER = "x.mul_(1.0)"
-
-
 def warm_gbps(fns, xs, w, rounds, M, N, ds):
-    """``(gbps, spread)`` as :func:`rmsnorm.graph_gbps` gives them, of each implementation called right after
-    an in-place ``x.mul_(1.0)`` of its input in the same graph replay over ``xs`` (as given: the copies the
-    cold timing grew), with the producers' own time (the same replay without the implementation, timed in
-    the same round) taken off; interleaved rounds, the order rotated, medians kept. A difference that is
-    not positive (noise larger than a call) is said and kept as NaN."""
+    """``(gbps, spread)`` as :func:`rmsnorm.graph_gbps` gives them, on an x just written
+    (:func:`rmsnorm.warm_times`): medians, and the slowest and fastest round."""
     import statistics
 
-    from rmsnorm import gbps_of, graph_time
+    from rmsnorm import gbps_of, warm_times
 
-    warm = {name: (lambda x, w, fn=fn: (x.mul_(1.0), fn(x, w))[1]) for name, fn in fns.items()}
-    warm[PRODUCER] = lambda x, w: x.mul_(1.0)
-    names = list(warm)
-    got = {name: [] for name in names}
-    for r in range(rounds):
-        for name in names[r % len(names):] + names[:r % len(names)]:
-            got[name].append(graph_time(warm[name], xs, w, reps_ms=max(40, 100 // rounds), min_replay_ms=0))
-    alone = got.pop(PRODUCER)
-    per_round = {}
-    for name, v in got.items():
-        diffs = [t - p for t, p in zip(v, alone)]
-        if min(diffs) <= 0:
-            print(f"--warm: {name}: a round's time is not above the producer's alone ({diffs}); kept as NaN")
-        per_round[name] = [d if d > 0 else float("nan") for d in diffs]
+    per_round = warm_times(fns, xs, w, rounds)
     med = {name: statistics.median(v) for name, v in per_round.items()}
     slowest = gbps_of({name: max(v) for name, v in per_round.items()}, M, N, ds)
     fastest = gbps_of({name: min(v) for name, v in per_round.items()}, M, N, ds)
