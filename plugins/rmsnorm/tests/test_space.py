@@ -910,14 +910,15 @@ def test_many_rows_of_llm_widths_off_the_power_of_two_get_a_default_that_fills_t
     # 20-36 MiB: x streamed (rows padded to 1024 or 2048, fp32 too)
     (16384, 768, "bf16", (128, 2, 1, 0)), (16384, 1024, "bf16", (128, 2, 1, 0)), (8192, 2000, "bf16", (128, 1, 1, 0)),
     (8192, 1000, "fp32", (128, 2, 1, 0)), (10240, 1024, "bf16", (128, 2, 1, 0)), (18431, 1024, "bf16", (128, 2, 1, 0)),
-    # outside the band: the old rule (2048 elements a program at 128 threads, x kept)
-    (2048, 1000, "bf16", (128, 2, 0, 0)), (3071, 1024, "bf16", (128, 2, 0, 0)), (18432, 1024, "bf16", (128, 2, 0, 0)), (20480, 1024, "fp16", (128, 2, 0, 0)),
+    # outside the band: the general rule (2048 elements a program at 128 threads, x kept)
+    (2048, 1000, "bf16", (128, 2, 0, 0)), (3071, 1024, "bf16", (128, 2, 0, 0)), (18432, 1024, "bf16", (128, 2, 0, 0)),
+    (20480, 1024, "fp16", (128, 2, 0, 0)),
     (65536, 1024, "bf16", (128, 2, 0, 0)), (4096, 1000, "fp32", (128, 2, 0, 0)), (4096, 1536, "bf16", (128, 1, 0, 0)),
     # off the 16-byte grid, and short rows: not this rule
     (8192, 1001, "bf16", (128, 2, 0, 0)), (65536, 512, "bf16", None),
 ])
 def test_the_cuda_default_of_rows_of_513_to_2048_follows_the_size_of_x(M, N, ds, want):
-    # H200 (bench/space_probe.py, bench/rmsnorm.py): the old default read 0.91-0.98 of the best config where
+    # H200 (bench/space_probe.py, bench/rmsnorm.py): the general rule read 0.91-0.98 of the best config where
     # x is 6-36 MiB; the copy led at 6-16 MiB (16-bit, rows padded to 1024), x streamed at 20-32 MiB, x kept
     # from 40 MiB
     from flyautotune_rmsnorm import kernel_async
@@ -928,7 +929,7 @@ def test_the_cuda_default_of_rows_of_513_to_2048_follows_the_size_of_x(M, N, ds,
     if want is None:
         assert mid_rows(M, N, ds) is None
         return
-    if want[3] and not kernel_async.available():  # no Gluon in this Triton: the old rule serves
+    if want[3] and not kernel_async.available():  # no Gluon in this Triton: the general rule serves
         want = (128, 2048 // next_pow2(N), 0, 0)
     k = cfg.kwargs
     assert (k["BLOCK_THREADS"], k["ROWS_PER_PROGRAM"], k["CACHE_POLICY"], k["ASYNC"]) == want, cfg

@@ -278,25 +278,25 @@ MID_STREAM_BYTES = (20 << 20, 36 << 20)
 
 def mid_rows(M: int, N: int, dtype_str: str) -> Optional[fat.Config]:
     """The CUDA default for rows of 513-2048 elements on the 16-byte grid whose x is of middling size, or
-    None (128 threads, 2048 elements a program, ``CACHE_POLICY=0``, serves). On the H200 (2026-12-04,
+    None (the general rule serves: 128 threads, 2048 elements a program, ``CACHE_POLICY=0``). On the H200 (2026-12-04,
     every config of the space in the bench's graph replay, ``bench/space_probe.py``, or in the search's
     own timing, ``bench/rmsnorm.py``; 23 shapes of 2048-65536 rows of 768-2048) that rule read 0.91-0.98
     of the best config at the 15 shapes this function now serves, and 0.98-1.00 at 7 of the 8 others
     (fp32 4096 x 1000, 16 MiB, read 0.93 and keeps it: one shape):
 
     * rows padded to 1024, 16-bit, x in :data:`MID_ASYNC_BYTES`: the asynchronous-copy body (``ASYNC=1``,
-      4 rows on 4 warps): 1.011-1.098x the old default at 3072 x 1024, 4096 x 768, 4096 x 1000, 8192 x 768,
+      4 rows on 4 warps): 1.011-1.098x the general rule at 3072 x 1024, 4096 x 768, 4096 x 1000, 8192 x 768,
       8192 x 1000 and 8192 x 1024 (6-16 MiB), the best config at five of them; 0.991x at 6144 x 1000. At
       2048 x 1000 (4 MB) it read 0.98x, at 16384 x 1000 (31 MiB) 0.95x. Where this Triton has no Gluon the
-      old default serves; on a GPU the body cannot run, its launcher takes the Triton body of its tile;
-    * rows padded to 1024 or 2048, x in :data:`MID_STREAM_BYTES`: the old default's tile with x streamed
+      general rule serves; on a GPU the body cannot run, its launcher takes the Triton body of its tile;
+    * rows padded to 1024 or 2048, x in :data:`MID_STREAM_BYTES`: the general rule's tile with x streamed
       and the weight kept (``CACHE_POLICY=1``): 1.024-1.065x at 10240 x 1024, 12288 x 1024, 16384 x 768,
       16384 x 1000, 16384 x 1024, 6144 x 2048, 8192 x 2000 and 8192 x 1000 fp32 (20-32 MiB); from 40 MiB
       (20480 x 1024 fp16, 24576 x 1000, 12288 x 1000 fp32, 32768 x 1024) policy 0 led by 1.6-3.9 %.
 
-    Rows off the 16-byte grid keep the old default (not measured in this band). All of this is timed with x
+    Rows off the 16-byte grid keep the general rule (not measured in this band). All of this is timed with x
     cold (flushed out of L2), as the search and the bench time; on an x just written by the kernel before
-    (``bench/space_probe.py --warm``) the asynchronous body read 0.955x the old default at 4096 x 1000, and x
+    (``bench/space_probe.py --warm``) the asynchronous body read 0.955x the general rule at 4096 x 1000, and x
     streamed 1.118x at 16384 x 1024 (NOTES.md)."""
     npad, elem = next_pow2(N), ELEMENT_SIZE[dtype_str]
     if not SMALL_N < npad <= 2048 or N % (16 // elem):
