@@ -27,7 +27,7 @@ copies (and the reduction) or after it, which the PTX alone does not tell.
 
 Nothing here enters the config space: if a mode pays, it is then built into the product body.
 
-    python bench/gluon_probe.py --out DIR [--shapes 4096x1000:bf16,...] [--rounds 5]
+    python bench/gluon_probe.py --out DIR [--shapes 4096x1000:bf16,...] [--rounds 5] [--warm]
     python bench/gluon_probe.py --check   # CPU: every variant cross-compiled for sm_90 (PTX, ptxas, SASS):
                                           # copies, loads and their widths, barriers, shuffles, registers
 """
@@ -374,6 +374,8 @@ def main(argv=None):
     ap.add_argument("--shapes", default=SHAPES)
     ap.add_argument("--rounds", type=int, default=5)
     ap.add_argument("--check", action="store_true", help="CPU: every variant cross-compiled for sm_90, counted")
+    ap.add_argument("--warm", action="store_true",
+                    help="also time every implementation on an x just written (space_probe.py's --warm)")
     args = ap.parse_args(argv)
     if args.check:
         return check()
@@ -385,8 +387,9 @@ def main(argv=None):
     os.environ.setdefault("FLYAUTOTUNE_CACHE_DIR", tempfile.mkdtemp(prefix="fat-gluon-"))
     import torch
 
-    from rmsnorm import EPS, check_and_rank, load_quack, probe_fns, save_and_rank, searched_inputs, shape_spec
-    from space_probe import describe
+    from rmsnorm import (EPS, check_and_rank, load_quack, print_ranking, probe_fns, rotating_inputs, save_and_rank,
+                         searched_inputs, shape_spec)
+    from space_probe import describe, warm_gbps
 
     from flyautotune_rmsnorm.api import launch
     from flyautotune_rmsnorm.reference import relative_error, rmsnorm_reference, tolerance
@@ -423,10 +426,16 @@ def main(argv=None):
             k = gluon_call(x, w, torch.empty_like(x), knobs, EPS)
             kernels[name] = {"n_regs": getattr(k, "n_regs", None), "n_spills": getattr(k, "n_spills", None),
                              "shared": k.metadata.shared}
-        rows.append(check_and_rank(fns, x, w, spec, args.rounds, describe(picked), kernels=kernels))
+        row = check_and_rank(fns, x, w, spec, args.rounds, describe(picked), kernels=kernels)
+        if args.warm:
+            row["warm"], row["warm_spread"] = warm_gbps(fns, rotating_inputs(x, M, N, ds), w, args.rounds, M, N, ds)
+        rows.append(row)
         del x
         torch.cuda.empty_cache()
     save_and_rank(args.out, "gluon_probe.json", rows)
+    for r in rows:
+        if "warm" in r:
+            print_ranking(f"{r['shape']}, x just written (warm)", r["warm"], r["warm_spread"])
     return 0
 
 

@@ -279,12 +279,15 @@ def _produced(fn):
 
 def warm_times(fns, xs, w, rounds=3):
     """``{name: [ms per call, one a round]}`` of each ``fns[name](x, w)`` on an x just written: each call
-    follows :data:`PRODUCER` of its own input in one graph replay over ``xs`` (as given: no copies added),
-    and the producers' own time, the same replay without the implementation timed in the same round, is
-    taken off. Interleaved rounds, the order rotated as :func:`graph_times` rotates it. A difference that is
-    not positive (noise larger than a call) is said and kept as NaN."""
+    follows :data:`PRODUCER` of its own input in one graph replay over ``xs``, and the producers' own time,
+    the same replay without the implementation timed in the same round, is taken off. ``xs`` first grows (in
+    place, as :func:`graph_time` grows it) until the producers' replay alone lasts ``MIN_REPLAY_MS``; every
+    implementation is then timed over those same copies. Interleaved rounds, the order rotated as
+    :func:`graph_times` rotates it. A difference that is not positive (noise larger than a call) is said
+    and kept as NaN."""
     timed = {name: _produced(fn) for name, fn in fns.items()}
     timed[PRODUCER] = lambda x, w: x.mul_(1.0)
+    graph_time(timed[PRODUCER], xs, w, reps_ms=10)  # grows xs: what each replay adds is then a small share
     names = list(timed)
     got = {name: [] for name in names}
     for r in range(rounds):
