@@ -388,8 +388,8 @@ def main(argv=None):
     import torch
 
     from rmsnorm import (EPS, check_and_rank, load_quack, print_ranking, probe_fns, rotating_inputs, save_and_rank,
-                         searched_inputs, shape_spec)
-    from space_probe import describe, warm_gbps
+                         searched_inputs, shape_spec, warm_gbps)
+    from space_probe import describe
 
     from flyautotune_rmsnorm.api import launch
     from flyautotune_rmsnorm.reference import relative_error, rmsnorm_reference, tolerance

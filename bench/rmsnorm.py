@@ -273,8 +273,12 @@ def graph_times(fns, xs, w, rounds=3, samples=None):
 PRODUCER = "x.mul_(1.0)"
 
 
+def _produce(x, w):
+    return x.mul_(1.0)
+
+
 def _produced(fn):
-    return lambda x, w: (x.mul_(1.0), fn(x, w))[1]
+    return lambda x, w: (_produce(x, w), fn(x, w))[1]
 
 
 def warm_times(fns, xs, w, rounds=3):
@@ -286,7 +290,7 @@ def warm_times(fns, xs, w, rounds=3):
     :func:`graph_times` rotates it. A difference that is not positive (noise larger than a call) is said
     and kept as NaN."""
     timed = {name: _produced(fn) for name, fn in fns.items()}
-    timed[PRODUCER] = lambda x, w: x.mul_(1.0)
+    timed[PRODUCER] = _produce
     graph_time(timed[PRODUCER], xs, w, reps_ms=10)  # grows xs: what each replay adds is then a small share
     names = list(timed)
     got = {name: [] for name in names}
@@ -309,7 +313,19 @@ def graph_gbps(fns, xs, w, rounds, M, N, ds):
     ``{name: [slowest, fastest] GB/s}`` over the rounds, whether a gap between two implementations is
     wider than one's own movement from round to round."""
     samples = {}
-    gbps = gbps_of(graph_times(fns, xs, w, rounds, samples), M, N, ds)
+    graph_times(fns, xs, w, rounds, samples)
+    return rounds_gbps(samples, M, N, ds)
+
+
+def warm_gbps(fns, xs, w, rounds, M, N, ds):
+    """:func:`graph_gbps` on an x just written (:func:`warm_times`)."""
+    return rounds_gbps(warm_times(fns, xs, w, rounds), M, N, ds)
+
+
+def rounds_gbps(samples, M, N, ds):
+    """``(gbps, spread)`` of ``{name: [ms per call, one a round]}``: ``{name: GB/s}`` of the medians, and
+    ``{name: [slowest, fastest] GB/s}`` over the rounds."""
+    gbps = gbps_of({name: statistics.median(v) for name, v in samples.items()}, M, N, ds)
     slowest = gbps_of({name: max(v) for name, v in samples.items()}, M, N, ds)
     fastest = gbps_of({name: min(v) for name, v in samples.items()}, M, N, ds)
     return gbps, {name: [slowest[name], fastest[name]] for name in samples}

@@ -147,20 +147,6 @@ def print_eager(heading, table):
               f"| {table['host_us'][name]:.2f} |")
 
 
-def warm_gbps(fns, xs, w, rounds, M, N, ds):
-    """``(gbps, spread)`` as :func:`rmsnorm.graph_gbps` gives them, on an x just written
-    (:func:`rmsnorm.warm_times`): medians, and the slowest and fastest round."""
-    import statistics
-
-    from rmsnorm import gbps_of, warm_times
-
-    per_round = warm_times(fns, xs, w, rounds)
-    med = {name: statistics.median(v) for name, v in per_round.items()}
-    slowest = gbps_of({name: max(v) for name, v in per_round.items()}, M, N, ds)
-    fastest = gbps_of({name: min(v) for name, v in per_round.items()}, M, N, ds)
-    return gbps_of(med, M, N, ds), {name: [slowest[name], fastest[name]] for name in per_round}
-
-
 def main(argv=None):
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--out", default=".")
@@ -190,7 +176,7 @@ def main(argv=None):
     import torch
 
     from rmsnorm import (EPS, graph_gbps, load_quack, print_ranking, probe_fns, rotating_inputs, save_rows,
-                         searched_inputs, shape_spec, torch_dtype)
+                         searched_inputs, shape_spec, torch_dtype, warm_gbps)
 
     from flyautotune_rmsnorm.api import launch
     from flyautotune_rmsnorm.reference import relative_error, rmsnorm_reference, tolerance
