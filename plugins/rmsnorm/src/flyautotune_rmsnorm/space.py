@@ -249,7 +249,7 @@ def default_config(M: int, N: int, dtype_str: str, backend: str = "cuda") -> fat
     vec = 16 // ELEMENT_SIZE[dtype_str]
     if npad <= 2048:
         mid = mid_rows(M, N, dtype_str) if backend == "cuda" else None
-        return mid or _cfg(128, max(1, 2048 // npad), policy=0)
+        return mid if mid is not None else _cfg(128, max(1, 2048 // npad), policy=0)
     if backend == "cuda":
         if npad <= 8192 and window_fits(N, npad, vec):
             return _cfg(npad // 32, 1, policy=0 if npad <= 4096 else 1)
