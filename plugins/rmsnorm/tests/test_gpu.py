@@ -96,8 +96,13 @@ def test_async_rows_are_right_on_the_gpu_and_run_the_gluon_body(N, dtype):
     300; x staged in shared memory."""
     _needs_gluon()
     ds = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}[dtype]
-    k = _gluon_body_runs(make_launcher(N, ds, 128, 4, CACHE_POLICY=0, ASYNC=1), N, dtype, (1, 4097, 300), 37)
+    L = make_launcher(N, ds, 128, 4, CACHE_POLICY=0, ASYNC=1)
+    k = _gluon_body_runs(L, N, dtype, (1, 4097, 300), 37)
     assert k.metadata.shared
+    # every binary the body launched copies x through L1 (Triton 3.9's own .ca, or l1_copies' PTX edit)
+    for launch in L._launches.values():
+        ptx = launch.kernel.asm["ptx"]
+        assert "cp.async.ca.shared.global" in ptx and "cp.async.cg" not in ptx
 
 
 @pytest.mark.parametrize("N", [2056, 3000, 4096, 8192, 16384])

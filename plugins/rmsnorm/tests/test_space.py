@@ -480,9 +480,10 @@ def test_a_gpu_that_cannot_run_a_body_is_not_offered_its_configs(monkeypatch, cl
 @pytest.mark.parametrize("N", [520, 1000, 2048])
 @pytest.mark.parametrize("ds", ["bf16", "fp16", "fp32"])
 def test_the_asynchronous_copy_body_cross_compiles_to_copies_and_warp_sums(N, ds):
-    """sm_90: x arrives by 16-byte cp.async copies read back from shared memory, the weight by 16-byte
-    loads, each row's sum is one warp's five shuffles (no shared-memory reduction: the one barrier is the
-    one after the copies' wait, and shared memory holds just the x tile), stores are 16 bytes; no spills."""
+    """sm_90: x arrives by 16-byte cp.async copies through L1 (``.ca``: SASS ``LDGSTS`` without ``BYPASS``)
+    read back from shared memory, the weight by 16-byte loads, each row's sum is one warp's five shuffles
+    (no shared-memory reduction: the one barrier is the one after the copies' wait, and shared memory holds
+    just the x tile), stores are 16 bytes; no spills."""
     import re
 
     from triton.backends.compiler import GPUTarget
@@ -493,14 +494,16 @@ def test_the_asynchronous_copy_body_cross_compiles_to_copies_and_warp_sums(N, ds
     ptx = k.asm["ptx"]
     elem = {"bf16": 2, "fp16": 2, "fp32": 4}[ds]
     per_lane = next_pow2(N) * elem // 16 // 32  # 16-byte vectors of a row a lane holds
-    assert len(re.findall(r"cp\.async\.c[ag]\.shared\.global \[[^]]+\], \[[^]]+\], (?:16|0x10)\b", ptx)) == per_lane
+    assert len(re.findall(r"cp\.async\.ca\.shared\.global \[[^]]+\], \[[^]]+\], (?:16|0x10)\b", ptx)) == per_lane
+    assert "cp.async.cg" not in ptx
     assert ptx.count("ld.global.v4.b32") == per_lane and ptx.count("st.global.v4.b32") == per_lane
     assert ptx.count("ld.shared.v4.b32") == per_lane and "st.shared" not in ptx
     assert ptx.count("bar.sync") == 1 and ptx.count("shfl.sync.bfly") == 5
     assert k.metadata.shared == 4 * next_pow2(N) * elem
     assert _stack_and_local(k, f"async_{ds}_{N}")[0] == (0, 0)
     ins = _sass(k)
-    assert sum("LDGSTS" in op for op in ins) == per_lane
+    copies = [op for op in ins if "LDGSTS" in op]
+    assert len(copies) == per_lane and not [op for op in copies if "BYPASS" in op], copies
     assert not [op for op in ins if re.match(r"(@!?\w+\s+)?STS\b", op)], "a shared-memory reduction"
 
 def _pdl_env(monkeypatch, value):

@@ -6,6 +6,7 @@ from __future__ import annotations
 from typing import Any, Optional
 
 from . import kernel_async as _ka
+from . import l1_copies
 from .factory import _INTERPRET, CACHE_POLICIES, NARROW_LIMIT, Launch, RMSNormLauncher, _direct_call, \
     _runtime_call, _torch, on_rocm, torch_stream
 
@@ -69,9 +70,13 @@ class AsyncRowsLauncher(RMSNormLauncher):
     def _first_launch(self, key, x, w, y, M, sxv, syv, eps, consts, options, stream) -> None:
         torch = _torch()
         dev = key[0]
+        if self.ASYNC == 1:
+            l1_copies.install()  # again, where a stage hook set since took its place
         with torch.cuda.device(dev), torch.cuda.stream(torch_stream(stream, x.device)):
             compiled = self._body[(self.grid(M),)](x, w, y, M, sxv, syv, eps, *consts, num_warps=self._warps)
             launch = Launch(_direct_call(compiled), compiled, _runtime_call(compiled))
+        if self.ASYNC == 1:
+            l1_copies.check(compiled, f"the staged-rows body (ASYNC=1) of rows of {self.N} {self.dtype_str}")
         with self._lock:
             self._launches[key] = launch
 
@@ -92,6 +97,8 @@ class AsyncRowsLauncher(RMSNormLauncher):
         if not self.takes(x, M, sx, sy):
             return self.fallback.compiled(x, w, y, M, sx, sy, options)
         torch = _torch()
+        if self.ASYNC == 1:
+            l1_copies.install()
         with torch.cuda.device(x.get_device()):
             k = self._body.warmup(x, w, y, M, sx // self.vec, sy // self.vec, 1e-6, *self._async_consts,
                                   grid=(self.grid(M),), num_warps=self._warps)

@@ -11,8 +11,8 @@ Gluon (``triton.experimental.gluon``, the same compiler with explicit layouts):
   lane holding 16-byte vectors of its row (the x tile's layout
   ``BlockedLayout([1, VEC], [1, 32], [ROWS, 1])``); the weight is loaded in the
   tile's column slice, so it broadcasts over the rows with no conversion;
-* x is copied global -> shared with 16-byte ``cp.async`` while the weight loads
-  into registers, then read back (each lane its own vectors);
+* x is copied global -> shared with 16-byte ``cp.async`` through L1 (``.ca``, :mod:`.l1_copies`) while
+  the weight loads into registers, then read back (each lane its own vectors);
 * the sum of squares is a warp's shuffles: no shared-memory reduction; the one
   CTA barrier is the one Triton places after the copies' wait.
 
@@ -39,6 +39,7 @@ from __future__ import annotations
 
 import functools
 
+from . import l1_copies
 from .factory import ELEMENT_SIZE, VECTOR_BYTES, next_pow2
 
 try:
@@ -88,7 +89,8 @@ if gluon is not None:
         ok = (rows < M)[:, None] & col_ok[None, :]
         smem = gl.allocate_shared_memory(X.dtype.element_ty, [ROWS, BLOCK_N],
                                          gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
-        _copy(smem, X + ((rows * (SX * VEC))[:, None] + cols[None, :]), mask=ok)
+        # through L1 (.ca): Triton 3.9 honours the argument, l1_copies edits the PTX of 3.6-3.8
+        _copy(smem, X + ((rows * (SX * VEC))[:, None] + cols[None, :]), mask=ok, cache_modifier=".ca")
         _cp.commit_group()
         w = gl.load(W + cols, mask=col_ok, other=0.0).to(gl.float32)  # while x's copies fly
         _cp.wait_group(0)
@@ -115,6 +117,7 @@ if gluon is not None:
         rstd = gl.rsqrt(gl.sum(sums.load(every), axis=0) / N + eps)
         gl.store(Y + (row * (SY * VEC) + cols), (x * rstd * w).to(Y.dtype.element_ty), mask=ok,
                  eviction_policy=Y_POLICY)
+    l1_copies.install()  # before any compile of the body in this process
 else:  # pragma: no cover - only without Gluon
     rmsnorm_async = rmsnorm_row = None
 
@@ -149,6 +152,7 @@ def _compile(body, sig: dict, consts: dict, target, num_warps: int):
     import triton
     from triton.experimental.gluon._runtime import GluonASTSource
 
+    l1_copies.install()
     src = GluonASTSource(body, sig, consts, {(i,): [["tt.divisibility", 16]] for i in range(3)})
     return triton.compile(src, target=target, options={"num_warps": num_warps})
 

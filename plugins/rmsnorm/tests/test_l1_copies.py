@@ -1,0 +1,164 @@
+"""x's copies through L1 on Triton releases that lower every 16-byte copy to ``cp.async.cg``
+(``l1_copies``): the PTX edit in Triton's own ``ptx`` stage, cross-compiled for sm_90 on the CPU."""
+
+import os
+import re
+import shutil
+import subprocess
+import types
+import warnings
+
+import pytest
+
+pytest.importorskip("triton.experimental.gluon")
+needs_ptxas = pytest.mark.skipif(shutil.which("ptxas") is None and not os.path.exists(
+    os.path.join(os.path.dirname(__import__("triton").__file__), "backends/nvidia/bin/ptxas")),
+    reason="needs Triton's NVIDIA backend (ptxas) to cross-compile")
+
+
+from triton.experimental import gluon  # noqa: E402
+from triton.experimental.gluon import language as gl  # noqa: E402
+from triton.experimental.gluon.language.nvidia.ampere import async_copy as cp  # noqa: E402
+
+_copy = getattr(cp, "async_load", None) or cp.async_copy_global_to_shared
+
+
+# Two kernels that ask for .cg copies (which every Triton honours): one named as the body the edit is for,
+# one not.
+@gluon.jit
+def _copy_rows(X, Y):
+    layout: gl.constexpr = gl.BlockedLayout([1, 8], [1, 32], [4, 1], [1, 0])
+    rows = gl.arange(0, 4, layout=gl.SliceLayout(1, layout))
+    cols = gl.arange(0, 256, layout=gl.SliceLayout(0, layout))
+    offs = rows[:, None] * 256 + cols[None, :]
+    smem = gl.allocate_shared_memory(gl.bfloat16, [4, 256], gl.SwizzledSharedLayout(1, 1, 1, order=[1, 0]))
+    _copy(smem, X + offs, cache_modifier=".cg")
+    cp.commit_group()
+    cp.wait_group(0)
+    gl.store(Y + offs, smem.load(layout))
+
+
+@gluon.jit
+def rmsnorm_async(X, Y):
+    _copy_rows(X, Y)
+
+
+@gluon.jit
+def another_kernel(X, Y):
+    _copy_rows(X, Y)
+
+
+def _kernels():
+    return rmsnorm_async, another_kernel
+
+
+def _compile(kernel):
+    import triton
+    from triton.backends.compiler import GPUTarget
+    from triton.experimental.gluon._runtime import GluonASTSource
+
+    src = GluonASTSource(kernel, {"X": "*bf16", "Y": "*bf16"}, {}, {(0,): [["tt.divisibility", 16]],
+                                                                    (1,): [["tt.divisibility", 16]]})
+    return triton.compile(src, target=GPUTarget("cuda", 90, 32), options={"num_warps": 4})
+
+
+def _copies_in_sass(k) -> list:
+    import triton
+
+    nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/nvdisasm")
+    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"l1_{os.getpid()}.cubin")
+    with open(path, "wb") as f:
+        f.write(k.asm["cubin"])
+    try:
+        text = subprocess.run([nvdisasm, "-c", path], capture_output=True, text=True, check=True).stdout
+    finally:
+        os.unlink(path)
+    return re.findall(r"LDGSTS[.\w]*", text)
+
+
+@pytest.fixture
+def needs_edit(monkeypatch, tmp_path):
+    """As on Triton 3.6-3.8: the edit is needed; a fresh Triton cache; a stage hook of another's
+    installed first, recording its calls. Triton's knob is restored afterwards."""
+    from triton import knobs
+
+    from flyautotune_rmsnorm import l1_copies
+
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
+    monkeypatch.setattr(l1_copies, "native", lambda: False)
+    calls = []
+
+    def theirs(*args):
+        calls.append(len(args))
+        return ("theirs", "0" * 64) if not args else None
+
+    monkeypatch.setattr(knobs.runtime, "add_stages_inspection_hook", theirs)
+    return l1_copies, knobs, calls, theirs
+
+
+@needs_ptxas
+def test_the_ptx_edit_sends_the_bodys_copies_through_l1_and_leaves_other_kernels_alone(needs_edit):
+    l1_copies, knobs, calls, theirs = needs_edit
+    body, other = _kernels()
+    assert not l1_copies.installed()
+    assert l1_copies.install() and l1_copies.installed()
+    hook = knobs.runtime.add_stages_inspection_hook
+    assert l1_copies.install() and knobs.runtime.add_stages_inspection_hook is hook, "wrapped twice"
+    assert hook() == theirs(), "the cache-key part of the hook installed before changed"
+    calls.clear()
+    o = _compile(other)  # the same copies, another name: left as asked (.cg, L1 bypassed)
+    copies = o.asm["ptx"].count("cp.async.cg.shared.global")
+    assert copies >= 1 and "cp.async.ca" not in o.asm["ptx"]
+    assert all("BYPASS" in op for op in _copies_in_sass(o))
+    k = _compile(body)
+    ptx = k.asm["ptx"]
+    assert ptx.count("cp.async.ca.shared.global") == copies and "cp.async.cg" not in ptx
+    sass = _copies_in_sass(k)
+    assert len(sass) == copies and not [op for op in sass if "BYPASS" in op], sass  # the edited PTX's cubin
+    assert l1_copies.check(k, "the body")
+    assert 5 in calls, "the hook installed before no longer ran"
+
+
+@needs_ptxas
+def test_a_stage_hook_set_since_is_wrapped_again_before_the_next_compile(needs_edit):
+    l1_copies, knobs, calls, _ = needs_edit
+    body, _ = _kernels()
+    l1_copies.install()
+    later = []
+    knobs.runtime.add_stages_inspection_hook = lambda *a: later.append(len(a)) or (("", "") if not a else None)
+    assert not l1_copies.installed()
+    l1_copies.install()
+    assert l1_copies.installed()
+    k = _compile(body)
+    assert "cp.async.cg" not in k.asm["ptx"] and "cp.async.ca.shared.global" in k.asm["ptx"]
+    assert 5 in later, "the hook set since no longer ran"
+
+
+def test_a_binary_of_bypassing_copies_warns_once_and_says_what_to_do():
+    from flyautotune_rmsnorm import l1_copies
+
+    bypass = types.SimpleNamespace(asm={"ptx": "cp.async.cg.shared.global [%r1], [%rd2], 16;"})
+    through = types.SimpleNamespace(asm={"ptx": "cp.async.ca.shared.global [%r1], [%rd2], 16;"})
+    what = f"the test's body {os.getpid()}"
+    with warnings.catch_warnings(record=True) as seen:
+        warnings.simplefilter("always")
+        assert l1_copies.check(through, what)
+        assert not l1_copies.check(bypass, what) and not l1_copies.check(bypass, what)
+    assert len(seen) == 1 and seen[0].category is RuntimeWarning
+    text = str(seen[0].message)
+    assert what in text and "cp.async.cg" in text and "TRITON_CACHE_DIR" in text and "add_stages_inspection_hook" in text
+
+
+@pytest.mark.parametrize("version,native", [("3.6.0", False), ("3.8.0", False), ("3.9.0", True),
+                                            ("3.10.0+git1234", True), ("4.0.0", True)])
+def test_the_edit_is_needed_before_triton_3_9(version, native, monkeypatch):
+    import triton
+
+    from flyautotune_rmsnorm import l1_copies
+
+    monkeypatch.setattr(triton, "__version__", version)
+    l1_copies.native.cache_clear()
+    try:
+        assert l1_copies.native() is native
+    finally:
+        l1_copies.native.cache_clear()
