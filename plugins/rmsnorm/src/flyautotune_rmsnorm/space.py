@@ -295,9 +295,11 @@ def mid_rows(M: int, N: int, dtype_str: str) -> Optional[fat.Config]:
       (20480 x 1024 fp16, 24576 x 1000, 12288 x 1000 fp32, 32768 x 1024) policy 0 led by 1.6-3.9 %.
 
     Rows off the 16-byte grid keep the general rule (not measured in this band). All of this is timed with x
-    cold (flushed out of L2), as the search and the bench time; on an x just written by the kernel before
-    (``bench/space_probe.py --warm``) the asynchronous body read 0.955x the general rule at 4096 x 1000, and x
-    streamed 1.118x at 16384 x 1024 (NOTES.md)."""
+    cold (flushed out of L2), as the search and the bench time. On an x just written by the kernel before
+    (``bench/rmsnorm.py --warm``), with x's copies through L1 (``l1_copies``), the default read 1.015x QuACK
+    at 4096 x 1000 and 0.9998-1.012x the search's pick at 4096 x 896, 5120 x 1024, 7168 x 1000, 9216 x 1024
+    fp16, 11264 x 1024 and 14336 x 1000 (2026-12-04, 04 UTC); x streamed 1.118x the general rule at
+    16384 x 1024 (NOTES.md)."""
     npad, elem = next_pow2(N), ELEMENT_SIZE[dtype_str]
     if not SMALL_N < npad <= 2048 or N % (16 // elem):
         return None
