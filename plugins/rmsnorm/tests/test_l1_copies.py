@@ -76,16 +76,15 @@ def _copies_in_sass(k) -> list:
     return re.findall(r"LDGSTS[.\w]*", text)
 
 
-@pytest.fixture
-def needs_edit(monkeypatch, tmp_path):
-    """As on Triton 3.6-3.8: the edit is needed; a fresh Triton cache; a stage hook of another's
-    installed first, recording its calls. Triton's knob is restored afterwards."""
+def _edit_mode(monkeypatch, tmp_path, mode):
+    """As on a Triton of ``mode`` (``"process"``: 3.6; ``"scoped"``: 3.7-3.8); a fresh Triton cache; a stage
+    hook of another's installed first, recording its calls. Triton's knob is restored afterwards."""
     from triton import knobs
 
     from flyautotune_rmsnorm import l1_copies
 
     monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path))
-    monkeypatch.setattr(l1_copies, "native", lambda: False)
+    monkeypatch.setattr(l1_copies, "mode", lambda: mode)
     calls = []
 
     def theirs(*args):
@@ -97,13 +96,16 @@ def needs_edit(monkeypatch, tmp_path):
 
 
 @needs_ptxas
-def test_the_ptx_edit_sends_the_bodys_copies_through_l1_and_leaves_other_kernels_alone(needs_edit):
-    l1_copies, knobs, calls, theirs = needs_edit
+def test_the_ptx_edit_sends_the_bodys_copies_through_l1_and_leaves_other_kernels_alone(monkeypatch, tmp_path):
+    """Triton 3.6 (no cache key from the hook): installed for the process, every compile of the body edited."""
+    l1_copies, knobs, calls, theirs = _edit_mode(monkeypatch, tmp_path, "process")
     body, other = _kernels()
     assert not l1_copies.installed()
-    assert l1_copies.install() and l1_copies.installed()
+    l1_copies.install()
+    assert l1_copies.installed()
     hook = knobs.runtime.add_stages_inspection_hook
-    assert l1_copies.install() and knobs.runtime.add_stages_inspection_hook is hook, "wrapped twice"
+    l1_copies.install()
+    assert knobs.runtime.add_stages_inspection_hook is hook, "wrapped twice"
     assert hook() == theirs(), "the cache-key part of the hook installed before changed"
     calls.clear()
     o = _compile(other)  # the same copies, another name: left as asked (.cg, L1 bypassed)
@@ -120,18 +122,62 @@ def test_the_ptx_edit_sends_the_bodys_copies_through_l1_and_leaves_other_kernels
 
 
 @needs_ptxas
-def test_a_stage_hook_set_since_is_wrapped_again_before_the_next_compile(needs_edit):
-    l1_copies, knobs, calls, _ = needs_edit
+def test_a_stage_hook_set_since_is_wrapped_again_before_the_next_compile(monkeypatch, tmp_path):
+    l1_copies, knobs, calls, _ = _edit_mode(monkeypatch, tmp_path, "process")
     body, _ = _kernels()
     l1_copies.install()
     later = []
     knobs.runtime.add_stages_inspection_hook = lambda *a: later.append(len(a)) or (("", "") if not a else None)
     assert not l1_copies.installed()
-    l1_copies.install()
-    assert l1_copies.installed()
-    k = _compile(body)
+    with l1_copies.editing():
+        assert l1_copies.installed()
+        k = _compile(body)
     assert "cp.async.cg" not in k.asm["ptx"] and "cp.async.ca.shared.global" in k.asm["ptx"]
     assert 5 in later, "the hook set since no longer ran"
+
+
+@needs_ptxas
+def test_where_triton_keys_by_the_hook_it_is_set_only_while_the_body_compiles(monkeypatch, tmp_path):
+    """Triton 3.7-3.8 (a cache key from the hook, asked on every JIT launch): the hook is there only inside
+    editing(), the edited binary has a cache key of its own, and the hook set before comes back."""
+    l1_copies, knobs, calls, theirs = _edit_mode(monkeypatch, tmp_path, "scoped")
+    body, _ = _kernels()
+    l1_copies.install()
+    assert knobs.runtime.add_stages_inspection_hook is theirs, "installed for the whole process"
+    plain = _compile(body)
+    assert "cp.async.cg.shared.global" in plain.asm["ptx"]
+    calls.clear()
+    with l1_copies.editing():
+        hook = knobs.runtime.add_stages_inspection_hook
+        assert l1_copies.installed() and hook is not theirs
+        key, _ = hook()
+        assert key == "theirs" + l1_copies.KEY_PART
+        with l1_copies.editing():  # nested: still set
+            pass
+        assert knobs.runtime.add_stages_inspection_hook is hook
+        edited = _compile(body)
+    assert knobs.runtime.add_stages_inspection_hook is theirs, "the hook set before was not put back"
+    assert "cp.async.cg" not in edited.asm["ptx"] and "cp.async.ca.shared.global" in edited.asm["ptx"]
+    assert edited.hash != plain.hash, "the edited binary shares the unedited one's cache entry"
+    assert 5 in calls, "the hook set before did not run inside the block"
+    assert "cp.async.cg.shared.global" in _compile(body).asm["ptx"], "compiles after the block are edited"
+
+
+@needs_ptxas
+def test_the_body_this_package_compiles_copies_through_l1_on_this_triton(monkeypatch, tmp_path):
+    """What the launcher and the reports compile (``compile_for``), with the edit as this Triton gets it:
+    natively (3.9+), for the process (3.6) or around the compile (3.7-3.8), a hook of another's kept."""
+    from triton.backends.compiler import GPUTarget
+
+    from flyautotune_rmsnorm import kernel_async, l1_copies
+
+    mode = l1_copies.mode()
+    _, knobs, _, theirs = _edit_mode(monkeypatch, tmp_path, mode)
+    k = kernel_async.compile_for(GPUTarget("cuda", 90, 32), "bf16", 1000, 4)
+    per_lane = 1024 * 2 // 16 // 32
+    assert "cp.async.cg" not in k.asm["ptx"] and k.asm["ptx"].count("cp.async.ca.shared.global") == per_lane
+    hook = knobs.runtime.add_stages_inspection_hook
+    assert hook is theirs if mode != "process" else (l1_copies.installed() and hook.wrapped is theirs)
 
 
 def test_a_binary_of_bypassing_copies_warns_once_and_says_what_to_do():
@@ -149,16 +195,17 @@ def test_a_binary_of_bypassing_copies_warns_once_and_says_what_to_do():
     assert what in text and "cp.async.cg" in text and "TRITON_CACHE_DIR" in text and "add_stages_inspection_hook" in text
 
 
-@pytest.mark.parametrize("version,native", [("3.6.0", False), ("3.8.0", False), ("3.9.0", True),
-                                            ("3.10.0+git1234", True), ("4.0.0", True)])
-def test_the_edit_is_needed_before_triton_3_9(version, native, monkeypatch):
+@pytest.mark.parametrize("version,mode", [("3.5.1", "process"), ("3.6.0", "process"), ("3.7.1", "scoped"),
+                                          ("3.8.0", "scoped"), ("3.9.0", "native"), ("3.10.0+git1234", "native"),
+                                          ("4.0.0", "native")])
+def test_how_the_edit_is_made_follows_the_triton_release(version, mode, monkeypatch):
     import triton
 
     from flyautotune_rmsnorm import l1_copies
 
     monkeypatch.setattr(triton, "__version__", version)
-    l1_copies.native.cache_clear()
+    l1_copies.mode.cache_clear()
     try:
-        assert l1_copies.native() is native
+        assert l1_copies.mode() == mode and l1_copies.native() is (mode == "native")
     finally:
-        l1_copies.native.cache_clear()
+        l1_copies.mode.cache_clear()

@@ -3,6 +3,7 @@ call, the Triton body of the same tile everywhere else."""
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Optional
 
 from . import kernel_async as _ka
@@ -63,6 +64,10 @@ class AsyncRowsLauncher(RMSNormLauncher):
         """True when the Gluon body runs this call (else :attr:`fallback` does)."""
         return x.is_cuda and not _INTERPRET and self._takes_rows(M, sx, sy) and async_capable(x.get_device())
 
+    def _editing(self):
+        """Around a compile of the body: x's copies through L1 (:func:`.l1_copies.editing`) for ``ASYNC=1``."""
+        return l1_copies.editing() if self.ASYNC == 1 else contextlib.nullcontext()
+
     # The base class's launch path, with this body's constexprs and compile step.
     def _constexprs(self, M: int, rv: int, sx: int, sy: int, pdl: int = 0, aligned: bool = True) -> tuple:
         return self._async_consts  # whole 16-byte vectors only (takes): never ALIGN
@@ -70,9 +75,7 @@ class AsyncRowsLauncher(RMSNormLauncher):
     def _first_launch(self, key, x, w, y, M, sxv, syv, eps, consts, options, stream) -> None:
         torch = _torch()
         dev = key[0]
-        if self.ASYNC == 1:
-            l1_copies.install()  # again, where a stage hook set since took its place
-        with torch.cuda.device(dev), torch.cuda.stream(torch_stream(stream, x.device)):
+        with self._editing(), torch.cuda.device(dev), torch.cuda.stream(torch_stream(stream, x.device)):
             compiled = self._body[(self.grid(M),)](x, w, y, M, sxv, syv, eps, *consts, num_warps=self._warps)
             launch = Launch(_direct_call(compiled), compiled, _runtime_call(compiled))
         if self.ASYNC == 1:
@@ -97,9 +100,7 @@ class AsyncRowsLauncher(RMSNormLauncher):
         if not self.takes(x, M, sx, sy):
             return self.fallback.compiled(x, w, y, M, sx, sy, options)
         torch = _torch()
-        if self.ASYNC == 1:
-            l1_copies.install()
-        with torch.cuda.device(x.get_device()):
+        with self._editing(), torch.cuda.device(x.get_device()):
             k = self._body.warmup(x, w, y, M, sx // self.vec, sy // self.vec, 1e-6, *self._async_consts,
                                   grid=(self.grid(M),), num_warps=self._warps)
             k.run  # loading the binary fills n_regs / n_spills

@@ -117,7 +117,7 @@ if gluon is not None:
         rstd = gl.rsqrt(gl.sum(sums.load(every), axis=0) / N + eps)
         gl.store(Y + (row * (SY * VEC) + cols), (x * rstd * w).to(Y.dtype.element_ty), mask=ok,
                  eviction_policy=Y_POLICY)
-    l1_copies.install()  # before any compile of the body in this process
+    l1_copies.install()  # Triton 3.6: before any compile of the body in this process
 else:  # pragma: no cover - only without Gluon
     rmsnorm_async = rmsnorm_row = None
 
@@ -152,9 +152,9 @@ def _compile(body, sig: dict, consts: dict, target, num_warps: int):
     import triton
     from triton.experimental.gluon._runtime import GluonASTSource
 
-    l1_copies.install()
     src = GluonASTSource(body, sig, consts, {(i,): [["tt.divisibility", 16]] for i in range(3)})
-    return triton.compile(src, target=target, options={"num_warps": num_warps})
+    with l1_copies.editing():
+        return triton.compile(src, target=target, options={"num_warps": num_warps})
 
 
 def compile_row_for(target, dtype_str: str, N: int, threads: int, policies: tuple = ("", "", ""),
