@@ -44,6 +44,26 @@ def fresh_pm():
     _fat_caches.clear_caches()
 
 
+@pytest.fixture
+def sass_of():
+    """``sass_of(k)``: the instructions of a cross-compiled kernel's sm_90 SASS, in issue order (nvdisasm of
+    Triton's NVIDIA backend)."""
+
+    def sass_of(k) -> list:
+        import triton
+
+        nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/nvdisasm")
+        path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"sass_{os.getpid()}_{id(k)}.cubin")
+        with open(path, "wb") as f:
+            f.write(k.asm["cubin"])
+        try:
+            text = subprocess.run([nvdisasm, "-c", path], capture_output=True, text=True, check=True).stdout
+        finally:
+            os.unlink(path)
+        return [ln.split("*/", 1)[1].split(";")[0].strip() for ln in text.splitlines()
+                if ln.strip().startswith("/*") and ";" in ln]
+
+    return sass_of
 
 
 @pytest.fixture

@@ -342,26 +342,6 @@ def test_a_packed_launch_never_reads_the_runtime_strides(M, N):
     assert not stride_params & loads, f"the packed launch reads {stride_params & loads}"
 
 
-
-def _sass(k) -> list:
-    """The instructions of a cross-compiled kernel's sm_90 SASS, in issue order (nvdisasm)."""
-    import subprocess
-
-    import triton
-
-    nvdisasm = os.path.join(os.path.dirname(triton.__file__), "backends/nvidia/bin/nvdisasm")
-    path = os.path.join(os.environ.get("TMPDIR", "/tmp"), f"sass_{os.getpid()}.cubin")
-    with open(path, "wb") as f:
-        f.write(k.asm["cubin"])
-    try:
-        text = subprocess.run([nvdisasm, "-c", path], capture_output=True, text=True, check=True).stdout
-    finally:
-        os.unlink(path)
-    return [ln.split("*/", 1)[1].split(";")[0].strip() for ln in text.splitlines()
-            if ln.strip().startswith("/*") and ";" in ln]
-
-
-
 @pytest.mark.parametrize("M,N,ds", [(4096, 1000, "bf16"), (65536, 1024, "bf16"), (64, 2048, "fp32"),
                                     (4096, 520, "fp16")])
 def test_rows_of_513_to_2048_also_try_the_asynchronous_copy_body(M, N, ds):
@@ -376,7 +356,6 @@ def test_rows_of_513_to_2048_also_try_the_asynchronous_copy_body(M, N, ds):
     assert isinstance(make_launcher(N, ds, **got[0].kwargs), AsyncRowsLauncher)
     for M2, N2, ds2 in ((4096, 1004, "bf16"), (65536, 256, "bf16"), (4096, 4096, "bf16"), (4096, 1002, "fp32")):
         assert not [c for c in cuda_space(M2, N2, ds2) if c.kwargs.get("ASYNC")], (M2, N2, ds2)
-
 
 
 @pytest.mark.parametrize("M,N,ds,threads", [(1, 4096, "bf16", [256, 512]), (32, 3000, "bf16", [256, 512]),
@@ -426,7 +405,7 @@ def test_every_body_leaves_the_row_count_and_strides_unspecialized():
 @needs_ptxas
 @pytest.mark.parametrize("N,threads", [(3000, 256), (4096, 256), (4096, 512), (8192, 512), (16384, 1024)])
 @pytest.mark.parametrize("ds", ["bf16", "fp16", "fp32"])
-def test_the_gluon_row_body_meets_its_sum_behind_one_barrier(N, threads, ds):
+def test_the_gluon_row_body_meets_its_sum_behind_one_barrier(N, threads, ds, sass_of):
     """sm_90: each warp sums its part with five shuffles, writes it to shared memory once, and after the one
     barrier every thread reads all the warps' sums with 16-byte shared loads (Triton's tl.sum over the same
     row: two barriers and a second round of shuffles). x and the weight arrive by 16-byte loads, all issued
@@ -447,7 +426,7 @@ def test_the_gluon_row_body_meets_its_sum_behind_one_barrier(N, threads, ds):
     assert ptx.count("bar.sync") == 1 and ptx.count("shfl.sync.bfly") == 5
     assert k.metadata.shared == 4 * threads // 32  # one fp32 sum a warp
     assert _stack_and_local(k, f"row_{ds}_{N}_{threads}")[0] == (0, 0)
-    ins = _sass(k)
+    ins = sass_of(k)
     bars = [i for i, op in enumerate(ins) if re.search(r"\bBAR\.SYNC", op)]
     loads = [i for i, op in enumerate(ins) if re.search(r"\bLDG\b|\bLDG\.", op)]
     assert len(bars) == 1 and len(loads) == 2 * per_lane and max(loads) < bars[0], "the weight waits for the sum"
@@ -479,7 +458,7 @@ def test_a_gpu_that_cannot_run_a_body_is_not_offered_its_configs(monkeypatch, cl
 @needs_ptxas
 @pytest.mark.parametrize("N", [520, 1000, 2048])
 @pytest.mark.parametrize("ds", ["bf16", "fp16", "fp32"])
-def test_the_asynchronous_copy_body_cross_compiles_to_copies_and_warp_sums(N, ds):
+def test_the_asynchronous_copy_body_cross_compiles_to_copies_and_warp_sums(N, ds, sass_of):
     """sm_90: x arrives by 16-byte cp.async copies through L1 (``.ca``: SASS ``LDGSTS`` without ``BYPASS``)
     read back from shared memory, the weight by 16-byte loads, each row's sum is one warp's five shuffles
     (no shared-memory reduction: the one barrier is the one after the copies' wait, and shared memory holds
@@ -501,7 +480,7 @@ def test_the_asynchronous_copy_body_cross_compiles_to_copies_and_warp_sums(N, ds
     assert ptx.count("bar.sync") == 1 and ptx.count("shfl.sync.bfly") == 5
     assert k.metadata.shared == 4 * next_pow2(N) * elem
     assert _stack_and_local(k, f"async_{ds}_{N}")[0] == (0, 0)
-    ins = _sass(k)
+    ins = sass_of(k)
     copies = [op for op in ins if "LDGSTS" in op]
     assert len(copies) == per_lane and not [op for op in copies if "BYPASS" in op], copies
     assert not [op for op in ins if re.match(r"(@!?\w+\s+)?STS\b", op)], "a shared-memory reduction"
