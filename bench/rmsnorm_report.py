@@ -102,7 +102,10 @@ def below_best_peer(rows):
             spread = f"; per round {min(paired):.4f}–{max(paired):.4f}×, {verdict}"
         else:
             spread = "; one round only"
-        out.append(f"- {r['M']} × {r['N']} {r['dtype']}: tuned / {NAMES[best]} {t / peers[best]:.4f}×{spread}.")
+        copy = gbps(r, "graph", "clone")
+        at_copy = (f"; tuned {t / copy:.1%} and {NAMES[best]} {peers[best] / copy:.1%} of a same-bytes copy"
+                   if copy else "")
+        out.append(f"- {r['M']} × {r['N']} {r['dtype']}: tuned / {NAMES[best]} {t / peers[best]:.4f}×{spread}{at_copy}.")
     if out:
         out = ["", "Shapes where tuned's median is under the best peer's:", ""] + out
     return out
