@@ -2,7 +2,6 @@
 (``l1_copies``): the PTX edit in Triton's own ``ptx`` stage, cross-compiled for sm_90 on the CPU."""
 
 import os
-import re
 import shutil
 import types
 import warnings
@@ -18,6 +17,8 @@ needs_ptxas = pytest.mark.skipif(shutil.which("ptxas") is None and not os.path.e
 from triton.experimental import gluon  # noqa: E402
 from triton.experimental.gluon import language as gl  # noqa: E402
 from triton.experimental.gluon.language.nvidia.ampere import async_copy as cp  # noqa: E402
+
+from flyautotune_rmsnorm import l1_copies as _l1  # noqa: E402
 
 _copy = getattr(cp, "async_load", None) or cp.async_copy_global_to_shared
 
@@ -123,15 +124,9 @@ def test_a_stage_hook_set_since_is_wrapped_again_before_the_next_compile(monkeyp
     assert 5 in later, "the hook set since no longer ran"
 
 
-def _triton_version() -> tuple:
-    import triton
-
-    return tuple(int(p) for p in triton.__version__.split(".")[:2])
-
-
 @needs_ptxas
-@pytest.mark.skipif(_triton_version() < (3, 7), reason="Triton before 3.7 keys no compile by the stage hook, so "
-                    "it takes the hook for the process (the two tests above); this mode needs 3.7+")
+@pytest.mark.skipif(_l1._version() < (3, 7), reason="Triton before 3.7 keys no compile by the stage hook, so it "
+                    "takes the hook for the process (the two tests above); this mode needs 3.7+")
 def test_where_triton_keys_by_the_hook_it_is_set_only_while_the_body_compiles(monkeypatch, tmp_path):
     """Triton 3.7-3.8 (a cache key from the hook, asked on every JIT launch): the hook is there only inside
     editing(), the edited binary has a cache key of its own, and the hook set before comes back."""
