@@ -3,6 +3,8 @@
 
 from __future__ import annotations
 
+import contextlib
+
 import pytest
 
 import flyautotune as fat
@@ -106,3 +108,46 @@ def test_a_target_nobody_compiles_is_a_clear_error(pm, adopter):
     pm.register(NamesOnly(), name="namesonly")
     with pytest.raises(ReportError, match="no installed plugin compiles reports for fakegpu/fk1"):
         resource_report(adopter, (4, 8), "bf16", FAKE, pm)
+
+
+def test_each_compile_runs_inside_the_context_compile_spec_names(pm, backend):
+    """A launch that compiles inside a context of its own (a stage hook it sets) gets the same context
+    around the report's compile, so the report reads the binary the launch builds."""
+    events, open_at_compile = [], []
+
+    @contextlib.contextmanager
+    def compiling():
+        events.append("enter")
+        try:
+            yield
+        finally:
+            events.append("exit")
+
+    class Seen(FakeBackend):
+        @fat.hookimpl(tryfirst=True)
+        def flyautotune_compile_report(self, spec, config, hints, target):
+            open_at_compile.append(events.count("enter") - events.count("exit"))
+            return None  # the fake backend below compiles it
+
+    pm.register(Seen(), name="seen")
+    tuned = fat.autotune(configs=[fat.Config(BLOCK=1), fat.Config(BLOCK=2)], key=["n"], name="rctx")(_launch)
+    a = fat.Adopter(name="rctx", tuner=tuned, example=lambda shape, dtype, device: (([0.0] * shape[0], shape[0]), {}),
+                    compile_spec=lambda shape, dtype, config: (
+                        "kernel", {"X": "*fp32"}, {"SIZE": 32}, {"options": {}, "compiling": compiling}))
+    try:
+        rows = resource_report(a, (4,), "fp32", FAKE, pm)
+    finally:
+        pm.unregister(name="seen")
+    assert [r.registers for r in rows] == [10, 20]
+    assert open_at_compile == [1, 1]  # each compile ran inside the context
+    assert events == ["enter", "exit", "enter", "exit"]  # and each context closed after its compile
+
+
+def test_a_compiling_entry_that_is_not_callable_is_named(pm, backend):
+    tuned = fat.autotune(configs=[fat.Config(BLOCK=1), fat.Config(BLOCK=2)], key=["n"], name="rctx2")(_launch)
+    a = fat.Adopter(name="rctx2", tuner=tuned, example=lambda shape, dtype, device: (([0.0] * shape[0], shape[0]), {}),
+                    compile_spec=lambda shape, dtype, config: (
+                        "kernel", {"X": "*fp32"}, {"SIZE": 32}, {"compiling": "editing"}))
+    rows = resource_report(a, (4,), "fp32", FAKE, pm)
+    assert rows[0].error == ("TypeError: adopter 'rctx2': compile_spec's extra['compiling'] is 'editing'; "
+                             "expected a callable that returns a context manager, or None")

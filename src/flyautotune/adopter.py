@@ -52,7 +52,10 @@ class Adopter:
         reports (no GPU needed); optional. ``extra`` may hold ``"options"``
         (compile options the launch derives, e.g. ``num_warps``) and
         ``"values"`` (runtime integers Triton specializes on), so a report
-        builds the same binary as a real launch.
+        builds the same binary as a real launch, and ``"compiling"`` (a
+        callable returning the context manager the launch compiles in, e.g.
+        one that sets a compiler stage hook), which the report enters around
+        each compile.
     """
 
     name: str = attrs.field(validator=_name)

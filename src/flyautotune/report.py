@@ -10,8 +10,9 @@ the target.
 
 from __future__ import annotations
 
+import contextlib
 import inspect
-from typing import Any, Mapping, Optional, Sequence
+from typing import Any, Callable, ContextManager, Mapping, Optional, Sequence
 
 import attrs
 
@@ -61,6 +62,9 @@ class KernelSpec:
         (e.g. ``{"num_warps": 8}`` from a ``BLOCK_THREADS`` knob); config hints override them.
     :param values: runtime scalar arguments of a launch of this shape
         (``{"n": 16777216}``), so the report specializes them as a launch does.
+    :param compiling: a callable returning the context manager the adopter's own launch compiles this
+        kernel in (a compiler stage hook it sets, say), or ``None``; the report compiles inside it, so
+        it reads the binary a launch builds.
     """
 
     kernel: Any
@@ -68,6 +72,7 @@ class KernelSpec:
     constexprs: dict
     options: dict = attrs.field(factory=dict)
     values: dict = attrs.field(factory=dict)
+    compiling: Optional[Callable[[], ContextManager]] = None
 
 
 # -- targets ----------------------------------------------------------------------------
@@ -152,8 +157,8 @@ def compile_spec(adopter: Any, shape: tuple, dtype: str, config: Config, target:
 
     ``compile_spec`` may take ``target=`` and returns ``(kernel, signature,
     constexprs)`` or ``(kernel, signature, constexprs, extra)`` where ``extra``
-    holds ``"options"`` and/or ``"values"`` (a plain dict of compile options is
-    read as ``"options"``).
+    holds ``"options"``, ``"values"`` and/or ``"compiling"`` (a plain dict of
+    compile options is read as ``"options"``).
     """
     fn = adopter.compile_spec
     try:
@@ -171,11 +176,16 @@ def compile_spec(adopter: Any, shape: tuple, dtype: str, config: Config, target:
         )
     kernel, signature, constexprs = spec[:3]
     extra = dict(spec[3] or {}) if len(spec) == 4 else {}
-    if extra and set(extra) <= {"options", "values"}:
+    compiling = None
+    if extra and set(extra) <= {"options", "values", "compiling"}:
         options, values = dict(extra.get("options") or {}), dict(extra.get("values") or {})
+        compiling = extra.get("compiling")
+        if compiling is not None and not callable(compiling):
+            raise TypeError(f"adopter {adopter.name!r}: compile_spec's extra['compiling'] is {compiling!r}; "
+                            f"expected a callable that returns a context manager, or None")
     else:
         options, values = extra, {}
-    return KernelSpec(kernel, dict(signature), dict(constexprs or {}), options, values)
+    return KernelSpec(kernel, dict(signature), dict(constexprs or {}), options, values, compiling)
 
 
 def specialization_attrs(kernel: Any, signature: Mapping[str, str], values: Mapping[str, Any]) -> dict:
@@ -219,7 +229,8 @@ def resource_report(adopter: Any, shape: tuple, dtype: str, target: Target, pm: 
             spec = compile_spec(adopter, shape, dtype, config, target)
             hints = {**spec.options, **config.hints}
             pm.hook.flyautotune_validate_hints(hints=hints, target=target)
-            row = pm.hook.flyautotune_compile_report(spec=spec, config=config, hints=hints, target=target)
+            with spec.compiling() if spec.compiling is not None else contextlib.nullcontext():
+                row = pm.hook.flyautotune_compile_report(spec=spec, config=config, hints=hints, target=target)
         except ReportError:
             raise
         except Exception as exc:  # one candidate that does not build is a row, not the end of the report

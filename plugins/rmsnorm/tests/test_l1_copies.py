@@ -199,3 +199,25 @@ def test_how_the_edit_is_made_follows_the_triton_release(version, mode, monkeypa
         assert l1_copies.mode() == mode and l1_copies.native() is (mode == "native")
     finally:
         l1_copies.mode.cache_clear()
+
+
+@needs_ptxas
+def test_the_report_of_the_body_reads_the_binary_its_launch_builds(monkeypatch, tmp_path):
+    """``flyautotune report`` compiles the staged-rows body inside the same edit as the launch, so its
+    binary (and digest) is the one with x's copies through L1, on every Triton mode."""
+    import hashlib
+
+    from triton.backends.compiler import GPUTarget
+
+    import flyautotune as fat
+    from flyautotune.report import resource_report
+    from flyautotune_rmsnorm import api, kernel_async, l1_copies, space
+
+    _, _, _, theirs = _edit_mode(monkeypatch, tmp_path, l1_copies.mode())
+    (cfg,) = space.async_configs(1000, "bf16")  # 128 threads, 4 rows a program
+    one = fat.autotune(configs=[cfg], key=["N"], name="l1_report")(lambda x, N, **_: None)
+    adopter = fat.Adopter(name="l1_report", tuner=one, compile_spec=api.compile_spec)
+    (row,) = resource_report(adopter, (4096, 1000), "bf16", fat.Target("cuda", "sm_90", 32))
+    launched = kernel_async.compile_for(GPUTarget("cuda", 90, 32), "bf16", 1000, 4)
+    assert "cp.async.cg" not in launched.asm["ptx"]
+    assert row.error is None and row.binary_sha256 == hashlib.sha256(launched.asm["cubin"]).hexdigest()

@@ -382,9 +382,13 @@ def compile_spec(shape, dtype, config, target=None) -> tuple:
             raise fat.IncompatibleConfigError(
                 f"rmsnorm: {config} is a Gluon body (ASYNC={kw['ASYNC']}, NVIDIA only), which this "
                 f"target or Triton does not have; elsewhere its launch runs the Triton body of the same tile")
+        from . import l1_copies
+
         body, sig, consts = launcher.source  # the AsyncRowsLauncher's own choice of body
         vec = consts["VEC"]
-        return body, sig, consts, {"options": options, "values": {"M": M, "SX": N // vec, "SY": N // vec}}
+        # compiled as the launch compiles it: inside l1_copies.editing (x's copies through L1)
+        return body, sig, consts, {"options": options, "values": {"M": M, "SX": N // vec, "SY": N // vec},
+                                   "compiling": l1_copies.editing}
     if launcher.SPLIT > 1 and launcher.COOP == 2:
         from .kernel_split import persist_kernel
 
