@@ -33,8 +33,13 @@ Paths, outermost first:
   launcher and by ``flyautotune_rmsnorm.claunch`` with the same arguments (Triton 3.5/3.6 on CUDA; the
   specialized launch takes claunch unless ``FLYAUTOTUNE_RMSNORM_CLAUNCH=0``).
 
+* ``tuner(prepared) over a no-op launch`` — the hit path with the plan's launch swapped for a no-op;
+  minus ``a no-op call`` (the same arguments), the layer's own work; the same followed in each call by
+  ``raw: claunch``: minus that path and the no-op, the hit path's cost with a driver launch between hits.
+
 The autotune layer's cost is ``tuner(prepared) - specialized launch`` (what a cache hit runs
-inside the layer).
+inside the layer), and ``rmsnorm_autotuned - rmsnorm`` as a user's call sees it (the same checks and
+the same launch, where the tuned config is the default, as in the fresh store this runs with).
 """
 
 from __future__ import annotations
@@ -156,8 +161,24 @@ def main(argv=None):
         PY_HIT = "tuner(prepared), Python hit path"
         paths[PY_HIT] = paths["tuner(prepared)"]
         swaps[PY_HIT] = native_call.fallback
+    # Where the layer's time goes next to a real launch: the hit path over a no-op launch (the plan's direct
+    # launch swapped for it), alone and followed in each call by a raw launch of the same binary (minus that
+    # raw launch alone): does a driver launch between hits make the hit path itself dearer?
+    plan = next((e[1] for e in _tuned_launch._fast_memo.values() if getattr(e[1], "direct", None) is not None), None)
+    directs = {}
+    HIT_NOOP, HIT_NOOP_RAW = "tuner(prepared) over a no-op launch", "tuner(prepared) over a no-op launch, then raw: claunch"
+    if plan is not None and ours_raw is not None:
+        def noop(*_args):
+            return None
+
+        NOOP = "a no-op call (the same arguments)"
+        paths[NOOP] = lambda: noop(x, w, y, M, N, ds, eps, N, N)
+        paths[HIT_NOOP] = paths["tuner(prepared)"]
+        paths[HIT_NOOP_RAW] = lambda: (_tuned_launch(x, w, y, M, N, ds, eps, N, N),
+                                       ours_raw(L.grid(M), 1, stream, *raw_args))
+        directs[HIT_NOOP] = directs[HIT_NOOP_RAW] = noop
     for name, fn in paths.items():
-        with calls_through(own, swaps.get(name)):
+        with calls_through(own, swaps.get(name)), direct_through(plan, directs.get(name)):
             for _ in range(50):
                 fn()
     torch.cuda.synchronize()
@@ -171,7 +192,7 @@ def main(argv=None):
             for name in phase:
                 fn = paths[name]
                 torch.cuda.synchronize()
-                with calls_through(own, swaps.get(name)):
+                with calls_through(own, swaps.get(name)), direct_through(plan, directs.get(name)):
                     t0 = time.perf_counter()
                     for _ in range(args.calls):
                         fn()
@@ -215,6 +236,12 @@ def main(argv=None):
                       f"and {fastest[PY_HIT] - fastest['specialized launch']:.2f} µs."]
     else:
         lines += ["", "The C hit path is not built here: the layer above is the Python hit path's."]
+    if directs:
+        alone, beside = us[HIT_NOOP] - us[NOOP], us[HIT_NOOP_RAW] - us["raw: claunch"] - us[NOOP]
+        lines += ["", f"The hit path's own work (over a no-op launch, minus the no-op call): {alone:.2f} µs alone, "
+                      f"{beside:.2f} µs with a raw launch of the same binary after each hit (that loop minus raw: "
+                      f"claunch's and the no-op's); fastest loops {fastest[HIT_NOOP] - fastest[NOOP]:.2f} and "
+                      f"{fastest[HIT_NOOP_RAW] - fastest['raw: claunch'] - fastest[NOOP]:.2f} µs."]
     lines += ["", f"Hits check tensors with: {check_kind} ({check_why})."]
     md = "\n".join(lines)
     os.makedirs(args.out, exist_ok=True)
@@ -223,6 +250,21 @@ def main(argv=None):
                    "markdown": md}, f,
                   indent=1)
     print(md)
+
+
+@contextlib.contextmanager
+def direct_through(plan, launch):
+    """``plan.direct`` (what a cache hit of the plan calls) is ``launch`` inside the block, where ``launch``
+    is not None."""
+    if launch is None:
+        yield
+        return
+    old = plan.direct
+    plan.direct = launch
+    try:
+        yield
+    finally:
+        plan.direct = old
 
 
 @contextlib.contextmanager
