@@ -1,0 +1,201 @@
+"""Persistent rows: does a program that stays resident and loops over rows beat one program per row tile?
+
+A probe body (not the product's), defined here: a grid of ``OCC`` programs per SM, each loading the weight
+once into registers and then normalizing row tiles ``pid, pid + grid, ...``; with ``PREFETCH`` the next
+tile's x is loaded before the current tile is reduced (the loads of two tiles in flight per program). What
+it could buy over the product's one-program-per-tile grid at the copy-speed shapes (16384 x 8192 bf16,
+32768 x 4096 fp32, 262144 x 256 bf16, where tuned ties torch.compile or QuACK at a copy's bandwidth): the
+weight read from L2 once per program instead of once per tile (as many bytes through L2 as x itself at one
+row a tile), and no gap between a program's end and the next one's start on an SM.
+
+Each shape: one forced search (``tuned``), torch.compile, QuACK where it runs, a clone, and the probe's
+variants, checked against the fp64 reference, then timed as ``bench/rmsnorm.py`` times its peers (CUDA-graph
+replay over rotating inputs, interleaved rounds, medians).
+
+    python bench/persist_rows_probe.py --out DIR [--shapes 16384x8192:bf16,...] [--rounds 3]
+                                       [--variants 512x1:4:1,...]
+
+A variant is ``THREADSxROWS:OCC:PREFETCH[:POLICY]``: threads a program, rows a tile, programs per SM,
+prefetch 0/1, the cache policy (0: none, 1: x streamed, 2: x and y streamed) and whether the weight stays in
+registers (1) or is loaded again each tile from L1 (0). Without ``--variants``
+each shape takes a small grid around the product's tile for it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+
+SHAPES = "16384x8192:bf16,32768x4096:fp32,262144x256:bf16,65536x1024:bf16,4096x8192:bf16"
+
+_kernel = None
+
+
+def persist_kernel():
+    """The probe's body, as a Triton ``JITFunction`` (built once)."""
+    global _kernel
+    if _kernel is not None:
+        return _kernel
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _persist_rows(X, W, Y, M, eps, N: tl.constexpr, BLOCK_N: tl.constexpr, ROWS: tl.constexpr,
+                      PREFETCH: tl.constexpr, X_POLICY: tl.constexpr, Y_POLICY: tl.constexpr,
+                      W_HOLD: tl.constexpr):
+        pid = tl.program_id(0)
+        nprog = tl.num_programs(0)
+        cols = tl.arange(0, BLOCK_N)
+        r = tl.arange(0, ROWS)
+        col_ok = (cols < N)[None, :]
+        if W_HOLD:  # the weight in registers for the program's life (fp32: registers that cost occupancy)
+            w = tl.load(W + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
+        tiles = tl.cdiv(M, ROWS)
+        if PREFETCH:
+            rows = pid * ROWS + r
+            x = tl.load(X + (rows * N)[:, None] + cols[None, :], mask=(rows < M)[:, None] & col_ok, other=0.0,
+                        eviction_policy=X_POLICY)
+            for t in range(pid, tiles, nprog):
+                rows = t * ROWS + r
+                nrows = rows + nprog * ROWS
+                nxt = tl.load(X + (nrows * N)[:, None] + cols[None, :], mask=(nrows < M)[:, None] & col_ok,
+                              other=0.0, eviction_policy=X_POLICY)
+                xf = x.to(tl.float32)
+                rstd = tl.rsqrt(tl.sum(xf * xf, 1) / N + eps)
+                if not W_HOLD:  # loaded again each tile, after the sum: an L1 hit from the second tile on
+                    w = tl.load(W + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
+                y = (xf * rstd[:, None] * w).to(Y.dtype.element_ty)
+                tl.store(Y + (rows * N)[:, None] + cols[None, :], y, mask=(rows < M)[:, None] & col_ok,
+                         eviction_policy=Y_POLICY)
+                x = nxt
+        else:
+            for t in range(pid, tiles, nprog):
+                rows = t * ROWS + r
+                x = tl.load(X + (rows * N)[:, None] + cols[None, :], mask=(rows < M)[:, None] & col_ok,
+                            other=0.0, eviction_policy=X_POLICY)
+                xf = x.to(tl.float32)
+                rstd = tl.rsqrt(tl.sum(xf * xf, 1) / N + eps)
+                if not W_HOLD:  # loaded again each tile, after the sum: an L1 hit from the second tile on
+                    w = tl.load(W + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
+                y = (xf * rstd[:, None] * w).to(Y.dtype.element_ty)
+                tl.store(Y + (rows * N)[:, None] + cols[None, :], y, mask=(rows < M)[:, None] & col_ok,
+                         eviction_policy=Y_POLICY)
+
+    _kernel = _persist_rows
+    return _kernel
+
+
+POLICIES = {0: ("", ""), 1: ("evict_first", ""), 2: ("evict_first", "evict_first")}
+
+
+def parse_variant(text):
+    """``(threads, rows, occ, prefetch, policy, w_hold)`` of ``THREADSxROWS:OCC:PREFETCH[:POLICY[:WHOLD]]``."""
+    try:
+        shape, occ, pre, *rest = text.split(":")
+        threads, rows = (int(v) for v in shape.split("x"))
+        pol, hold = ([int(v) for v in rest] + [1, 0][len(rest):])[:2]
+        return threads, rows, int(occ), int(pre), pol, hold
+    except ValueError:
+        raise ValueError(f"--variants: {text!r}: expected THREADSxROWS:OCC:PREFETCH[:POLICY[:WHOLD]], e.g. "
+                         f"512x1:4:1") from None
+
+
+def default_variants(N):
+    """A small grid per row width: 8 or 16 elements a thread (tiles of at least 128 threads), programs
+    filling half or all of an SM's 2048 threads, with and without prefetch."""
+    from flyautotune_rmsnorm.factory import next_pow2
+
+    npad = next_pow2(N)
+    out = []
+    for per_thread in (8, 16):
+        tile = max(npad, 128 * per_thread)  # short rows: several rows a tile, at least 128 threads
+        threads = min(1024, tile // per_thread)
+        rows = tile // npad
+        for occ in sorted({1024 // threads, 1536 // threads, 2048 // threads} - {0}):  # of an SM's 2048 threads
+            for pre in (0, 1):
+                for hold in (0, 1):
+                    out.append((threads, rows, occ, pre, 1, hold))
+    return out
+
+
+def describe(v):
+    threads, rows, occ, pre, pol, hold = v
+    return f"persist {threads}t x {rows}r occ {occ}{' prefetch' if pre else ''}{' w held' if hold else ''} p{pol}"
+
+
+def make_fn(v, M, N, sms):
+    import torch
+
+    threads, rows, occ, pre, pol, hold = v
+    from flyautotune_rmsnorm.factory import next_pow2
+
+    kern = persist_kernel()
+    tiles = -(-M // rows)
+    grid = (min(tiles, occ * sms),)
+    xp, yp = POLICIES[pol]
+
+    def fn(x, w, compiled=False):
+        y = torch.empty_like(x)
+        k = kern[grid](x, w, y, M, 1e-6, N=N, BLOCK_N=next_pow2(N), ROWS=rows, PREFETCH=pre, X_POLICY=xp,
+                       Y_POLICY=yp, W_HOLD=hold, num_warps=threads // 32)
+        return k if compiled else y
+
+    return fn
+
+
+def main(argv=None):
+    import argparse
+
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--out", default=".")
+    ap.add_argument("--shapes", default=SHAPES)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--variants", default="")
+    args = ap.parse_args(argv)
+    try:
+        fixed = [parse_variant(t) for t in filter(None, args.variants.split(","))]
+    except ValueError as exc:
+        ap.error(str(exc))
+    os.makedirs(args.out, exist_ok=True)
+    import tempfile
+
+    os.environ.setdefault("FLYAUTOTUNE_CACHE_DIR", tempfile.mkdtemp(prefix="fat-persist-rows-"))
+    import torch
+
+    from rmsnorm import (EPS, check_and_rank, load_quack, print_ranking, probe_fns, save_rows, searched_inputs,
+                         shape_spec)
+
+    assert EPS == 1e-6, EPS
+    sms = torch.cuda.get_device_properties(0).multi_processor_count
+    quack = load_quack()
+    rows = []
+    for spec in args.shapes.split(","):
+        M, N, ds = shape_spec(spec)
+        x, w, picked = searched_inputs(M, N, ds)
+        fns = probe_fns(N, quack, x, w)
+        built = {}
+        for v in fixed or default_variants(N):
+            fn = make_fn(v, M, N, sms)
+            try:
+                k = fn(x, w, compiled=True)
+            except Exception as exc:  # a variant Triton cannot build here: said, then left out
+                print(f"{spec} {describe(v)}: {type(exc).__name__}: {exc}"[:300], flush=True)
+                continue
+            fns[describe(v)] = fn
+            built[describe(v)] = {"regs": k.n_regs, "spills": k.n_spills}
+        print(json.dumps({"shape": spec, "built": built}), flush=True)
+        row = check_and_rank(fns, x, w, spec, args.rounds, picked, built=built)
+        rows.append(row)
+        del x
+        torch.cuda.empty_cache()
+    save_rows(args.out, "persist_rows_probe.json", rows)
+    for r in rows:
+        print_ranking(f"{r['shape']} (picked {r['picked']}; clone {r['gbps']['clone']:.0f} GB/s)", r["gbps"],
+                      r["spread"])
+
+
+if __name__ == "__main__":
+    sys.exit(main())
