@@ -54,35 +54,28 @@ def persist_kernel():
         if W_HOLD:  # the weight in registers for the program's life (fp32: registers that cost occupancy)
             w = tl.load(W + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
         tiles = tl.cdiv(M, ROWS)
-        if PREFETCH:
+        if PREFETCH:  # the first tile before the loop; each trip then loads the next one before its sum
             rows = pid * ROWS + r
             x = tl.load(X + (rows * N)[:, None] + cols[None, :], mask=(rows < M)[:, None] & col_ok, other=0.0,
                         eviction_policy=X_POLICY)
-            for t in range(pid, tiles, nprog):
-                rows = t * ROWS + r
+        for t in range(pid, tiles, nprog):
+            rows = t * ROWS + r
+            if PREFETCH:
                 nrows = rows + nprog * ROWS
                 nxt = tl.load(X + (nrows * N)[:, None] + cols[None, :], mask=(nrows < M)[:, None] & col_ok,
                               other=0.0, eviction_policy=X_POLICY)
-                xf = x.to(tl.float32)
-                rstd = tl.rsqrt(tl.sum(xf * xf, 1) / N + eps)
-                if not W_HOLD:  # loaded again each tile, after the sum: an L1 hit from the second tile on
-                    w = tl.load(W + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
-                y = (xf * rstd[:, None] * w).to(Y.dtype.element_ty)
-                tl.store(Y + (rows * N)[:, None] + cols[None, :], y, mask=(rows < M)[:, None] & col_ok,
-                         eviction_policy=Y_POLICY)
-                x = nxt
-        else:
-            for t in range(pid, tiles, nprog):
-                rows = t * ROWS + r
+            else:
                 x = tl.load(X + (rows * N)[:, None] + cols[None, :], mask=(rows < M)[:, None] & col_ok,
                             other=0.0, eviction_policy=X_POLICY)
-                xf = x.to(tl.float32)
-                rstd = tl.rsqrt(tl.sum(xf * xf, 1) / N + eps)
-                if not W_HOLD:  # loaded again each tile, after the sum: an L1 hit from the second tile on
-                    w = tl.load(W + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
-                y = (xf * rstd[:, None] * w).to(Y.dtype.element_ty)
-                tl.store(Y + (rows * N)[:, None] + cols[None, :], y, mask=(rows < M)[:, None] & col_ok,
-                         eviction_policy=Y_POLICY)
+            xf = x.to(tl.float32)
+            rstd = tl.rsqrt(tl.sum(xf * xf, 1) / N + eps)
+            if not W_HOLD:  # loaded again each tile, after the sum: an L1 hit from the second tile on
+                w = tl.load(W + cols, mask=cols < N, other=0.0).to(tl.float32)[None, :]
+            y = (xf * rstd[:, None] * w).to(Y.dtype.element_ty)
+            tl.store(Y + (rows * N)[:, None] + cols[None, :], y, mask=(rows < M)[:, None] & col_ok,
+                     eviction_policy=Y_POLICY)
+            if PREFETCH:
+                x = nxt
 
     _kernel = _persist_rows
     return _kernel
