@@ -29,7 +29,7 @@ import sys
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
-SHAPES = "16384x8192:bf16,32768x4096:fp32,262144x256:bf16,65536x1024:bf16,4096x8192:bf16"
+SHAPES = "16384x8192:bf16,32768x4096:fp32,262144x256:bf16"
 
 _kernel = None
 
@@ -98,7 +98,8 @@ def parse_variant(text):
 
 def default_variants(N):
     """A small grid per row width: 8 or 16 elements a thread (tiles of at least 128 threads), programs
-    filling half or all of an SM's 2048 threads, with and without prefetch."""
+    filling a half, three quarters or all of an SM's 2048 threads; without prefetch, and with it, the weight
+    held or loaded each tile."""
     from flyautotune_rmsnorm.factory import next_pow2
 
     npad = next_pow2(N)
@@ -108,9 +109,8 @@ def default_variants(N):
         threads = min(1024, tile // per_thread)
         rows = tile // npad
         for occ in sorted({1024 // threads, 1536 // threads, 2048 // threads} - {0}):  # of an SM's 2048 threads
-            for pre in (0, 1):
-                for hold in (0, 1):
-                    out.append((threads, rows, occ, pre, 1, hold))
+            out.append((threads, rows, occ, 0, 1, 0))
+            out += [(threads, rows, occ, 1, 1, hold) for hold in (0, 1)]
     return out
 
 
