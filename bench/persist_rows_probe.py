@@ -7,6 +7,8 @@ it could buy over the product's one-program-per-tile grid at the copy-speed shap
 32768 x 4096 fp32, 262144 x 256 bf16, where tuned ties torch.compile or QuACK at a copy's bandwidth): the
 weight read from L2 once per program instead of once per tile (as many bytes through L2 as x itself at one
 row a tile), and no gap between a program's end and the next one's start on an SM.
+Measured on an H100 (2026-12-05, ``docs/benchmarks.md``): every variant lost, by 4.7-30 %; nothing entered
+the space.
 
 Each shape: one forced search (``tuned``), torch.compile, QuACK where it runs, a clone, and the probe's
 variants, checked against the fp64 reference, then timed as ``bench/rmsnorm.py`` times its peers (CUDA-graph
