@@ -86,16 +86,22 @@ def persist_kernel():
 POLICIES = {0: ("", ""), 1: ("evict_first", ""), 2: ("evict_first", "evict_first")}
 
 
-def parse_variant(text):
-    """``(threads, rows, occ, prefetch, policy, w_hold)`` of ``THREADSxROWS:OCC:PREFETCH[:POLICY[:WHOLD]]``."""
-    try:
-        shape, occ, pre, *rest = text.split(":")
-        threads, rows = (int(v) for v in shape.split("x"))
-        pol, hold = ([int(v) for v in rest] + [1, 0][len(rest):])[:2]
-        return threads, rows, int(occ), int(pre), pol, hold
-    except ValueError:
-        raise ValueError(f"--variants: {text!r}: expected THREADSxROWS:OCC:PREFETCH[:POLICY[:WHOLD]], e.g. "
-                         f"512x1:4:1") from None
+def parse_variants(text):
+    """``[(threads, rows, occ, prefetch, policy, w_hold), ...]`` of ``--variants``: comma-separated
+    ``THREADSxROWS:OCC:PREFETCH[:POLICY[:WHOLD]]``; a bad item is an error naming it."""
+    import argparse
+
+    out = []
+    for item in filter(None, text.split(",")):
+        try:
+            shape, occ, pre, *rest = item.split(":")
+            threads, rows = (int(v) for v in shape.split("x"))
+            pol, hold = ([int(v) for v in rest] + [1, 0][len(rest):])[:2]
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{item!r}: expected THREADSxROWS:OCC:PREFETCH[:POLICY[:WHOLD]], e.g. "
+                                             f"512x1:4:1") from None
+        out.append((threads, rows, int(occ), int(pre), pol, hold))
+    return out
 
 
 def default_variants(N):
@@ -121,7 +127,7 @@ def describe(v):
     return f"persist {threads}t x {rows}r occ {occ}{' prefetch' if pre else ''}{' w held' if hold else ''} p{pol}"
 
 
-def make_fn(v, M, N, sms):
+def make_fn(v, M, N, sms, eps):
     import torch
 
     threads, rows, occ, pre, pol, hold = v
@@ -134,7 +140,7 @@ def make_fn(v, M, N, sms):
 
     def fn(x, w, compiled=False):
         y = torch.empty_like(x)
-        k = kern[grid](x, w, y, M, 1e-6, N=N, BLOCK_N=next_pow2(N), ROWS=rows, PREFETCH=pre, X_POLICY=xp,
+        k = kern[grid](x, w, y, M, eps, N=N, BLOCK_N=next_pow2(N), ROWS=rows, PREFETCH=pre, X_POLICY=xp,
                        Y_POLICY=yp, W_HOLD=hold, num_warps=threads // 32)
         return k if compiled else y
 
@@ -142,28 +148,13 @@ def make_fn(v, M, N, sms):
 
 
 def main(argv=None):
-    import argparse
-
-    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--out", default=".")
-    ap.add_argument("--shapes", default=SHAPES)
-    ap.add_argument("--rounds", type=int, default=3)
-    ap.add_argument("--variants", default="")
-    args = ap.parse_args(argv)
-    try:
-        fixed = [parse_variant(t) for t in filter(None, args.variants.split(","))]
-    except ValueError as exc:
-        ap.error(str(exc))
-    os.makedirs(args.out, exist_ok=True)
-    import tempfile
-
-    os.environ.setdefault("FLYAUTOTUNE_CACHE_DIR", tempfile.mkdtemp(prefix="fat-persist-rows-"))
-    import torch
-
-    from rmsnorm import (EPS, check_and_rank, load_quack, print_ranking, probe_fns, save_rows, searched_inputs,
+    from rmsnorm import (EPS, check_and_rank, load_quack, probe_args, probe_fns, save_and_rank, searched_inputs,
                          shape_spec)
 
-    assert EPS == 1e-6, EPS
+    args = probe_args(argv, __doc__, SHAPES, "fat-persist-rows-", more=lambda ap: ap.add_argument(
+        "--variants", type=parse_variants, default=[], help="THREADSxROWS:OCC:PREFETCH[:POLICY[:WHOLD]],..."))
+    import torch
+
     sms = torch.cuda.get_device_properties(0).multi_processor_count
     quack = load_quack()
     rows = []
@@ -172,8 +163,8 @@ def main(argv=None):
         x, w, picked = searched_inputs(M, N, ds)
         fns = probe_fns(N, quack, x, w)
         built = {}
-        for v in fixed or default_variants(N):
-            fn = make_fn(v, M, N, sms)
+        for v in args.variants or default_variants(N):
+            fn = make_fn(v, M, N, sms, EPS)
             try:
                 k = fn(x, w, compiled=True)
             except Exception as exc:  # a variant Triton cannot build here: said, then left out
@@ -186,10 +177,7 @@ def main(argv=None):
         rows.append(row)
         del x
         torch.cuda.empty_cache()
-    save_rows(args.out, "persist_rows_probe.json", rows)
-    for r in rows:
-        print_ranking(f"{r['shape']} (picked {r['picked']}; clone {r['gbps']['clone']:.0f} GB/s)", r["gbps"],
-                      r["spread"])
+    save_and_rank(args.out, "persist_rows_probe.json", rows)
 
 
 if __name__ == "__main__":

@@ -360,13 +360,15 @@ def check_and_rank(fns, x, w, spec, rounds, picked, **extra):
     return row
 
 
-def probe_args(argv, doc, shapes, cache_prefix, rounds=3):
-    """The common command line of a probe (``--out``, ``--shapes``, ``--rounds``), parsed; makes ``--out``
-    and points ``FLYAUTOTUNE_CACHE_DIR`` at a fresh directory unless it is set."""
+def probe_args(argv, doc, shapes, cache_prefix, rounds=3, more=None):
+    """The common command line of a probe (``--out``, ``--shapes``, ``--rounds``, and whatever ``more(parser)``
+    adds), parsed; makes ``--out`` and points ``FLYAUTOTUNE_CACHE_DIR`` at a fresh directory unless it is set."""
     ap = argparse.ArgumentParser(description=doc.splitlines()[0])
     ap.add_argument("--out", default=".")
     ap.add_argument("--shapes", default=shapes)
     ap.add_argument("--rounds", type=int, default=rounds)
+    if more is not None:
+        more(ap)
     args = ap.parse_args(argv)
     os.makedirs(args.out, exist_ok=True)
     os.environ.setdefault("FLYAUTOTUNE_CACHE_DIR", tempfile.mkdtemp(prefix=cache_prefix))
