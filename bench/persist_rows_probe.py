@@ -1,7 +1,7 @@
 """Persistent rows: does a program that stays resident and loops over rows beat one program per row tile?
 
-A probe body (not the product's), defined here: a grid of ``OCC`` programs per SM, each loading the weight
-once into registers and then normalizing row tiles ``pid, pid + grid, ...``; with ``PREFETCH`` the next
+A probe body (not the product's), defined here: a grid of ``OCC`` programs per SM, each normalizing row
+tiles ``pid, pid + grid, ...``, the weight held in registers or loaded again each tile; with ``PREFETCH`` the next
 tile's x is loaded before the current tile is reduced (the loads of two tiles in flight per program). What
 it could buy over the product's one-program-per-tile grid at the copy-speed shapes (16384 x 8192 bf16,
 32768 x 4096 fp32, 262144 x 256 bf16, where tuned ties torch.compile or QuACK at a copy's bandwidth): the
@@ -17,10 +17,10 @@ replay over rotating inputs, interleaved rounds, medians).
     python bench/persist_rows_probe.py --out DIR [--shapes 16384x8192:bf16,...] [--rounds 3]
                                        [--variants 512x1:4:1,...]
 
-A variant is ``THREADSxROWS:OCC:PREFETCH[:POLICY]``: threads a program, rows a tile, programs per SM,
-prefetch 0/1, the cache policy (0: none, 1: x streamed, 2: x and y streamed) and whether the weight stays in
-registers (1) or is loaded again each tile from L1 (0). Without ``--variants``
-each shape takes a small grid around the product's tile for it.
+A variant is ``THREADSxROWS:OCC:PREFETCH[:POLICY[:WHOLD]]``: threads a program, rows a tile, programs per SM,
+prefetch 0/1, the cache policy (0: none, 1 (default): x streamed, 2: x and y streamed) and whether the weight
+stays in registers (1) or is loaded again each tile from L1 (0, default). Without ``--variants`` each shape
+takes :func:`default_variants` of its row width.
 """
 
 from __future__ import annotations
