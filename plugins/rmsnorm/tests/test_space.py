@@ -185,6 +185,12 @@ needs_ptxas = pytest.mark.skipif(shutil.which("ptxas") is None and not os.path.e
     os.path.join(os.path.dirname(__import__("triton").__file__), "backends/nvidia/bin/ptxas")),
     reason="needs Triton's NVIDIA backend (ptxas) to cross-compile")
 
+# Triton 3.8 (only) widens x's copy across the reduction one element a register, so a 64 K row at 512-1024
+# threads spills a few bytes; no space offers these configs (NOTES.md, "Why the held row spills").
+spills_on_triton_38 = pytest.mark.xfail(__import__("importlib.metadata").metadata.version("triton").startswith("3.8."),
+                                        raises=AssertionError, strict=True,
+                                        reason="Triton 3.8 spills this config outside the space (NOTES.md)")
+
 
 def _sm90(M: int, N: int, ds: str, cfg, **overrides) -> tuple:
     """``(compiled kernel, constexprs, extra)``: ``api.compile_spec``'s kernel of ``cfg`` cross-compiled for
@@ -604,7 +610,8 @@ def test_cooperative_split_cross_compiles_to_one_sense_reversing_wait_per_row(M,
 
 
 @needs_ptxas
-@pytest.mark.parametrize("M,N,threads", [(1024, 65536, 1024), (2048, 32768, 1024), (2048, 32768, 512),
+@pytest.mark.parametrize("M,N,threads", [pytest.param(1024, 65536, 1024, marks=spills_on_triton_38),
+                                         (2048, 32768, 1024), (2048, 32768, 512),
                                          (8192, 16384, 512)])
 def test_held_rows_cross_compile_to_one_read_of_x_without_spills(M, N, threads):
     """The CPU counterpart of the GPU test of HOLD: a held row reads each 16-byte vector once (x's
@@ -742,8 +749,8 @@ def test_a_winner_stored_before_the_async_knob_is_still_used(fresh_pm, caplog):
 
 
 @needs_ptxas
-@pytest.mark.parametrize("M,N,ds", [(1024, 65536, "bf16"), (2048, 32768, "bf16"), (1024, 65536, "fp16"),
-                                    (300, 40000, "fp16")])
+@pytest.mark.parametrize("M,N,ds", [pytest.param(1024, 65536, "bf16", marks=spills_on_triton_38),
+                                    (2048, 32768, "bf16"), (1024, 65536, "fp16"), (300, 40000, "fp16")])
 def test_persistent_split_cross_compiles_to_one_uniform_wait_per_trip(M, N, ds):
     """The CPU counterpart of the GPU test of COOP=2 (outside the space: measured slower): the persistent
     kernel of each config the bench measures writes its partial sum from one thread, releases its arrival after a CTA barrier, waits in a
