@@ -2,7 +2,7 @@
 # Everything that needs an NVIDIA GPU, in one go: install the packages, run the
 # plugin tests with CUDA, then the RMSNorm benchmark and the dispatch benchmark.
 #
-#   bash bench/gpu_suite.sh OUT_DIR [coop] [persist] [claunch] [cluster] [tests] [coretests] [bench] [explore] [stability] [wins] [longrows] [inductor] [harness] [addressing] [weight] [wshift] [default] [space] [body] [gluon] [flush] [placement] [persistrows] [cold] [agree] [plan] [autobuild] [native] [dispatch] [dispatch_torchcheck] [overhead] [overhead_torchcheck]
+#   bash bench/gpu_suite.sh OUT_DIR [coop] [persist] [claunch] [cluster] [tests] [coretests] [bench] [explore] [stability] [wins] [longrows] [inductor] [harness] [addressing] [weight] [wshift] [default] [space] [body] [gluon] [flush] [placement] [persistrows] [tma] [cold] [agree] [plan] [autobuild] [native] [dispatch] [dispatch_torchcheck] [overhead] [overhead_torchcheck]
 #
 # No network is needed: the three packages are built from this checkout
 # (setuptools must be installed); wheels under .whl/ (e.g. liger-kernel) are
@@ -115,6 +115,9 @@ for stage in $STAGES; do
     persistrows)
       echo "== persistent programs walking row tiles (weight loaded once, next tile prefetched) against ours and the peers"
       probe persist_rows_probe.py persist_rows_probe.md ${PERSIST_ROWS_ARGS:-} ;;
+    tma)
+      echo "== row tiles copied by the tensor memory accelerator (a probe body) at the copy-speed shapes"
+      probe tma_probe.py tma_probe.md ${TMA_ARGS:-} ;;
     placement)
       echo "== where the input copies lie: one shape's configs over fresh sets of copies and at chosen offsets"
       probe placement_probe.py placement_probe.md ${PLACEMENT_ARGS:-} ;;
