@@ -50,9 +50,10 @@ def tma_kernel():
     def _tma_rows(XD, W, YD, Y, M, eps, N: tl.constexpr, ROWS: tl.constexpr, STORE: tl.constexpr):
         r0 = tl.program_id(0) * ROWS
         cols = tl.arange(0, N)
+        w = tl.load(W + cols)  # issued before the tile's copy waits, so its latency hides behind x's
         x = XD.load([r0, 0]).to(tl.float32)  # rows past M read as zeros
         rstd = tl.rsqrt(tl.sum(x * x, 1) / N + eps)
-        w = tl.load(W + cols).to(tl.float32)
+        w = w.to(tl.float32)
         y = (x * rstd[:, None] * w[None, :]).to(Y.dtype.element_ty)
         if STORE:
             YD.store([r0, 0], y)  # rows past M are not written
