@@ -25,7 +25,6 @@ takes :func:`default_variants` of its row width.
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -148,36 +147,15 @@ def make_fn(v, M, N, sms, eps):
 
 
 def main(argv=None):
-    from rmsnorm import (EPS, check_and_rank, load_quack, probe_args, probe_fns, save_and_rank, searched_inputs,
-                         shape_spec)
+    from rmsnorm import EPS, probe_args, variant_probe
 
     args = probe_args(argv, __doc__, SHAPES, "fat-persist-rows-", more=lambda ap: ap.add_argument(
         "--variants", type=parse_variants, default=[], help="THREADSxROWS:OCC:PREFETCH[:POLICY[:WHOLD]],..."))
     import torch
 
     sms = torch.cuda.get_device_properties(0).multi_processor_count
-    quack = load_quack()
-    rows = []
-    for spec in args.shapes.split(","):
-        M, N, ds = shape_spec(spec)
-        x, w, picked = searched_inputs(M, N, ds)
-        fns = probe_fns(N, quack, x, w)
-        built = {}
-        for v in args.variants or default_variants(N):
-            fn = make_fn(v, M, N, sms, EPS)
-            try:
-                k = fn(x, w, compiled=True)
-            except Exception as exc:  # a variant Triton cannot build here: said, then left out
-                print(f"{spec} {describe(v)}: {type(exc).__name__}: {exc}"[:300], flush=True)
-                continue
-            fns[describe(v)] = fn
-            built[describe(v)] = {"regs": k.n_regs, "spills": k.n_spills}
-        print(json.dumps({"shape": spec, "built": built}), flush=True)
-        row = check_and_rank(fns, x, w, spec, args.rounds, picked, built=built)
-        rows.append(row)
-        del x
-        torch.cuda.empty_cache()
-    save_and_rank(args.out, "persist_rows_probe.json", rows)
+    variant_probe(args, "persist_rows_probe.json", default_variants, lambda v, M, N: make_fn(v, M, N, sms, EPS),
+                  describe)
 
 
 if __name__ == "__main__":

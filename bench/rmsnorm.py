@@ -383,6 +383,42 @@ def save_and_rank(out_dir, name, rows):
                       r["spread"])
 
 
+def variant_probe(args, name, variants_of, make_fn, describe, skip=None):
+    """The loop of a probe that times its own body's variants beside the peers: for each shape of
+    ``args.shapes``, one forced search (:func:`searched_inputs`), :func:`probe_fns`, and every variant of
+    ``args.variants or variants_of(N)`` built by ``make_fn(v, M, N)`` (a ``fn(x, w, compiled=False)``; a
+    variant that does not build is said and left out), checked and timed by :func:`check_and_rank`; the rows
+    are saved as ``name`` (:func:`save_and_rank`). ``skip(M, N, ds)``, when given, returns why a shape is not
+    measured (or None)."""
+    import torch
+
+    quack = load_quack()
+    rows = []
+    for spec in args.shapes.split(","):
+        M, N, ds = shape_spec(spec)
+        why = skip(M, N, ds) if skip else None
+        if why:
+            print(f"{spec}: not measured ({why})", flush=True)
+            continue
+        x, w, picked = searched_inputs(M, N, ds)
+        fns = probe_fns(N, quack, x, w)
+        built = {}
+        for v in args.variants or variants_of(N):
+            fn = make_fn(v, M, N)
+            try:
+                k = fn(x, w, compiled=True)
+            except Exception as exc:  # a variant Triton cannot build here: said, then left out
+                print(f"{spec} {describe(v)}: {type(exc).__name__}: {exc}"[:300], flush=True)
+                continue
+            fns[describe(v)] = fn
+            built[describe(v)] = {"regs": k.n_regs, "spills": k.n_spills, "smem": k.metadata.shared}
+        print(json.dumps({"shape": spec, "built": built}), flush=True)
+        rows.append(check_and_rank(fns, x, w, spec, args.rounds, picked, built=built))
+        del x
+        torch.cuda.empty_cache()
+    save_and_rank(args.out, name, rows)
+
+
 def save_rows(out_dir, name, rows):
     """Write ``{"device": ..., "rows": rows}`` to ``out_dir/name`` (the probes' result files)."""
     import torch

@@ -27,7 +27,6 @@ registers (0). Without
 
 from __future__ import annotations
 
-import json
 import os
 import sys
 
@@ -132,39 +131,13 @@ def _allocator():
 
 
 def main(argv=None):
-    from rmsnorm import check_and_rank, load_quack, probe_args, probe_fns, save_and_rank, searched_inputs, shape_spec
-
-    from rmsnorm import EPS
+    from rmsnorm import EPS, probe_args, variant_probe
 
     args = probe_args(argv, __doc__, SHAPES, "fat-tma-", more=lambda ap: ap.add_argument(
         "--variants", type=parse_variants, default=[], help="THREADSxROWS:STORE,..."))
-    import torch
-
     _allocator()
-    quack = load_quack()
-    rows = []
-    for spec in args.shapes.split(","):
-        M, N, ds = shape_spec(spec)
-        if N & (N - 1):
-            print(f"{spec}: not measured (a descriptor's block must be a power of two wide)", flush=True)
-            continue
-        x, w, picked = searched_inputs(M, N, ds)
-        fns = probe_fns(N, quack, x, w)
-        built = {}
-        for v in args.variants or default_variants(N):
-            fn = make_fn(v, M, N, EPS)
-            try:
-                k = fn(x, w, compiled=True)
-            except Exception as exc:  # a variant Triton cannot build here: said, then left out
-                print(f"{spec} {describe(v)}: {type(exc).__name__}: {exc}"[:300], flush=True)
-                continue
-            fns[describe(v)] = fn
-            built[describe(v)] = {"regs": k.n_regs, "spills": k.n_spills, "smem": k.metadata.shared}
-        print(json.dumps({"shape": spec, "built": built}), flush=True)
-        rows.append(check_and_rank(fns, x, w, spec, args.rounds, picked, built=built))
-        del x
-        torch.cuda.empty_cache()
-    save_and_rank(args.out, "tma_probe.json", rows)
+    variant_probe(args, "tma_probe.json", default_variants, lambda v, M, N: make_fn(v, M, N, EPS), describe,
+                  skip=lambda M, N, ds: "a descriptor's block must be a power of two wide" if N & (N - 1) else None)
 
 
 if __name__ == "__main__":
