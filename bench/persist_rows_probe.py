@@ -25,6 +25,7 @@ takes :func:`default_variants` of its row width.
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 
@@ -32,14 +33,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 SHAPES = "16384x8192:bf16,32768x4096:fp32,262144x256:bf16"
 
-_kernel = None
-
-
+@functools.cache
 def persist_kernel():
     """The probe's body, as a Triton ``JITFunction`` (built once)."""
-    global _kernel
-    if _kernel is not None:
-        return _kernel
     import triton
     import triton.language as tl
 
@@ -78,8 +74,7 @@ def persist_kernel():
             if PREFETCH:
                 x = nxt
 
-    _kernel = _persist_rows
-    return _kernel
+    return _persist_rows
 
 
 POLICIES = {0: ("", ""), 1: ("evict_first", ""), 2: ("evict_first", "evict_first")}

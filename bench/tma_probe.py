@@ -20,13 +20,13 @@ captured, so the replays time the kernels alone.
                               [--variants 512x1:1,...]
 
 A variant is ``THREADSxROWS:STORE``: threads a program, rows a tile, y stored by TMA (1) or from
-registers (0). Without
-``--variants`` each shape takes :func:`default_variants` of its row width. Row widths must be powers of two
-(a descriptor's block is).
+registers (0). Without ``--variants`` each shape takes :func:`default_variants` of its row width. Row
+widths must be powers of two (a descriptor's block is).
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import sys
 
@@ -34,14 +34,9 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 
 SHAPES = "4096x8192:bf16,16384x8192:bf16,262144x256:bf16,32768x4096:fp32"
 
-_kernel = None
-
-
+@functools.cache
 def tma_kernel():
     """The probe's body, as a Triton ``JITFunction`` (built once; interpreted under ``TRITON_INTERPRET=1``)."""
-    global _kernel
-    if _kernel is not None:
-        return _kernel
     import triton
     import triton.language as tl
 
@@ -60,8 +55,7 @@ def tma_kernel():
             rows = r0 + tl.arange(0, ROWS)
             tl.store(Y + (rows * N)[:, None] + cols[None, :], y, mask=(rows < M)[:, None])
 
-    _kernel = _tma_rows
-    return _kernel
+    return _tma_rows
 
 
 def parse_variants(text):
@@ -121,21 +115,11 @@ def make_fn(v, M, N, eps):
     return fn
 
 
-def _allocator():
-    """Triton asks for a scratch allocator before a launch with tensor descriptors on some versions."""
-    import torch
-    import triton
-
-    if hasattr(triton, "set_allocator"):
-        triton.set_allocator(lambda size, align, stream: torch.empty(size, dtype=torch.int8, device="cuda"))
-
-
 def main(argv=None):
     from rmsnorm import EPS, probe_args, variant_probe
 
     args = probe_args(argv, __doc__, SHAPES, "fat-tma-", more=lambda ap: ap.add_argument(
         "--variants", type=parse_variants, default=[], help="THREADSxROWS:STORE,..."))
-    _allocator()
     variant_probe(args, "tma_probe.json", default_variants, lambda v, M, N: make_fn(v, M, N, EPS), describe,
                   skip=lambda M, N, ds: "a descriptor's block must be a power of two wide" if N & (N - 1) else None)
 
