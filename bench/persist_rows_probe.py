@@ -98,10 +98,10 @@ def parse_variants(text):
     return out
 
 
-def default_variants(N):
+def default_variants(N, ds=None):
     """A small grid per row width: 8 or 16 elements a thread (tiles of at least 128 threads), programs
     filling a half, three quarters or all of an SM's 2048 threads; without prefetch, and with it, the weight
-    held or loaded each tile."""
+    held or loaded each tile. (``ds``, the dtype, is the probes' common signature; unused here.)"""
     from flyautotune_rmsnorm.factory import next_pow2
 
     npad = next_pow2(N)

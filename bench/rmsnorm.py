@@ -386,7 +386,7 @@ def save_and_rank(out_dir, name, rows):
 def variant_probe(args, name, variants_of, make_fn, describe, skip=None):
     """The loop of a probe that times its own body's variants beside the peers: for each shape of
     ``args.shapes``, one forced search (:func:`searched_inputs`), :func:`probe_fns`, and every variant of
-    ``args.variants or variants_of(N)`` built by ``make_fn(v, M, N)`` (a ``fn(x, w, compiled=False)``; a
+    ``args.variants or variants_of(N, ds)`` built by ``make_fn(v, M, N)`` (a ``fn(x, w, compiled=False)``; a
     variant that does not build is said and left out), checked and timed by :func:`check_and_rank`; the rows
     are saved as ``name`` (:func:`save_and_rank`). ``skip(M, N, ds)``, when given, returns why a shape is not
     measured (or None)."""
@@ -403,7 +403,7 @@ def variant_probe(args, name, variants_of, make_fn, describe, skip=None):
         x, w, picked = searched_inputs(M, N, ds)
         fns = probe_fns(N, quack, x, w)
         built = {}
-        for v in args.variants or variants_of(N):
+        for v in args.variants or variants_of(N, ds):
             fn = make_fn(v, M, N)
             try:
                 k = fn(x, w, compiled=True)

@@ -16,12 +16,19 @@ variants, checked against the fp64 reference, then timed as ``bench/rmsnorm.py``
 replay over rotating inputs, interleaved rounds, medians). The descriptors are built when a graph is
 captured, so the replays time the kernels alone.
 
-    python bench/tma_probe.py --out DIR [--shapes 4096x8192:bf16,...] [--rounds 3]
-                              [--variants 512x1:1,...]
+A second body keeps several tiles in flight per program: persistent programs (a number a streaming
+multiprocessor) walk the row tiles in a ``tl.range`` loop with ``num_stages``, which Triton's pipeliner turns
+into a ring of ``STAGES - 1`` shared-memory buffers, each filled by TMA ahead of the tile being reduced. The
+persistent programs of ``persist_rows_probe.py`` lost because a program that walks tiles keeps fewer bytes
+in flight than fresh programs do; the ring is what could give them back.
 
-A variant is ``THREADSxROWS:STORE``: threads a program, rows a tile, y stored by TMA (1) or from
-registers (0). Without ``--variants`` each shape takes :func:`default_variants` of its row width. Row
-widths must be powers of two (a descriptor's block is).
+    python bench/tma_probe.py --out DIR [--shapes 4096x8192:bf16,...] [--rounds 3]
+                              [--variants 512x1:1,512x1:0:3x4,...]
+
+A variant is ``THREADSxROWS:STORE`` (one tile a program) or ``THREADSxROWS:STORE:STAGESxPERSM`` (the
+pipelined body, PERSM programs an SM): threads a program, rows a tile, y stored by TMA (1) or from registers
+(0). Without ``--variants`` each shape takes :func:`default_variants` of its row width. Row widths must be
+powers of two (a descriptor's block is).
 """
 
 from __future__ import annotations
@@ -58,6 +65,33 @@ def tma_kernel():
     return _tma_rows
 
 
+@functools.cache
+def tma_pipe_kernel():
+    """The pipelined body: persistent programs walk the row tiles, ``STAGES - 1`` tiles copied ahead by TMA."""
+    import triton
+    import triton.language as tl
+
+    @triton.jit
+    def _tma_rows_pipe(XD, W, YD, Y, M, tiles, programs, eps, N: tl.constexpr, ROWS: tl.constexpr,
+                       STORE: tl.constexpr, STAGES: tl.constexpr):
+        cols = tl.arange(0, N)
+        w = tl.load(W + cols).to(tl.float32)  # once a program, held in registers across its tiles
+        # The same trip count for every program (Triton 3.6's interpreter cannot start a range at
+        # tl.program_id): a program's last tile may lie past M, where TMA reads zeros and writes nothing.
+        for t in tl.range(0, tiles, programs, num_stages=STAGES):
+            r0 = (t + tl.program_id(0)) * ROWS
+            x = XD.load([r0, 0]).to(tl.float32)
+            rstd = tl.rsqrt(tl.sum(x * x, 1) / N + eps)
+            y = (x * rstd[:, None] * w[None, :]).to(Y.dtype.element_ty)
+            if STORE:
+                YD.store([r0, 0], y)
+            else:
+                rows = r0 + tl.arange(0, ROWS)
+                tl.store(Y + (rows * N)[:, None] + cols[None, :], y, mask=(rows < M)[:, None])
+
+    return _tma_rows_pipe
+
+
 def parse_variants(text):
     """``[(threads, rows, store), ...]`` of ``--variants``: comma-separated ``THREADSxROWS:STORE``; a bad
     item is an error naming it."""
@@ -66,34 +100,61 @@ def parse_variants(text):
     out = []
     for item in filter(None, text.split(",")):
         try:
-            shape, store = item.split(":")
+            shape, store, *pipe = item.split(":")
             threads, rows = (int(v) for v in shape.split("x"))
+            stages, per_sm = (int(v) for v in pipe[0].split("x")) if pipe else (0, 0)
             if store not in ("0", "1") or threads not in (
-                    32, 64, 128, 256, 512, 1024) or rows < 1 or rows & (rows - 1):
+                    32, 64, 128, 256, 512, 1024) or rows < 1 or rows & (rows - 1) or len(pipe) > 1 or (
+                    pipe and (stages < 2 or per_sm < 1)):
                 raise ValueError
         except ValueError:
             raise argparse.ArgumentTypeError(
-                f"{item!r}: expected THREADSxROWS:STORE (threads 32-1024 and rows powers of two, STORE 0 "
-                f"or 1), e.g. 512x1:1") from None
-        out.append((threads, rows, int(store)))
+                f"{item!r}: expected THREADSxROWS:STORE or THREADSxROWS:STORE:STAGESxPERSM (threads 32-1024 "
+                f"and rows powers of two, STORE 0 or 1, STAGES >= 2, PERSM >= 1), e.g. 512x1:1 or 512x1:0:3x4"
+            ) from None
+        out.append((threads, rows, int(store), stages, per_sm))
     return out
 
 
-def default_variants(N):
+#: What a Hopper streaming multiprocessor gives its resident programs: threads, 32-bit registers, and shared
+#: memory (228 KB, of which each program's share reserves 1 KB more).
+THREADS_PER_SM, REGS_PER_SM, SMEM_PER_SM = 2048, 65536, 228 * 1024
+
+
+def default_variants(N, ds="bf16"):
     """Per row width: tiles of 8, 16 or 32 elements a thread (at least 128 threads, at most 1024), each with
-    y stored by TMA and from registers."""
+    y stored by TMA and from registers; then the pipelined body at 8 and 16 elements a thread, y from
+    registers, with 3, 4 and 6 stages, and as many programs an SM as 2048 threads and the ring's shared
+    memory allow (fewer if the compiled body's registers say so: :func:`resident`)."""
     out = []
     for per_thread in (8, 16, 32):
         tile = max(N, 128 * per_thread)  # short rows: several rows a tile
         threads = min(1024, tile // per_thread)
         rows = tile // N
-        out += [(threads, rows, 1), (threads, rows, 0)]
+        out += [(threads, rows, 1, 0, 0), (threads, rows, 0, 0, 0)]
+    for per_thread in (8, 16):
+        tile = max(N, 128 * per_thread)
+        threads = min(1024, tile // per_thread)
+        for stages in (3, 4, 6):
+            ring = (stages - 1) * tile * (4 if ds == "fp32" else 2) + 1024
+            per_sm = min(THREADS_PER_SM // threads, SMEM_PER_SM // ring)
+            if per_sm:
+                out.append((threads, tile // N, 0, stages, per_sm))
     return out
 
 
+def resident(kernel, threads):
+    """Programs of a compiled body one SM holds at once: the least of what its threads, its registers
+    (allocated in steps of 8 a thread) and its shared memory allow."""
+    regs = -(-max(kernel.n_regs, 1) // 8) * 8
+    return min(THREADS_PER_SM // threads, REGS_PER_SM // (regs * threads),
+               SMEM_PER_SM // (kernel.metadata.shared + 1024))
+
+
 def describe(v):
-    threads, rows, store = v
-    return f"tma {threads}t x {rows}r, y by {'TMA' if store else 'registers'}"
+    threads, rows, store, stages, per_sm = v
+    pipe = f", {stages} stages x {per_sm} an SM" if stages else ""
+    return f"tma {threads}t x {rows}r{pipe}, y by {'TMA' if store else 'registers'}"
 
 
 def make_fn(v, M, N, eps):
@@ -102,14 +163,27 @@ def make_fn(v, M, N, eps):
     import torch
     from triton.tools.tensor_descriptor import TensorDescriptor
 
-    threads, rows, store = v
-    kern = tma_kernel()
-    grid = (-(-M // rows),)
+    threads, rows, store, stages, per_sm = v
+    tiles = -(-M // rows)
+    programs = []  # the pipelined body's grid, fixed by its first call
 
     def fn(x, w, compiled=False):
         y = torch.empty_like(x)
-        k = kern[grid](TensorDescriptor.from_tensor(x, [rows, N]), w, TensorDescriptor.from_tensor(y, [rows, N]),
-                       y, M, eps, N=N, ROWS=rows, STORE=store, num_warps=threads // 32)
+        xd, yd = TensorDescriptor.from_tensor(x, [rows, N]), TensorDescriptor.from_tensor(y, [rows, N])
+        if stages:
+            kern = tma_pipe_kernel()
+            consts = dict(N=N, ROWS=rows, STORE=store, STAGES=stages, num_warps=threads // 32)
+            if not programs:  # PERSM programs an SM, or as many as fit (a CPU, interpreting, counts as 4 SMs)
+                fit = per_sm
+                if x.is_cuda:
+                    fit = min(per_sm, resident(kern.warmup(xd, w, yd, y, M, tiles, 1, eps, grid=(1,), **consts),
+                                               threads))
+                    print(f"{describe(v)}: {fit} an SM resident", flush=True)
+                sms = torch.cuda.get_device_properties(x.device).multi_processor_count if x.is_cuda else 4
+                programs.append(min(tiles, sms * max(fit, 1)))
+            k = kern[(programs[0],)](xd, w, yd, y, M, tiles, programs[0], eps, **consts)
+        else:
+            k = tma_kernel()[(tiles,)](xd, w, yd, y, M, eps, N=N, ROWS=rows, STORE=store, num_warps=threads // 32)
         return k if compiled else y
 
     return fn
