@@ -146,6 +146,7 @@ def default_variants(N, ds="bf16"):
 def resident(kernel, threads):
     """Programs of a compiled body one SM holds at once: the least of what its threads, its registers
     (allocated in steps of 8 a thread) and its shared memory allow."""
+    kernel._init_handles()  # a warmup's kernel reads its registers when loaded, not when compiled
     regs = -(-max(kernel.n_regs, 1) // 8) * 8
     return min(THREADS_PER_SM // threads, REGS_PER_SM // (regs * threads),
                SMEM_PER_SM // (kernel.metadata.shared + 1024))
