@@ -76,8 +76,9 @@ def tma_pipe_kernel():
                        STORE: tl.constexpr, STAGES: tl.constexpr):
         cols = tl.arange(0, N)
         w = tl.load(W + cols).to(tl.float32)  # once a program, held in registers across its tiles
-        # The same trip count for every program (Triton 3.6's interpreter cannot start a range at
-        # tl.program_id): a program's last tile may lie past M, where TMA reads zeros and writes nothing.
+        # The same trip count for every program: a program's last tile may lie past M, where TMA reads zeros
+        # and writes nothing. (Interpreting a loop with runtime bounds needs NumPy < 2.4 under Triton 3.6:
+        # triton-lang/triton#9171, fixed after 3.6.)
         for t in tl.range(0, tiles, programs, num_stages=STAGES):
             r0 = (t + tl.program_id(0)) * ROWS
             x = XD.load([r0, 0]).to(tl.float32)
