@@ -20,7 +20,8 @@ A second body keeps several tiles in flight per program: persistent programs (a 
 multiprocessor) walk the row tiles in a ``tl.range`` loop with ``num_stages``, which Triton's pipeliner turns
 into a ring of ``STAGES - 1`` shared-memory buffers, each filled by TMA ahead of the tile being reduced. The
 persistent programs of ``persist_rows_probe.py`` lost because a program that walks tiles keeps fewer bytes
-in flight than fresh programs do; the ring is what could give them back.
+in flight than fresh programs do; the ring is what could give them back. (On an H100 it did not: every
+pipelined variant lost by 4.6-15 %, ``docs/benchmarks.md``, 2026-12-06.)
 
     python bench/tma_probe.py --out DIR [--shapes 4096x8192:bf16,...] [--rounds 3]
                               [--variants 512x1:1,512x1:0:3x4,...]
@@ -94,8 +95,9 @@ def tma_pipe_kernel():
 
 
 def parse_variants(text):
-    """``[(threads, rows, store), ...]`` of ``--variants``: comma-separated ``THREADSxROWS:STORE``; a bad
-    item is an error naming it."""
+    """``[(threads, rows, store, stages, per_sm), ...]`` of ``--variants``: comma-separated
+    ``THREADSxROWS:STORE[:STAGESxPERSM]`` (stages and per_sm 0 for the one-tile body); a bad item is an error
+    naming it."""
     import argparse
 
     out = []
