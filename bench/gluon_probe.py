@@ -294,7 +294,9 @@ def compile_sm90(N: int, knobs, ds: str = "bf16"):
     from triton.experimental.gluon._runtime import GluonASTSource
 
     rows, rpw, mode = knobs
-    vec = vec_of(N, {"bf16": 2, "fp16": 2, "fp32": 4}[ds])
+    from rmsnorm import ELEM_BYTES
+
+    vec = vec_of(N, ELEM_BYTES[ds])
     sig = {"X": f"*{ds}", "W": f"*{ds}", "Y": f"*{ds}", "M": "i32", "SX": "i32", "SY": "i32", "eps": "fp32"}
     consts = dict(N=N, BLOCK_N=triton.next_power_of_2(N), ROWS=rows, RPW=rpw, VEC=vec, CP=mode != "regs")
     sig.update({k: "constexpr" for k in consts})

@@ -48,7 +48,9 @@ def short_extras(npad, ds):
     per program as that takes (up to 64), cache policies 0 and 1."""
     from flyautotune_rmsnorm.space import _cfg
 
-    v = 16 // {"bf16": 2, "fp16": 2, "fp32": 4}[ds]
+    from rmsnorm import ELEM_BYTES
+
+    v = 16 // ELEM_BYTES[ds]
     out = []
     for policy in (0, 1):
         for per_thread in (v, 2 * v, 4 * v):

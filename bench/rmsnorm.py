@@ -99,9 +99,12 @@ def torch_dtype(ds):
     return {"bf16": torch.bfloat16, "fp16": torch.float16, "fp32": torch.float32}[ds]
 
 
+#: Bytes an element of each bench dtype.
+ELEM_BYTES = {"bf16": 2, "fp16": 2, "fp32": 4}
+
+
 def nbytes(M, N, ds):
-    e = {"bf16": 2, "fp16": 2, "fp32": 4}[ds]
-    return (2 * M * N + N) * e
+    return (2 * M * N + N) * ELEM_BYTES[ds]
 
 
 def gbps_of(ms, M, N, ds):

@@ -129,21 +129,20 @@ def default_variants(N, ds="bf16"):
     y stored by TMA and from registers; then the pipelined body at 8 and 16 elements a thread, y from
     registers, with 3, 4 and 6 stages, and as many programs an SM as 2048 threads and the ring's shared
     memory allow (fewer if the compiled body's registers say so: :func:`resident`)."""
-    out = []
+    from rmsnorm import ELEM_BYTES
+
+    one_tile, pipelined = [], []
     for per_thread in (8, 16, 32):
         tile = max(N, 128 * per_thread)  # short rows: several rows a tile
         threads = min(1024, tile // per_thread)
         rows = tile // N
-        out += [(threads, rows, 1, 0, 0), (threads, rows, 0, 0, 0)]
-    for per_thread in (8, 16):
-        tile = max(N, 128 * per_thread)
-        threads = min(1024, tile // per_thread)
-        for stages in (3, 4, 6):
-            ring = (stages - 1) * tile * (4 if ds == "fp32" else 2) + 1024
+        one_tile += [(threads, rows, 1, 0, 0), (threads, rows, 0, 0, 0)]
+        for stages in (3, 4, 6) if per_thread < 32 else ():
+            ring = (stages - 1) * tile * ELEM_BYTES[ds] + 1024
             per_sm = min(THREADS_PER_SM // threads, SMEM_PER_SM // ring)
             if per_sm:
-                out.append((threads, tile // N, 0, stages, per_sm))
-    return out
+                pipelined.append((threads, rows, 0, stages, per_sm))
+    return one_tile + pipelined
 
 
 def resident(kernel, threads):
@@ -197,7 +196,7 @@ def main(argv=None):
     from rmsnorm import EPS, probe_args, variant_probe
 
     args = probe_args(argv, __doc__, SHAPES, "fat-tma-", more=lambda ap: ap.add_argument(
-        "--variants", type=parse_variants, default=[], help="THREADSxROWS:STORE,..."))
+        "--variants", type=parse_variants, default=[], help="THREADSxROWS:STORE[:STAGESxPERSM],..."))
     variant_probe(args, "tma_probe.json", default_variants, lambda v, M, N: make_fn(v, M, N, EPS), describe,
                   skip=lambda M, N, ds: "a descriptor's block must be a power of two wide" if N & (N - 1) else None)
 
