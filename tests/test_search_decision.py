@@ -398,3 +398,15 @@ def test_a_search_gives_the_cache_flush_buffers_back_when_it_ends(pm):
     sel = tuner(pm, "d_flush_release").select(torch.zeros(2), 2, force=True)
     assert sel.config == fat.Config(B=2) and seen and all(seen)
     assert timing_events._flush_buffers == {}
+
+
+def test_a_forced_search_replaces_what_later_calls_in_this_process_run(pm):
+    # the default ran (and its cache hits took the fast path) before a forced search found a faster config:
+    # every later call of this key runs the new winner, not the one the process had remembered
+    pm.register(FixedTimes({1: [1.0], 2: [0.5], 3: [1.5]}))
+    launch = tuner(pm, "d_replaced")
+    x = torch.zeros(2)
+    assert [launch(x, 2), launch(x, 2), launch(x, 2)] == [1, 1, 1]
+    assert launch.select(x, 2, force=True).config == fat.Config(B=2)
+    assert [launch(x, 2), launch(x, 2)] == [2, 2] and launch.last_config == fat.Config(B=2)
+    assert launch(torch.zeros(3), 3) == 1  # another key: untouched by the search

@@ -275,7 +275,12 @@ class Autotuner:
         if plan.source == "store":
             self.store().delete(self.name, plan.key)
         self._memo = {k: v for k, v in self._memo.items() if v is not plan}
-        self._fast_memo.clear()
+        self._drop_fast(plan)
+
+    def _drop_fast(self, plan: Plan) -> None:
+        """Forget the cache-hit paths' entries that run ``plan`` (in place: the C path holds this dict)."""
+        for key in [k for k, entry in self._fast_memo.items() if entry[1] is plan]:
+            self._fast_memo.pop(key, None)
 
     def resolve_config(self, *args: Any, **kwargs: Any) -> Config:
         """The config a call with these arguments would run (tuning if needed), without launching it."""
@@ -324,6 +329,8 @@ class Autotuner:
             selection = lookup.select_cold(self, call, target, snapshot, forced)
             plan = Plan(selection.config, target, selection.source, snapshot, self._pm, selection.key, selection)
             plan.min_pos = _min_pos(self.sig, plan.kwargs)
+            if self._memo.get(mkey) is not None:  # a forced search replaced a plan: its cache hits must not run
+                self._drop_fast(self._memo[mkey])  # the old one (the generated and C paths read this memo)
             self._memo[mkey] = plan
             self._last = Last(selection.config, selection.source)
         with self._locks_guard:  # the memo answers from now on; waiters hold their own reference
