@@ -95,6 +95,36 @@ def test_shipped_pack_is_used_after_the_store_and_before_the_default(pm, countin
     assert shipped.last_source == "pack" and bench2.calls == []
 
 
+def test_a_pack_tuned_from_another_version_of_the_kernel_is_named_once_and_not_used(pm, counting_bench, tmp_path,
+                                                                                     caplog):
+    # the pack was exported, then the kernel's file was edited (as adding packs= to it is): the winner's key
+    # holds the old source's fingerprint, so it must not run, and the author is told why, once
+    src = tmp_path / "kernel_body.py"
+    src.write_text("BODY = 1\n")
+    space = [fat.Config(BLOCK=1), fat.Config(BLOCK=2)]
+    for n in (2, 3):  # BLOCK=2 (the second candidate timed) wins both
+        bench = counting_bench(cost=lambda i: {1: 2.0, 2: 1.0}[i])
+        assert tuner(pm, bench, space, "t_edited", source_files=[str(src)])(torch.zeros(n), n) == 2
+    pack = tmp_path / "shipped.json"
+    assert fat_store.get_store().export_pack(pack, tuner="t_edited") == 2
+    fat_store.get_store().clear()
+    default = lambda **kw: fat.Config(BLOCK=1)  # noqa: E731
+    same = tuner(pm, counting_bench(), space, "t_edited", source_files=[str(src)], packs=[pack], default=default)
+    with caplog.at_level("WARNING", logger="flyautotune"):
+        assert same(torch.zeros(2), 2) == 2 and same.last_source == "pack"
+    assert "another version" not in caplog.text
+
+    src.write_text("BODY = 2\n")
+    edited = tuner(pm, counting_bench(), space, "t_edited", source_files=[str(src)], packs=[pack], default=default)
+    with caplog.at_level("WARNING", logger="flyautotune"):
+        assert edited(torch.zeros(2), 2) == 1 and edited.last_source == "default"
+        assert edited(torch.zeros(3), 3) == 1 and edited.last_source == "default"  # said once, not per shape
+        assert edited(torch.zeros(5), 5) == 1  # a shape the pack never had: nothing to say
+    said = [r.getMessage() for r in caplog.records if "another version" in r.getMessage()]
+    assert len(said) == 1
+    assert str(pack) in said[0] and same.source_fingerprint in said[0] and edited.source_fingerprint in said[0]
+
+
 def test_store_on_a_read_only_path_still_returns_the_winner(pm, counting_bench, tmp_path, monkeypatch, caplog):
     blocker = tmp_path / "not-a-dir"
     blocker.write_text("a file where the cache directory should be")

@@ -55,6 +55,30 @@ def use_triton_interpreter() -> None:
     os.environ.setdefault("TRITON_INTERPRET", "1")
 
 
+#: Triton's error when an interpreted body calls one of its library functions (``tl.sum``, ...) that was
+#: built for GPU compilation because ``TRITON_INTERPRET`` was off when ``triton`` was imported.
+_JIT_OUTSIDE_KERNEL = "Cannot call @triton.jit'd outside of the scope of a kernel"
+
+INTERPRETER_HINT = ("flyautotune: this kernel runs under Triton's interpreter (InterpretedFunction) and calls a "
+                    "Triton library function (tl.sum, tl.max, ...) that Triton built for GPU compilation: set "
+                    "TRITON_INTERPRET=1 in the environment before triton is first imported (for CPU runs and "
+                    "tests only; see docs/write_adopter.md, step 2)")
+
+
+def explain_interpreter_error(exc: BaseException) -> bool:
+    """Add :data:`INTERPRETER_HINT` to ``exc`` (a note, shown under its traceback) when it is Triton's
+    error for a library function called from an interpreted body; True when it did."""
+    if _JIT_OUTSIDE_KERNEL not in str(exc) or INTERPRETER_HINT in getattr(exc, "__notes__", ()):
+        return False
+    if hasattr(exc, "add_note"):  # Python 3.11+
+        exc.add_note(INTERPRETER_HINT)
+    else:
+        import logging
+
+        logging.getLogger("flyautotune").error("%s", INTERPRETER_HINT)
+    return True
+
+
 #: What Triton reads as "on" in ``TRITON_INTERPRET`` (its C ``getenv_bool``: case-insensitive, not
 #: stripped), for a Triton without ``triton.knobs``.
 _TRITON_TRUE = ("1", "true", "yes", "on", "y")

@@ -21,7 +21,7 @@ from .jsontext import MAX_DEPTH, MAX_ENTRY_BYTES, MAX_PACK_BYTES, canonical_conf
 from .location import CACHE_DIR_ENV, cache_dir, get_store
 from .memory import MemoryStore
 from .packs import (PACK_FORMAT, PACK_VERSION, Pack, PackIndex, dump_pack, find_in_packs, load_pack, package_packs,
-                    read_pack)
+                    pack_with_other_source, read_pack)
 from .plugin import SqliteStorePlugin
 from .protocol import Store
 from .recovery import MIGRATIONS, SCHEMA_VERSION, migrate
@@ -55,6 +55,7 @@ __all__ = [
     "canonical_config_json",
     "dump_pack",
     "find_in_packs",
+    "pack_with_other_source",
     "get_store",
     "load_pack",
     "migrate",

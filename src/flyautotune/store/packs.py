@@ -169,6 +169,33 @@ class PackIndex:
                     return entry
         return None
 
+    def other_source(self, pack_paths: Iterable[Any], tuner: str, key: str) -> Optional[tuple]:
+        """``(pack, its source fingerprint)`` for the first pack with a winner whose key is ``key`` in all
+        but the kernel's source fingerprint (``"source"``): tuned from another version of the kernel's
+        file, so never used for this key. None when there is no such winner (or ``key`` has no source)."""
+        try:
+            wanted = json.loads(key)
+        except ValueError:
+            return None
+        if not isinstance(wanted, dict) or "source" not in wanted:
+            return None
+        source = wanted.pop("source")
+        for pack in pack_paths:
+            table = self._table(pack)
+            for (name, other), _ in (table or {}).items():
+                if name != tuner or other == key:
+                    continue
+                try:
+                    found = json.loads(other)
+                except ValueError:
+                    continue
+                if not isinstance(found, dict):
+                    continue
+                theirs = found.pop("source", source)
+                if theirs != source and found == wanted:
+                    return str(pack), theirs
+        return None
+
     def _table(self, pack: Any) -> Optional[dict]:
         if isinstance(pack, (str, os.PathLike)):
             name = os.fspath(pack)
@@ -214,6 +241,12 @@ def find_in_packs(pack_paths: Iterable[Any], tuner: str, key: str) -> Optional[S
     """The shipped winner for ``(tuner, key)`` from the first of ``pack_paths``
     (paths or Traversables) that has one, using the process-wide ``PackIndex``."""
     return _PACKS.find(pack_paths, tuner, key)
+
+
+def pack_with_other_source(pack_paths: Iterable[Any], tuner: str, key: str) -> Optional[tuple]:
+    """``(pack, source fingerprint)`` of a shipped winner for ``(tuner, key)`` tuned from another
+    version of the kernel's source (see ``PackIndex.other_source``), or None."""
+    return _PACKS.other_source(pack_paths, tuner, key)
 
 
 def package_packs(package: str, folder: str = "packs") -> list:

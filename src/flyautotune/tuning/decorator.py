@@ -14,6 +14,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 from .. import hints as _hints, keys, streams
 from ..config import Config
 from ..context import open_hints
+from ..devices import explain_interpreter_error
 from ..targets import target_for
 from . import env, fastpath, lookup, verify
 from .binding import Call, Signature, memo_key, names_arg, optional_callable
@@ -103,6 +104,7 @@ class Autotuner:
         self.precompile = optional_callable("precompile", precompile)
         self.specialize = optional_callable("specialize", specialize)
         self._specialize_warned = False  # a failing specialize= is reported once per tuner
+        self._stale_pack_warned = False  # a pack tuned from another version of the source: said once
         self.check = verify.check_arg(check)
         self.tolerance = verify.tolerance_arg(tolerance)
         if max_search_s is not None and (isinstance(max_search_s, bool) or not isinstance(max_search_s, (int, float))
@@ -183,8 +185,17 @@ class Autotuner:
     def find_in_packs(self, key: str) -> Any:
         from .. import store as _store
 
-        packs = self._packs() if callable(self._packs) else self._packs
-        return _store.find_in_packs(list(_paths("packs", packs)), self.name, key)
+        packs = list(_paths("packs", self._packs() if callable(self._packs) else self._packs))
+        found = _store.find_in_packs(packs, self.name, key)
+        if found is None and packs and not self._stale_pack_warned:
+            stale = _store.pack_with_other_source(packs, self.name, key)
+            if stale is not None:  # said once a process: every shape of such a pack misses alike
+                self._stale_pack_warned = True
+                log.warning("%s: the tuning pack %s has a winner for this call, but tuned from another version "
+                            "of the kernel's source (fingerprint %s, now %s): it is not used. Tune and export "
+                            "the pack again after editing the kernel", self.name, stale[0], stale[1],
+                            json.loads(key).get("source"))
+        return found
 
     def check_winner(self, config: Mapping[str, Any], key: Optional[str] = None) -> Config:
         """Check a winner from a pack or store file without a call (what ``flyautotune import`` does):
@@ -265,6 +276,9 @@ class Autotuner:
                 if plan.source not in ("store", "pack"):
                     raise
                 self._forget(plan, exc)
+            except Exception as exc:
+                explain_interpreter_error(exc)
+                raise
         return self._call(args, kwargs)
 
     def _forget(self, plan: Plan, exc: BaseException) -> None:

@@ -13,6 +13,7 @@ from typing import Any, Optional
 from .. import events, streams
 from ..timing import events as timing_events
 from ..config import Config
+from ..devices import explain_interpreter_error
 from ..measurement import Measurement
 from ..store.jsontext import canonical_config_json
 from . import resume, verify
@@ -431,7 +432,9 @@ class Search:
         if winner is None:
             listing = "; ".join(f"{c.config}: {c.error}" for c in self.cands)
             last = next((getattr(c, "exc", None) for c in reversed(self.cands) if getattr(c, "exc", None)), None)
-            raise AutotuneError(f"{self.t.name}: all {n} configs failed: {listing}") from last
+            error = AutotuneError(f"{self.t.name}: all {n} configs failed: {listing}")
+            explain_interpreter_error(error)
+            raise error from last
         if margin is not None:
             log.info("%s: winner %s (%.4f ms) after %.2f s; %s", self.t.name, winner.config, winner.ms, duration,
                      "default kept" if winner.is_default else
