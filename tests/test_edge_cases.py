@@ -102,6 +102,9 @@ def test_var_positional_launch_keeps_its_defaults(pm, counting_bench):
         ({"key": None}, TypeError, "key= must be an argument name or a list of names, got None"),
         ({"packs": 5}, TypeError, "packs= must be a path or a list of paths, got 5"),
         ({"hints": ["num_warps"]}, TypeError, r"hints= must be a mapping of hint name -> value, got \['num_warps'\]"),
+        ({"tolerance": (-1, 0)}, ValueError, r"tolerance=\(-1, 0\); rtol and atol must be finite numbers >= 0"),
+        ({"tolerance": {"torch.float16": (1e-3, "x")}}, TypeError,
+         r"tolerance\['torch.float16'\]=\(0.001, 'x'\); expected \(rtol, atol\)"),
     ],
 )
 def test_decorator_arguments_are_named(kwargs, exc, message):
@@ -119,3 +122,26 @@ def test_call_and_value_errors_are_named(pm):
     with pytest.raises(ValueError, match="'kpack': value nan is not a finite number"):
         fat.Config(compile_hints={"kpack": float("nan")})
     assert fat.Config(num_warps=4, compile_hints={"num_warps": None}).hints == {"num_warps": 4}
+
+
+@pytest.mark.parametrize("name, configs, prune, returned", [
+    ("e_cfg_none", lambda **a: None, None, r"configs\(...\) returned None"),
+    ("e_cfg_one", lambda **a: fat.Config(B=1), None, r"configs\(...\) returned Config\(B=1\)"),
+    ("e_prune_none", TWO, lambda configs, **a: None, r"prune_configs_by\(...\) returned None"),
+])
+def test_a_callable_that_returns_no_list_of_configs_is_named(pm, counting_bench, name, configs, prune, returned):
+    launch = fat.autotune(configs=configs, key=["n"], plugin_manager=pm, name=name, do_bench=counting_bench(),
+                          prune_configs_by=prune)(lambda n, B=None: B)
+    with pytest.raises(TypeError, match=rf"{name}: {returned}; expected a list of flyautotune.Config"):
+        launch.select(3, force=True)
+
+
+def test_hint_and_reset_arguments_are_named(pm):
+    with pytest.raises(TypeError, match=r"compile_hints takes hints by name.*positional argument \{'num_warps': 4\}"):
+        fat.compile_hints({"num_warps": 4})
+    with pytest.raises(TypeError, match="lower_compile_hints: target='sm_90' must be a flyautotune.Target"):
+        fat.lower_compile_hints(target="sm_90")
+    launch = fat.autotune(configs=TWO, key=["n"], plugin_manager=pm, name="e_reset", reset_to_zero=["n"],
+                          default=lambda **a: fat.Config(B=1))(lambda n, B=None: B)
+    with pytest.raises(TypeError, match=r"reset_to_zero names 'n', which is 3 \(int\) in this call"):
+        launch(3)

@@ -126,3 +126,57 @@ def test_a_forced_search_over_one_config_replaces_the_stored_winner(pm):
     launch.store().put("u_single", sel.key, sel.key, {"kwargs": {"BLOCK": 64}, "compile_hints": {}}, [], {})
     assert launch.select(torch.zeros(2), 2, force=True).config == fat.Config(BLOCK=128)
     assert launch.store().get("u_single", sel.key).config == {"kwargs": {"BLOCK": 128}, "compile_hints": {}}
+
+
+@pytest.mark.parametrize("value, kind", [(128.0, "float"), (True, "bool"), ("128", "str")])
+def test_a_winner_equal_to_a_member_only_in_python_is_refused(pm, tmp_path, caplog, value, kind):
+    # 128.0 == 128 and True == 1 in Python, but a kernel factory may refuse them or build another kernel:
+    # the value's type must be one the tuner's own configs give the name
+    probe, _ = make(pm, "u_typed_probe")
+    key = probe.select(torch.zeros(2), 2).key.replace("u_typed_probe", "u_typed")
+    winner = {"kwargs": {"BLOCK": value}, "compile_hints": {}}
+    launch, ran = make(pm, "u_typed", packs=[ship(tmp_path, "u_typed", key, winner)])
+    launch.source_fingerprint = probe.source_fingerprint
+    with caplog.at_level("WARNING"):
+        assert launch(torch.zeros(2), 2) == 64 and launch.last_source == "default"
+    assert f"sets BLOCK={value!r} ({kind}); the tuner's own configs give BLOCK int values" in caplog.text
+    with pytest.raises(fat.IncompatibleConfigError, match=rf"BLOCK={value!r} \({kind}\)"):
+        launch.check_winner(winner, key)  # what `flyautotune import` asks: refused before it is stored
+    assert launch.check_winner({"kwargs": {"BLOCK": 128}, "compile_hints": {}}, key) == fat.Config(BLOCK=128)
+
+
+def test_a_default_that_raises_keeps_the_stored_winner(pm):
+    # a bug in the tuner's own default() is the author's to see, not a reason to drop what was tuned
+    broken = {"now": False}
+
+    def default(**a):
+        if broken["now"]:
+            raise ValueError("default() has a bug")
+        return fat.Config(BLOCK=64)
+
+    @fat.autotune(configs=SPACE, key=["n"], plugin_manager=pm, name="u_default_bug", default=default)
+    def launch(x, n, BLOCK=None):
+        return BLOCK
+
+    key = launch.select(torch.zeros(2), 2).key
+    launch.store().put("u_default_bug", key, key, {"kwargs": {"BLOCK": 128}, "compile_hints": {}}, [], {})
+    launch.clear()
+    broken["now"] = True
+    with pytest.raises(ValueError, match="default\\(\\) has a bug"):
+        launch(torch.zeros(2), 2)
+    assert launch.store().get("u_default_bug", key).config["kwargs"] == {"BLOCK": 128}
+    broken["now"] = False
+    assert launch(torch.zeros(2), 2) == 128 and launch.last_source == "store"
+
+
+def test_select_takes_force_as_a_bool_only_and_answers_as_the_call_would(pm):
+    launch, _ = make(pm, "u_select_args")
+    key = launch.select(torch.zeros(2), 2).key
+    launch.store().put("u_select_args", key, key, {"kwargs": {"BLOCK": 128}, "compile_hints": {}}, [], {})
+    with pytest.raises(TypeError, match=r"u_select_args.select: force='false' must be True or False"):
+        launch.select(torch.zeros(2), 2, force="false")
+    assert launch.store().get("u_select_args", key).config["kwargs"] == {"BLOCK": 128}  # nothing was searched
+    with pytest.raises(fat.IncompatibleConfigError, match="which the caller also passed"):
+        launch.select(torch.zeros(2), 2, BLOCK=64)
+    with pytest.raises(fat.IncompatibleConfigError, match="which the caller also passed"):
+        launch(torch.zeros(2), 2, BLOCK=64)

@@ -59,7 +59,10 @@ class compile_hints:
 
     __slots__ = ("_layer", "_lkey")
 
-    def __init__(self, **hints: Any) -> None:
+    def __init__(self, *positional: Any, **hints: Any) -> None:
+        if positional:
+            raise TypeError(f"compile_hints takes hints by name, e.g. compile_hints(num_warps=4) or "
+                            f"compile_hints(**hints); got the positional argument {positional[0]!r}")
         try:
             # the value's type is part of the key: 1, 1.0 and True are equal but only 1 is a valid hint
             if len(hints) == 1:  # the common block, without a comprehension's frame
@@ -178,6 +181,9 @@ def lower_compile_hints(ir: Any = None, target: Optional[Target] = None, hints: 
                 "lower_compile_hints: target=None outside a tuned launch; pass target= "
                 "(e.g. flyautotune.target_for(device))"
             )
+    elif not isinstance(target, Target):
+        raise TypeError(f"lower_compile_hints: target={target!r} must be a flyautotune.Target, e.g. "
+                        f"flyautotune.target_for(device) (or None inside a tuned launch)")
     snapshot = current_hints() if hints is None else _hints.merge_hints(_hints.normalize_hints(hints))
     launch = _local.launch
     pm = (launch[1] if launch else None) or plugin_manager()

@@ -69,15 +69,39 @@ def tunable_names(static: Optional[Sequence[Config]], default: Optional[Config])
     return frozenset(names)
 
 
+def value_types(known: Sequence[Config]) -> dict:
+    """``{kwarg name: the types its values have in known configs}`` (``bool`` apart from ``int``)."""
+    types: dict = {}
+    for c in known:
+        for arg, value in c.kwargs.items():
+            types.setdefault(arg, set()).add(type(value))
+    return types
+
+
+def _type_names(types: set) -> str:
+    return " or ".join(sorted(t.__name__ for t in types))
+
+
+def same_config(a: Config, b: Config) -> bool:
+    """``a == b`` with each value of the same type too: ``256.0`` and ``True`` are not ``256`` and ``1``
+    (they compare equal in Python, but a kernel factory may refuse them, or build another kernel)."""
+    return a == b and all(type(v) is type(b.kwargs[k]) for k, v in a.kwargs.items())
+
+
 def check_untrusted(name: str, sig: Signature, config: Config, *, tunable: Optional[frozenset],
-                    members: Optional[Sequence[Config]], validate: Any, named: Mapping[str, Any]) -> None:
+                    members: Optional[Sequence[Config]], validate: Any, named: Mapping[str, Any],
+                    known: Sequence[Config] = ()) -> None:
     """A winner from a store or pack may set only tunable names, to values the tuner accepts.
 
     :param tunable: names a winner may set (None: any launch parameter with a default).
-    :param members: when known, the candidate space of this call: the winner must be one of them.
+    :param members: when known, the candidate space of this call: the winner must be one of them, with
+        values of the same types (:func:`same_config`).
     :param validate: the tuner's ``validate(config, **named)``, or None.
+    :param known: configs the tuner itself declared (its static space, its default): a winner's value of a
+        name they set must have a type one of them gives it (``BLOCK=256.0`` where they have ints is refused).
     :raises UntrustedConfigError: naming what is not allowed.
     """
+    types = value_types(known)
     for arg, value in config.kwargs.items():
         if arg == "stream":
             raise UntrustedConfigError(f"{name}: a stored winner may not set the launch stream ({arg}={value!r})")
@@ -93,7 +117,10 @@ def check_untrusted(name: str, sig: Signature, config: Config, *, tunable: Optio
         if not _plain(value):
             raise UntrustedConfigError(f"{name}: the winner sets {arg}={value!r}; tuned values must be "
                                        f"finite numbers, strings or booleans")
-    if members is not None and config not in members:
+        if arg in types and type(value) not in types[arg]:
+            raise UntrustedConfigError(f"{name}: the winner sets {arg}={value!r} ({type(value).__name__}); the "
+                                       f"tuner's own configs give {arg} {_type_names(types[arg])} values")
+    if members is not None and not any(same_config(config, m) for m in members):
         raise UntrustedConfigError(f"{name}: the winner {config} is not a member of the tuner's config space")
     if validate is not None:
         try:

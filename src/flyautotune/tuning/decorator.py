@@ -207,7 +207,7 @@ class Autotuner:
         :returns: the winner as a ``Config``.
         :raises IncompatibleConfigError: naming what is not allowed.
         """
-        from .checks import UntrustedConfigError, check_untrusted, tunable_names
+        from .checks import UntrustedConfigError, check_untrusted, same_config, tunable_names
 
         try:
             winner = Config.from_dict(config)
@@ -227,11 +227,12 @@ class Autotuner:
             members = static if static is not None else (list(self.configs(**named)) if default is None else None)
         except Exception:
             members = static
-        if default is not None and winner == default:
+        if default is not None and same_config(winner, default):
             members = None
         check_untrusted(self.name, self.sig, winner, tunable=tunable_names(static if static is not None else members,
                                                                             default),
-                        members=members, validate=self.validate if named else None, named=named)
+                        members=members, validate=self.validate if named else None, named=named,
+                        known=list(static or ()) + ([default] if default is not None else []))
         return winner
 
     def _snapshot(self) -> tuple:
@@ -306,8 +307,12 @@ class Autotuner:
         :param force: search afresh and replace the stored winner (as ``FLYAUTOTUNE=1`` does).
         :returns: a :class:`Selection`: config, source, key and the search's timings.
         """
+        if not isinstance(force, bool):
+            raise TypeError(f"{self.name}.select: force={force!r} must be True or False")
         call = self.sig.bind(args, kwargs)
-        plan = self._select(call, force=bool(force))
+        plan = self._select(call, force=force)
+        if plan.kwargs:
+            check_caller(self.name, self.sig, [plan.config], call)  # what the call would say
         if self._last.source == "memory":
             return plan.selection.with_source("memory")
         return plan.selection

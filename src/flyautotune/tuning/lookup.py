@@ -6,7 +6,7 @@ import logging
 import platform
 import sys
 import time
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 from .. import events, keys, streams
 from ..config import Config
@@ -22,13 +22,20 @@ log = logging.getLogger("flyautotune")
 
 def candidates(t: Any, call: Call) -> list:
     """The configs a search of this call tries (the space evaluated, then pruned)."""
-    configs = list(t.configs(**call.named) if callable(t.configs) else t.configs)
+    configs = _config_list(t, "configs(...)", t.configs(**call.named)) if callable(t.configs) else list(t.configs)
     if t.prune_configs_by is not None and len(configs) > 1:
-        configs = list(t.prune_configs_by(configs, **call.named))
+        configs = _config_list(t, "prune_configs_by(...)", t.prune_configs_by(configs, **call.named))
     for c in configs:
         if not isinstance(c, Config):
             raise TypeError(f"{t.name}: configs must be flyautotune.Config objects, got {c!r}")
     return configs
+
+
+def _config_list(t: Any, what: str, returned: Any) -> list:
+    """What a tuner's callable returned, as a list of configs (a single Config or None is named)."""
+    if returned is None or isinstance(returned, (Config, str, bytes, Mapping)) or not hasattr(returned, "__iter__"):
+        raise TypeError(f"{t.name}: {what} returned {returned!r}; expected a list of flyautotune.Config")
+    return list(returned)
 
 
 def default_config(t: Any, call: Call) -> Optional[Config]:
@@ -45,23 +52,28 @@ def _emit(t: Any, key: str, config: Config, source: str) -> None:
 
 
 def usable(t: Any, data: Any, call: Call, target: Target, snapshot: tuple, where: str) -> Optional[Config]:
-    """A stored/shipped winner, or None (with one warning) when it may not or cannot run."""
+    """A stored/shipped winner, or None (with one warning) when it may not or cannot run.
+
+    What the tuner's own callables raise (``default``, ``configs``) is theirs to fix: it propagates, and
+    the winner is kept."""
+    # the tuner's own answers first, outside the winner's checks: a bug in them must not cost the winner
+    default = default_config(t, call) if t.default is not None else None
+    static = None if callable(t.configs) else t.configs
+    members = static
+    if members is None and t.validate is None and default is None:
+        members = candidates(t, call)  # nothing else says what is allowed: the space itself
+    tunable = checks.tunable_names(static if static is not None else members, default)
+    known = list(static or ()) + ([default] if default is not None else [])
     try:
         config = Config.from_dict(data)
-        default = default_config(t, call) if t.default is not None else None
-        static = None if callable(t.configs) else t.configs
-        members = static
-        if members is None and t.validate is None and default is None:
-            members = candidates(t, call)  # nothing else says what is allowed: the space itself
-        tunable = checks.tunable_names(static if static is not None else members, default)
-        if default is not None and config == default:
+        if default is not None and checks.same_config(config, default):
             members = None  # the default is always allowed
         checks.check_untrusted(t.name, t.sig, config, tunable=tunable, members=members, validate=t.validate,
-                               named=call.named)
+                               named=call.named, known=known)
         checks.check_fits(t.name, t.sig, t.pm, [config], target, snapshot)
     except (checks.IncompatibleConfigError, TypeError, ValueError) as exc:
-        log.warning("%s: ignoring the %s winner %s for this key (%s); using the default instead",
-                    t.name, where, _short(data), exc)
+        then = "using the default instead" if default is not None else "it is not used"
+        log.warning("%s: ignoring the %s winner %s for this key (%s); %s", t.name, where, _short(data), exc, then)
         return None
     # The caller's own mistake is reported to the caller; the winner stays.
     checks.check_caller(t.name, t.sig, [config], call)

@@ -69,7 +69,11 @@ def zero(names: tuple, call: Call) -> None:
     for n in names:
         t = call.named.get(n)
         if t is not None:
-            t.zero_()
+            zero_ = getattr(t, "zero_", None)
+            if zero_ is None:
+                raise TypeError(f"reset_to_zero names {n!r}, which is {t!r} ({type(t).__name__}) in this call; "
+                                f"reset_to_zero takes tensor arguments")
+            zero_()
 
 
 def launch_stream(sig: Signature, call: Call) -> Any:

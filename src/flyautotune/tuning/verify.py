@@ -105,12 +105,15 @@ def tolerance_arg(value: Any) -> Any:
     """Validate ``tolerance=``: None, ``(rtol, atol)`` or ``{dtype: (rtol, atol)}``."""
     if value is None:
         return None
-    pairs = value.values() if isinstance(value, Mapping) else [value]
-    for p in pairs:
+    pairs = ([(f"tolerance[{k!r}]", p) for k, p in value.items()] if isinstance(value, Mapping)
+             else [("tolerance", value)])
+    for where, p in pairs:
         if not (isinstance(p, (tuple, list)) and len(p) == 2
-                and all(isinstance(x, (int, float)) and not isinstance(x, bool) and x >= 0 for x in p)):
-            raise TypeError(f"autotune: tolerance={value!r}; expected (rtol, atol) with non-negative numbers, "
+                and all(isinstance(x, (int, float)) and not isinstance(x, bool) for x in p)):
+            raise TypeError(f"autotune: {where}={p!r}; expected (rtol, atol) with non-negative numbers, "
                             f"or a dict dtype -> (rtol, atol)")
+        if not all(x >= 0 and x != float("inf") for x in p):  # NaN fails x >= 0
+            raise ValueError(f"autotune: {where}={p!r}; rtol and atol must be finite numbers >= 0")
     return value
 
 
