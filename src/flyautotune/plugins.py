@@ -47,6 +47,8 @@ class FlyPluginManager(pluggy.PluginManager):
         self.plugin_infos: dict[str, PluginInfo] = {}
         self.load_failures: dict[str, PluginInfo] = {}
         self.disabled: tuple = ()
+        #: names in ``disabled`` that no installed or built-in plugin has (a typo disables nothing).
+        self.unknown_disabled: tuple = ()
 
     # -- adopters -----------------------------------------------------------
     def adopters(self) -> dict:
@@ -78,8 +80,11 @@ def _iter_entry_points() -> Iterable[tuple]:
             yield ep, dist
 
 
-def _load_entry_points(pm: FlyPluginManager) -> None:
+def _load_entry_points(pm: FlyPluginManager) -> set:
+    """Load and register the installed plugins; returns every installed plugin name, disabled ones included."""
+    names = set()
     for ep, dist in _iter_entry_points():
+        names.add(ep.name)
         dist_name = dist.metadata["name"]
         info = PluginInfo(ep.name, dist_name, dist.version, ep.value)
         if pm.is_blocked(ep.name):
@@ -97,6 +102,22 @@ def _load_entry_points(pm: FlyPluginManager) -> None:
             continue
         pm.register(plugin, name=ep.name)
         pm.plugin_infos[ep.name] = info
+    return names
+
+
+_WARNED_UNKNOWN: set = set()
+
+
+def _check_disabled(pm: FlyPluginManager, known: set) -> None:
+    """Warn (once per name and process) about a ``FLYAUTOTUNE_DISABLE_PLUGINS`` name no plugin has."""
+    pm.unknown_disabled = tuple(n for n in pm.disabled if n not in known)
+    fresh = [n for n in pm.unknown_disabled if n not in _WARNED_UNKNOWN]
+    _WARNED_UNKNOWN.update(fresh)
+    for name in fresh:
+        close = difflib.get_close_matches(name, sorted(known), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        log.warning("%s names %r, but no plugin of that name exists, so it disables nothing%s; known plugins: %s",
+                    DISABLE_ENV, name, hint, ", ".join(sorted(known)) or "none")
 
 
 def _check_pending(pm: FlyPluginManager) -> None:
@@ -151,17 +172,19 @@ def build_plugin_manager(
     pm.disabled = tuple(disabled) if disabled is not None else disabled_plugins()
     for name in pm.disabled:
         pm.set_blocked(name)
-    if entry_points:
-        _load_entry_points(pm)
+    known = _load_entry_points(pm) if entry_points else set()
     if builtins:
         from . import builtin
 
         for name, plugin in builtin.builtin_plugins():
+            known.add(name)
             if not pm.is_blocked(name):
                 pm.register(plugin, name=name)
                 pm.plugin_infos[name] = PluginInfo(name, "flyautotune", _version(), plugin.__name__, builtin=True)
     for plugin in plugins:
         pm.register(plugin)
+    if entry_points and builtins and disabled is None:  # only then is every name a user could mean known
+        _check_disabled(pm, known)
     _check_pending(pm)
     _register_adopters(pm)
     return pm

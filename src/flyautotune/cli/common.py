@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import re
 import sys
 import unicodedata
 from typing import Any, Optional, Sequence
@@ -55,8 +56,45 @@ def shape_text(shape: tuple) -> str:
 class Parser(argparse.ArgumentParser):
     """argparse with one-line errors (no usage dump) and exit status 2."""
 
+    def parse_known_args(self, args: Optional[Sequence[str]] = None, namespace: Any = None):  # type: ignore[override]
+        # Kept for error(): argparse's message does not say which value it could not take.
+        self._argv = list(sys.argv[1:] if args is None else args)
+        return super().parse_known_args(args, namespace)
+
     def error(self, message: str) -> None:  # type: ignore[override]
-        raise UsageError(f"{message} (see '{self.prog} --help')")
+        raise UsageError(f"{self._dash_value(message) or message} (see '{self.prog} --help')")
+
+    def _dash_value(self, message: str) -> Optional[str]:
+        """For argparse's "argument --shape: expected one argument" where the value was there but starts
+        with ``-`` (``--shape -4x64``, read as an option): the message the value itself earns, or how to
+        pass it (``--shape=-4x64``). None for any other message."""
+        m = re.fullmatch(r"argument (\S+): expected one argument", message)
+        argv = getattr(self, "_argv", None)
+        if m is None or not argv:
+            return None
+        names = m.group(1).split("/")
+        action = next((a for a in self._actions if set(a.option_strings) & set(names)), None)
+        if action is None:
+            return None
+        longs = [n for n in action.option_strings if n.startswith("--")]
+        for i, token in enumerate(argv[:-1]):
+            if token == "--":
+                break
+            if not (token in action.option_strings or (len(token) > 2 and any(n.startswith(token) for n in longs))):
+                continue
+            value = argv[i + 1]
+            if not value.startswith("-") or any(o.startswith(value) for o in self._option_string_actions):
+                continue  # a real option follows: the value is missing, as argparse says
+            name = max(action.option_strings, key=len)
+            convert = self._registry_get("type", action.type, action.type)
+            if callable(convert):
+                try:
+                    convert(value)
+                except (argparse.ArgumentTypeError, TypeError, ValueError) as exc:
+                    return f"argument {name}: {exc}"
+            return (f"argument {name}: {safe(value)!r} starts with '-', so it was read as an option; "
+                    f"write {name}={safe(value)} to pass it as the value")
+        return None
 
 
 # -- output -----------------------------------------------------------------------------
@@ -148,6 +186,74 @@ def store():
     return found
 
 
+def store_folder_text(directory: Any) -> str:
+    """Who chose the store's folder, for a message: ``FLYAUTOTUNE_CACHE_DIR='...'`` where the variable
+    set it, else the folder with a hint at the variable."""
+    from ..store.location import CACHE_DIR_ENV
+
+    setting = _cache_dir_setting(directory)
+    if setting:
+        return setting
+    return f"the store folder {safe(str(directory))!r} (the default; {CACHE_DIR_ENV} moves it)"
+
+
+def _cache_dir_setting(directory: Any) -> str:
+    """``FLYAUTOTUNE_CACHE_DIR='...'`` where that variable chose ``directory``, else ``""``."""
+    import os
+
+    from ..store.location import CACHE_DIR_ENV
+
+    env = os.environ.get(CACHE_DIR_ENV)
+    if env and os.path.realpath(os.path.expanduser(env)) == os.path.realpath(str(directory)):
+        return f"{CACHE_DIR_ENV}={safe(env)!r}"
+    return ""
+
+
+def store_error_text(the_store: Any, exc: BaseException) -> str:
+    """A store's error (it names the file), with the ``FLYAUTOTUNE_CACHE_DIR`` setting that chose it."""
+    directory = getattr(the_store, "directory", None)
+    setting = _cache_dir_setting(directory) if directory is not None else ""
+    return f"{exc} ({setting})" if setting else str(exc)
+
+
+def checked_store(write: bool = True):
+    """:func:`store`, after checking that the built-in SQLite store's folder can serve the command (read
+    only, or ``write``): bad input (exit 2) naming ``FLYAUTOTUNE_CACHE_DIR``, its value and the problem
+    ("is a file, not a directory", "is not writable"); with ``write``, the store is then opened for
+    writing, so a tune never searches for a winner it could not keep (exit 1 where that fails)."""
+    from ..store import StoreError, TuningStore
+    from ..store.location import CACHE_DIR_ENV, store_dir_problem
+
+    the_store = store()
+    if not isinstance(the_store, TuningStore):  # another plugin's store: its own business
+        return the_store
+    problem = store_dir_problem(the_store.directory, write=write)
+    if problem:
+        need = (f"the tuning store needs a folder it can write (set {CACHE_DIR_ENV} to one)" if write else
+                f"the tuning store cannot be read from it (set {CACHE_DIR_ENV} to the store's folder)")
+        raise UsageError(f"{store_folder_text(the_store.directory)} {problem}: {need}")
+    if write:
+        try:
+            the_store.check_writable()
+        except StoreError as exc:
+            raise CommandError(store_error_text(the_store, exc)) from exc
+    return the_store
+
+
+def store_problem() -> str:
+    """Why the built-in SQLite store's folder cannot take winners (naming ``FLYAUTOTUNE_CACHE_DIR`` where it
+    chose the folder), or ``""``. ``tune`` still tunes then (a read-only or full store never fails a tune);
+    it says so before the search instead of after it."""
+    from ..store import TuningStore
+    from ..store.location import store_dir_problem
+
+    the_store = store()
+    if not isinstance(the_store, TuningStore):
+        return ""
+    problem = store_dir_problem(the_store.directory, write=True)
+    return f"{store_folder_text(the_store.directory)} {problem}" if problem else ""
+
+
 def tuner_names(name: str, known_tuners: Sequence[str]) -> list:
     """The store tuner names an ADOPTER argument selects (a tuner name works too)."""
     if name in known_tuners:
@@ -172,10 +278,11 @@ def entries(name: Optional[str]) -> list:
     """The store's entries, of one adopter (or tuner name) when ``name`` is given."""
     from ..store import StoreError
 
+    the_store = checked_store(write=False)
     try:
-        found = store().entries()
+        found = the_store.entries()
     except StoreError as exc:
-        raise CommandError(str(exc)) from exc
+        raise CommandError(store_error_text(the_store, exc)) from exc
     if name is None:
         return found
     tuners = set(tuner_names(name, sorted({e.tuner for e in found})))

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import math
 import os
 import re
 import sys
@@ -23,7 +24,10 @@ DTYPES = {
     "fp32": "fp32", "float32": "fp32", "float": "fp32",
 }
 TOP_LEVEL = ("options", "tune")
-OPTIONS = {"force": bool, "budget_s": (int, float), "pack": str, "device": str, "workers": int, "plugins": list}
+OPTIONS = {"force": bool, "budget_s": (int, float), "pack": str, "device": str, "workers": int, "plugins": list,
+           "allow_slow": bool}
+#: ``device`` values a plan may name: the CPU (Triton's interpreter) or a GPU, first or N-th.
+DEVICE_FORMS = "cpu, cuda, cuda:N"
 ENTRY_FIELDS = ("adopter", "shapes", "dtypes")
 
 
@@ -61,6 +65,8 @@ class PlanOptions:
     :param workers: CPU workers of a local Ray cluster when no GPU is visible.
     :param plugins: modules imported and registered as flyautotune plugins in every
         process that tunes (adopters not installed as entry points).
+    :param allow_slow: on the CPU (Triton's interpreter), tune shapes above ``tune``'s element limit too
+        (as ``flyautotune tune --allow-slow``).
     """
 
     force: bool = False
@@ -69,6 +75,7 @@ class PlanOptions:
     device: Optional[str] = None
     workers: Optional[int] = None
     plugins: tuple = attrs.field(default=(), converter=tuple)
+    allow_slow: bool = False
 
 
 @attrs.frozen
@@ -159,8 +166,9 @@ def load_plan(path: Any, pm: Any = None) -> Plan:
     if not isinstance(entries, list) or not entries:
         raise PlanError(f"{path}: no [[tune]] tables; each names an adopter, its shapes and dtypes")
     keys: list = []
+    cpu_guard = not options.allow_slow and _runs_on_cpu(options)
     for i, entry in enumerate(entries):
-        for key in _entry_keys(where, i, entry, pm):
+        for key in _entry_keys(where, i, entry, pm, cpu_guard):
             if key not in keys:
                 keys.append(key)
     return Plan(path, keys, options)
@@ -177,12 +185,61 @@ def _options(where: _Where, raw: Any) -> PlanOptions:
         bad = isinstance(value, bool) and kind is not bool
         if bad or not isinstance(value, kind):
             raise where.error("options", None, name, f"{value!r} has the wrong type")
-        if name in ("budget_s", "workers") and value <= 0:
+        if name == "budget_s" and not (math.isfinite(value) and value > 0):
+            raise where.error("options", None, name, f"{value!r} must be a positive, finite number of seconds")
+        if name == "workers" and value <= 0:
             raise where.error("options", None, name, f"{value!r} must be positive")
+        if name == "device" and _device_problem(value):
+            raise where.error("options", None, name, _device_problem(value))
         if name == "plugins" and not all(isinstance(m, str) and m for m in value):
             raise where.error("options", None, name, f"{value!r} must be a list of module names")
         out[name] = float(value) if name == "budget_s" else value
     return PlanOptions(**out)
+
+
+def _device_problem(value: str) -> str:
+    """Why ``value`` cannot be the plan's ``device``, or ``""``: ``cpu``, ``cuda``, ``cuda:N``, or this machine's
+    accelerator type (what the runner's ``default_device`` picks, e.g. ``xpu``) with an optional index."""
+    kinds = {"cuda"}
+    try:
+        from ..devices import accelerator_type
+
+        local = accelerator_type()
+    except Exception:  # noqa: BLE001 - no torch: the forms above are all a plan can be sure of
+        local = None
+    if local:
+        kinds.add(local)
+    m = re.fullmatch(r"([a-z]+)(?::(\d+))?", value)
+    if value == "cpu" or (m is not None and m.group(1) in kinds):
+        return ""
+    extra = f", {local}, {local}:N" if local and local != "cuda" else ""
+    return f"{value!r} is not a device; accepted: {DEVICE_FORMS}{extra}"
+
+
+def _runs_on_cpu(options: PlanOptions) -> bool:
+    """Whether the plan's keys run under Triton's CPU interpreter: ``device = "cpu"``, no device on a machine
+    without a GPU, or the interpreter already on (``flyautotune plan --device cpu`` turns it on first)."""
+    if options.device == "cpu":
+        return True
+    try:
+        from ..devices import default_device, triton_interprets
+
+        return (options.device is None and default_device() == "cpu") or triton_interprets()
+    except Exception:  # noqa: BLE001 - without torch or triton nothing runs anywhere; the runner says so
+        return False
+
+
+def _check_cpu_shapes(where: _Where, i: int, shapes: list) -> None:
+    """``flyautotune tune``'s guard on ``--device cpu``, with the plan's spelling of its opt-out."""
+    from ..cli.cmd.tune import CPU_ELEMENT_LIMIT
+
+    for shape in shapes:
+        n = math.prod(shape)
+        if n > CPU_ELEMENT_LIMIT:
+            raise where.error("tune", i, "shapes",
+                              f"{'x'.join(map(str, shape))} has {n} elements, more than the {CPU_ELEMENT_LIMIT} "
+                              f"Triton's CPU interpreter finishes in reasonable time; use a GPU "
+                              f"(device = \"cuda:0\"), a smaller shape, or allow_slow = true in [options]")
 
 
 def plugin_manager_for(plugins: tuple, where: Optional[_Where] = None) -> Any:
@@ -202,7 +259,7 @@ def plugin_manager_for(plugins: tuple, where: Optional[_Where] = None) -> Any:
     return build_plugin_manager(plugins=modules)
 
 
-def _entry_keys(where: _Where, i: int, entry: Any, pm: Any) -> list:
+def _entry_keys(where: _Where, i: int, entry: Any, pm: Any, cpu_guard: bool = False) -> list:
     if not isinstance(entry, dict):
         raise where.error("tune", i, None, f"must be a table, got {entry!r}")
     for name in entry:
@@ -230,6 +287,8 @@ def _entry_keys(where: _Where, i: int, entry: Any, pm: Any) -> list:
             parsed_shapes.append(parse_shape(value))
         except ValueError as exc:
             raise where.error("tune", i, "shapes", str(exc)) from None
+    if cpu_guard:
+        _check_cpu_shapes(where, i, parsed_shapes)
     parsed_dtypes = []
     for value in dtypes:
         dt = DTYPES.get(str(value).strip().lower()) if isinstance(value, str) else None

@@ -175,6 +175,23 @@ def _check_json_timing(where: str, t: Any) -> None:
     _check_stats(where, t)
 
 
+def key_problem(key: str) -> str:
+    """Why ``key`` cannot be a key a tuner makes, or ``""``: a tuner's key is its call's key dict as JSON
+    (``flyautotune.keys.canonical_json``), so anything but the text of a JSON object is never found by a
+    lookup. Not enforced by packs themselves (tests and tools store short keys such as ``"k"``);
+    ``flyautotune import`` refuses such entries. The canonical spelling (sorted, compact) is not required:
+    hand-written packs of JSON-object keys were accepted before, and refusing them would break them."""
+    import json
+
+    try:
+        parsed = json.loads(key)
+    except (ValueError, RecursionError):
+        return "is not JSON"
+    if type(parsed) is not dict:
+        return f"is JSON {type(parsed).__name__}, not a JSON object"
+    return ""
+
+
 def entry_from_json(where: str, data: Any, origin: str) -> StoreEntry:
     """Build an entry from parsed, untrusted JSON (a store row or a pack item).
 

@@ -7,7 +7,7 @@ from typing import Any, Iterable, Optional
 
 import attrs
 
-from .entries import StoreEntry
+from .entries import PackError, StoreEntry, key_problem
 from .packs import Pack
 
 
@@ -48,6 +48,17 @@ class ImportPlan:
     def to_write(self) -> list:
         """The entries ``apply_import`` writes."""
         return [item.entry for item in self.added + self.replaced]
+
+
+def check_keys(source: str, entries: Iterable[StoreEntry]) -> None:
+    """Raise ``PackError`` naming ``entries[i].key`` for the first entry whose key is not a tuner's key
+    (the text of a JSON object, see ``entries.key_problem``): imported, it would only sit in the store,
+    never found by a lookup. ``entries`` in pack order (``load_pack``'s list)."""
+    for i, entry in enumerate(entries):
+        problem = key_problem(entry.key)
+        if problem:
+            raise PackError(source, f"entries[{i}].key {problem}: {ascii(entry.key)[:120]}; a key is the "
+                                    f"JSON object a tuner writes (see one with 'flyautotune export')")
 
 
 def _where(entry: StoreEntry) -> str:

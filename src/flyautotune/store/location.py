@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import Optional
 
 from .files import PathLike
-from .sqlite import TuningStore
+from .sqlite import DB_NAME, TuningStore
 
 CACHE_DIR_ENV = "FLYAUTOTUNE_CACHE_DIR"
 
@@ -31,6 +31,44 @@ def user_cache_dir() -> Path:
         # The XDG spec says a relative XDG_CACHE_HOME is invalid and must be ignored.
         base = xdg if xdg and os.path.isabs(xdg) else str(Path.home() / ".cache")
     return Path(base) / "flyautotune"
+
+
+def store_dir_problem(directory: PathLike, *, write: bool = True) -> str:
+    """Why the store folder ``directory`` cannot serve a store, in words after its name ("is a file, not a
+    directory", "is not writable", ...), or ``""`` where it can. Only the file system is asked: nothing is
+    created. ``write=False`` asks for reading only (the folder may then be read-only).
+
+    A store that cannot be written would make a tune search for nothing: the winner is lost when the process
+    ends, so commands that write check this first."""
+    path = Path(os.path.expanduser(os.fspath(directory)))
+    try:
+        return _dir_problem(path, write)
+    except OSError as exc:  # a folder above it we may not even look into
+        return f"cannot be checked ({exc.strerror or exc})"
+
+
+def _dir_problem(path: Path, write: bool) -> str:
+    if path.exists() and not path.is_dir():
+        return "is a file, not a directory"
+    if not path.exists():
+        # The store creates it (and its parents): the nearest existing folder above must allow that.
+        parent = path.parent
+        while not parent.exists() and parent != parent.parent:
+            parent = parent.parent
+        if not parent.is_dir():
+            return f"cannot be created: {parent} is a file, not a directory"
+        if write and not os.access(parent, os.W_OK | os.X_OK):
+            return f"does not exist and cannot be created: {parent} is not writable"
+        return ""
+    if not os.access(path, os.R_OK | os.X_OK):
+        return "is not readable"
+    if write:
+        if not os.access(path, os.W_OK):
+            return "is not writable"
+        db = path / DB_NAME
+        if db.exists() and not (db.is_file() and os.access(db, os.R_OK | os.W_OK)):
+            return f"holds {DB_NAME}, which is not a writable file"
+    return ""
 
 
 _STORES: dict = {}

@@ -359,6 +359,12 @@ class TuningStore(TimingRows):
         """Write the winners kept in memory now; True when none is left."""
         return self._deferred.flush()
 
+    def check_writable(self) -> None:
+        """Open the store for writing now (creating its folder and file where needed); raise ``StoreError``
+        naming why a winner could not be written (a read-only folder or file, a newer schema, another
+        user's file), so a command can stop before a search whose winner would be lost."""
+        self._do("open the store for writing", lambda conn: None, write=True, strict=True)
+
     def entries(self, tuner: Optional[str] = None) -> list:
         """Every readable winner (of one tuner, or all), sorted by (tuner, key);
         malformed rows are skipped with a warning."""

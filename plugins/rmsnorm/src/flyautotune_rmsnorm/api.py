@@ -6,6 +6,7 @@ computed in fp32 and rounded once to ``x.dtype``.
 
 from __future__ import annotations
 
+import numbers
 from typing import Any, Optional
 
 import torch
@@ -23,6 +24,8 @@ from .kernel import jit_kernel
 
 _DTYPE_STR = {torch.bfloat16: "bf16", torch.float16: "fp16", torch.float32: "fp32"}
 _empty_like = torch.empty_like
+#: The largest eps the kernel can add: it adds eps in fp32, where a larger value is inf (every row 0).
+FP32_MAX = 3.4028234663852886e38
 
 
 def dtype_str(dtype: Any) -> str:
@@ -67,6 +70,8 @@ def _check(x: Any, weight: Any, eps: Any, out: Any) -> tuple:
         ds = w_ok = shape = None
     if ds is None or not w_ok:
         _bad_inputs(x, weight)
+    if x.requires_grad or weight.requires_grad:
+        _check_grad(x, weight)
     if not shape:
         raise ValueError("rmsnorm: x must have at least one dimension (..., N), got a 0-d tensor")
     N = shape[-1]
@@ -75,10 +80,8 @@ def _check(x: Any, weight: Any, eps: Any, out: Any) -> tuple:
                          f"dimension of x.shape={tuple(shape)}")
     if weight.device != x.device:
         raise ValueError(f"rmsnorm: x is on {x.device} but weight is on {weight.device}; put both on one device")
-    if eps.__class__ is not float or not eps >= 0.0:
-        if isinstance(eps, bool) or not isinstance(eps, (int, float)) or not eps >= 0:
-            raise ValueError(f"rmsnorm: eps={eps!r} must be a non-negative float")
-        eps = float(eps)
+    if eps.__class__ is not float or not 0.0 <= eps <= 3.4028234663852886e38:  # FP32_MAX, as a constant
+        eps = _check_eps(eps)
     if not weight.is_contiguous():
         weight = weight.contiguous()  # N elements: a copy costs nothing next to the rows
     if x.is_contiguous():
@@ -109,6 +112,40 @@ def _strided_rows(x: Any, shape: Any, N: int) -> tuple:
     if sx is None:
         return x.reshape(M, N), M, N  # leading dims that no single row stride describes: one copy
     return x, M, sx
+
+
+def _check_grad(x: Any, weight: Any) -> None:
+    """Refuse inputs that require grad while grad mode is on (x or weight requires grad): the kernel has no
+    backward, so its result would carry no ``grad_fn`` and training would silently stop at it."""
+    if torch.is_grad_enabled():
+        name = "x" if x.requires_grad else "weight"
+        raise ValueError(f"rmsnorm: {name}.requires_grad=True with grad mode on, but this kernel has no backward "
+                         f"(the result would carry no grad_fn); call it under torch.no_grad() or "
+                         f"torch.inference_mode() for inference, or use torch.nn.functional.rms_norm to train")
+
+
+def _check_eps(eps: Any) -> float:
+    """``eps`` as a float (any real number: int, float, numpy scalar) when it is finite and fits fp32."""
+    accepted = f"accepted: a Python float or int or a numpy scalar, finite, from 0 to {FP32_MAX!r} (the largest fp32)"
+    if isinstance(eps, torch.Tensor):
+        raise TypeError(f"rmsnorm: eps={eps!r} must be a non-negative float, not a tensor: pass a Python float "
+                        f"(eps.item()); {accepted}")
+    if isinstance(eps, bool) or not isinstance(eps, numbers.Real):
+        raise TypeError(f"rmsnorm: eps={eps!r} ({type(eps).__name__}) must be a non-negative float; {accepted}")
+    try:
+        e = float(eps)
+    except OverflowError:  # an int beyond any float
+        e = float("inf")
+    if not 0.0 <= e <= FP32_MAX:
+        raise ValueError(f"rmsnorm: eps={eps!r} must be a non-negative float; {accepted}")
+    return e
+
+
+def _check_device(x: Any) -> None:
+    """Refuse a tensor with no data (meta): nothing could run on it."""
+    if x.is_meta:
+        raise ValueError(f"rmsnorm: x.device={x.device} holds no data to normalize; accepted: CUDA/ROCm GPU "
+                         f"tensors, or CPU tensors (run under Triton's interpreter)")
 
 
 def _bad_inputs(x: Any, weight: Any) -> None:
@@ -146,12 +183,20 @@ def _check_out(x: Any, out: Any, shape: Any, N: int, M: int) -> int:
         raise TypeError(f"rmsnorm: out.dtype={out.dtype} must equal x.dtype={x.dtype}")
     if out.device != x.device:
         raise ValueError(f"rmsnorm: x is on {x.device} but out is on {out.device}")
+    if out.requires_grad and torch.is_grad_enabled():
+        raise ValueError("rmsnorm: out.requires_grad=True with grad mode on, but this kernel has no backward and "
+                         "would write out behind autograd's back; call it under torch.no_grad() or "
+                         "torch.inference_mode(), or pass an out that does not require grad")
     if N > 1 and out.stride(-1) != 1:
         raise ValueError(f"rmsnorm: out has stride {out.stride(-1)} in its last dimension; it must be 1")
     sy = _row_stride(out, N) if M else N
     if sy is None:
         raise ValueError(f"rmsnorm: out with shape {tuple(out.shape)} and strides {out.stride()} has no "
                          f"single row stride; pass a contiguous out (or one whose rows are evenly spaced)")
+    if sy < N:  # (a single row reports N: M > 1 here)
+        raise ValueError(f"rmsnorm: out with shape {tuple(out.shape)} and strides {out.stride()} has overlapping "
+                         f"rows (row stride {sy} < N={N}; an expanded tensor's is 0), so every row would land in "
+                         f"the same memory; pass a tensor with distinct rows (e.g. torch.empty_like(x))")
     return sy
 
 
@@ -210,6 +255,7 @@ def launch(x, weight, out, M, N, dtype, eps, sx, sy, stream=None,
 
 def _run(launcher, x, weight, out, M, sx, sy, eps, stream):
     if not x.is_cuda:
+        _check_device(x)  # (the interpreter's path: a check costs nothing next to it)
         launcher(x, weight, out, M, sx, sy, eps, None, (), True)
         return out
     target = fat.current_target() or _target(x.get_device())
@@ -282,11 +328,11 @@ def rmsnorm(x, weight, eps: float = 1e-6, out=None, stream=None):
     :returns: ``out`` or a new tensor shaped like ``x``.
     """
     x2, w, y, M, N, sx, sy, ds, result, eps = _check(x, weight, eps, out)
+    if stream is not None:
+        _check_stream(stream, x2)
     if M == 0:
         return result
     cuda = x2.is_cuda
-    if stream is not None:
-        _check_stream(stream, x2)
     if cuda:
         # the default config's binary, resolved once per shape, layout, device and hints, as a tuned hit's
         dev = x2.get_device()
@@ -320,12 +366,18 @@ def rmsnorm_autotuned(x, weight, eps: float = 1e-6, out=None, stream=None):
     """
     x2, w, y, M, N, sx, sy, ds, result, eps = _check(x, weight, eps, out)
     if M == 0:
+        if stream is not None:
+            _check_stream(stream, x2)
         return result
-    if stream is None:
-        tuned_launch(x2, w, y, M, N, ds, eps, sx, sy)
-    else:
-        _check_stream(stream, x2)
-        tuned_launch(x2, w, y, M, N, ds, eps, sx, sy, stream=stream)
+    try:
+        if stream is None:
+            tuned_launch(x2, w, y, M, N, ds, eps, sx, sy)
+        else:
+            _check_stream(stream, x2)
+            tuned_launch(x2, w, y, M, N, ds, eps, sx, sy, stream=stream)
+    except LookupError:  # no backend owns x's device: say which devices the kernel runs on, if that is why
+        _check_device(x2)
+        raise
     return result
 
 

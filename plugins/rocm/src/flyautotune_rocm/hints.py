@@ -22,6 +22,14 @@ TRITON_HIP_HINTS = (
     "schedule_hint",
     "wgp_cu_mode",
 )
+#: The values Triton's HIP backend can use for its integer MFMA options. ``HIPOptions`` takes any int and
+#: hands it to the ``accelerate_matmul`` pass: ``kpack`` is 1 or 2 there (2 means ds_read_b128, the widest
+#: LDS load; gfx950 overrides anything but 1 with a warning), ``matrix_instr_nonkdim`` is the MFMA
+#: instruction's M/N size, 16 or 32, or 0 to let the compiler choose.
+TRITON_HIP_CHOICES = {
+    "kpack": (1, 2),
+    "matrix_instr_nonkdim": (0, 16, 32),
+}
 #: Every hint name a ROCm target accepts.
 ROCM_HINTS = ("num_stages", "num_warps", "waves_per_eu", *TRITON_HIP_HINTS)
 
@@ -91,6 +99,11 @@ def validate_rocm_hints(hints: Mapping[str, Any], target: Any) -> None:
                 raise ValueError(f"compile hint 'num_stages': {value!r} is not a non-negative int")
         elif name == "wgp_cu_mode" and value not in ("wgp", "cu"):
             raise ValueError(f"compile hint 'wgp_cu_mode': {value!r} is not one of 'wgp', 'cu'")
+        elif name in TRITON_HIP_CHOICES:
+            choices = TRITON_HIP_CHOICES[name]
+            if isinstance(value, bool) or not isinstance(value, int) or value not in choices:
+                raise ValueError(f"compile hint {name!r}: {value!r} is not accepted by Triton's HIP backend; "
+                                 f"accepted: {', '.join(map(str, choices))}")
 
 
 def _check_num_warps(value: Any, target: Any) -> None:

@@ -4,7 +4,9 @@ from __future__ import annotations
 
 import argparse
 
-from ..common import CommandError, UsageError, entries, out, plural, safe, store, tuner_names
+from ..common import (
+    CommandError, UsageError, checked_store, entries, out, plural, safe, store_error_text, tuner_names,
+)
 
 
 def add_parser(sub) -> None:
@@ -19,7 +21,7 @@ def run(args: argparse.Namespace) -> None:
 
     if args.adopter is not None and args.all:
         raise UsageError("give ADOPTER or --all, not both")
-    the_store = store()
+    the_store = checked_store(write=args.all or args.adopter is not None)
     if args.adopter is None and not args.all:
         found = entries(None)
         tuners = sorted({e.tuner for e in found})
@@ -34,6 +36,6 @@ def run(args: argparse.Namespace) -> None:
             for tuner in tuner_names(args.adopter, sorted({e.tuner for e in entries(None)})):
                 n += the_store.clear(tuner)
     except StoreError as exc:
-        raise CommandError(str(exc)) from exc
+        raise CommandError(store_error_text(the_store, exc)) from exc
     what = f" of {safe(args.adopter)}" if args.adopter else ""
     out(f"removed {plural(n)}{what} from {the_store.path}")

@@ -9,7 +9,9 @@ from typing import Any
 
 import attrs
 
-from ..common import CommandError, UsageError, config_text, out, plural, safe, store, tuner_names
+from ..common import (
+    CommandError, UsageError, checked_store, config_text, out, plural, safe, store_error_text, tuner_names,
+)
 from .show import key_texts
 
 
@@ -27,12 +29,14 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> None:
     from ... import store as _store
+    from ...store.imports import check_keys
 
     if not os.path.isfile(args.file):
         raise UsageError(f"argument FILE: {safe(args.file)!r} does not exist or is not a file")
-    the_store = store()
+    the_store = checked_store(write=not args.dry_run)
     try:
         pack = _store.load_pack(args.file)
+        check_keys(args.file, pack)
         tuners = None
         if args.adopter:
             known = sorted({e.tuner for e in pack} | {e.tuner for e in the_store.entries()})
@@ -48,8 +52,10 @@ def run(args: argparse.Namespace) -> None:
         if args.dry_run:
             return
         n = _store.apply_import(the_store, plan)
-    except (_store.PackError, _store.StoreError) as exc:
+    except _store.PackError as exc:
         raise CommandError(str(exc)) from exc
+    except _store.StoreError as exc:
+        raise CommandError(store_error_text(the_store, exc)) from exc
     out(f"imported {plural(n)} from {safe(args.file)} into {the_store.path}")
 
 

@@ -4,9 +4,12 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import time
+from typing import Any
 
-from ..common import CommandError, UsageError, out
+from ...store.location import store_dir_problem
+from ..common import CommandError, UsageError, out, safe
 
 
 def add_parser(sub) -> None:
@@ -20,6 +23,14 @@ def add_parser(sub) -> None:
     p.add_argument("--json", action="store_true", help="print JSON instead of a sentence")
 
 
+def _folder_text(env: str, folder: Any) -> str:
+    """``FLYAUTOTUNE_NATIVE_DIR='...'`` where the variable chose ``folder``, else the folder itself."""
+    value = os.environ.get(env)
+    if value:
+        return f"{env}={safe(value)!r}"
+    return f"the folder {safe(str(folder))!r} (the default; {env} moves it)"
+
+
 def run(args: argparse.Namespace) -> None:
     from ...tuning import tcheck
 
@@ -31,11 +42,19 @@ def run(args: argparse.Namespace) -> None:
         raise UsageError("--force goes with build")
     built = None
     if args.action == "build":
+        folder = tcheck.build_path(torch).parent
+        where = _folder_text(tcheck.DIR_ENV, folder)
+        problem = store_dir_problem(folder, write=True)
+        if problem:
+            raise UsageError(f"{where} {problem}: the compiled tensor check is built into a folder "
+                             f"(set {tcheck.DIR_ENV} to one you can write)")
         start = time.monotonic()
         try:
             path = tcheck.build(force=args.force)
         except RuntimeError as exc:
             raise CommandError(f"could not build the tensor check: {exc}") from exc
+        except OSError as exc:
+            raise CommandError(f"could not build the tensor check in {where}: {exc}") from exc
         built = {"path": str(path), "seconds": round(time.monotonic() - start, 1)}
     kind, why = tcheck.status()
     if args.json:

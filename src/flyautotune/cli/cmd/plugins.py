@@ -38,7 +38,9 @@ def run(args: argparse.Namespace) -> None:
     check, check_why = tcheck.status()
     if args.json:
         out(json.dumps({"plugins": plugins, "adopters": adopters, "failures": failures,
-                        "disabled": list(pm.disabled), "hit_path": {"kind": kind, "why": why},
+                        "disabled": list(pm.disabled),
+                        "unknown_disabled": list(getattr(pm, "unknown_disabled", ())),
+                        "hit_path": {"kind": kind, "why": why},
                         "tensor_check": {"kind": check, "why": check_why}}, indent=2))
         return
     out("Plugins:")
@@ -61,7 +63,9 @@ def run(args: argparse.Namespace) -> None:
         out(indent(table(["name", "distribution", "error"], rows)))
     if pm.disabled:
         out()
-        out(f"Disabled by FLYAUTOTUNE_DISABLE_PLUGINS: {', '.join(pm.disabled)}")
+        unknown = set(getattr(pm, "unknown_disabled", ()))
+        names = [f"{n} (no plugin of that name)" if n in unknown else n for n in pm.disabled]
+        out(f"Disabled by FLYAUTOTUNE_DISABLE_PLUGINS: {', '.join(names)}")
     out()
     out(f"Cache hits: {'in C' if kind == 'c' else 'in Python'} ({why}).")
     out(f"Tensor check: {'compiled for this torch' if check == 'compiled' else 'torch TensorGuards'} ({check_why}).")

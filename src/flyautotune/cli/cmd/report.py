@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
-from typing import Any
+from typing import Any, Optional
 
 from ...progress import first_line
 from ..common import (
@@ -52,8 +52,11 @@ def run(args: argparse.Namespace) -> None:
     if adopter.compile_spec is None:
         raise UsageError(f"adopter {adopter.name!r} declares no compile_spec, so it cannot be cross-compiled "
                          f"for a report (see docs/write_adopter.md)")
+    shapes = list(dict.fromkeys(args.shape))
+    for shape in shapes:
+        _check_host_memory(adopter, shape, args.dtype)
     out_json = []
-    for i, shape in enumerate(dict.fromkeys(args.shape)):
+    for i, shape in enumerate(shapes):
         try:
             rows = resource_report(adopter, shape, args.dtype, target, plugin_manager())
         except ReportError as exc:
@@ -61,6 +64,12 @@ def run(args: argparse.Namespace) -> None:
         except (TypeError, ValueError) as exc:
             raise UsageError(f"adopter {adopter.name!r} cannot build --shape {shape_text(shape)} --dtype "
                              f"{args.dtype}: {first_line(exc)}") from None
+        except (MemoryError, RuntimeError) as exc:
+            if not isinstance(exc, MemoryError) and not _is_allocation_error(exc):
+                raise
+            raise UsageError(f"argument --shape: {shape_text(shape)} is too large: building its "
+                             f"{args.dtype} inputs on the CPU failed ({first_line(exc)}); use a smaller "
+                             f"shape") from None
         if args.json:
             out_json.append({"adopter": adopter.name, "shape": list(shape), "dtype": args.dtype,
                              "target": target.to_dict(), "candidates": [r.to_dict() for r in rows]})
@@ -70,6 +79,47 @@ def run(args: argparse.Namespace) -> None:
         print_report(adopter.name, shape, args.dtype, target, rows)
     if args.json:
         out(json.dumps(out_json, indent=2, default=repr))
+
+
+def _is_allocation_error(exc: BaseException) -> bool:
+    text = str(exc)
+    return any(s in text for s in ("can't allocate memory", "DefaultCPUAllocator", "out of memory"))
+
+
+def _input_bytes(adopter: Any, shape: tuple, dtype: str) -> Optional[int]:
+    """What the adopter's example inputs for ``shape`` take, built on torch's ``meta`` device (no memory):
+    None where it cannot say (no torch, an example that does not build on ``meta``)."""
+    try:
+        import torch
+
+        args, kwargs = adopter.example(shape, dtype, "meta")
+    except Exception:  # noqa: BLE001 - the report itself says what is wrong with the inputs
+        return None
+    total = 0
+    for value in [*args, *kwargs.values()]:
+        if isinstance(value, torch.Tensor):
+            total += value.numel() * value.element_size()
+    return total
+
+
+def _host_memory() -> Optional[int]:
+    try:
+        return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
+    except (AttributeError, ValueError, OSError):  # pragma: no cover - no sysconf (Windows)
+        return None
+
+
+def _check_host_memory(adopter: Any, shape: tuple, dtype: str) -> None:
+    """A report compiles, it runs nothing; but an adopter whose config space is computed from its inputs
+    has them built on the CPU (``report.candidate_configs`` calls ``example(shape, dtype, "cpu")``), so a
+    shape whose inputs cannot fit this machine's memory is refused before that allocation is tried."""
+    if not callable(getattr(adopter.tuner, "configs", None)) or adopter.example is None:
+        return
+    need, have = _input_bytes(adopter, shape, dtype), _host_memory()
+    if need is not None and have is not None and need > have:
+        raise UsageError(f"argument --shape: {shape_text(shape)} is too large: its {dtype} inputs take {need} "
+                         f"bytes, more than this machine's {have} bytes of memory, and report builds them on the "
+                         f"CPU to evaluate the config space of adopter {adopter.name!r}; use a smaller shape")
 
 
 def print_report(name: str, shape: tuple, dtype: str, target: Any, rows: list) -> None:

@@ -8,14 +8,16 @@ import json
 import logging
 import math
 import os
+import sys
 import time
 from typing import Any, Iterator, Optional
 
 from ...devices import use_triton_interpreter
 from ...progress import first_line
+from ...store.location import CACHE_DIR_ENV
 from ..common import (
-    CommandError, UsageError, config_text, get_adopter, out, parse_dtype, parse_shape, plugin_manager, safe,
-    shape_text, short, store, table,
+    CommandError, UsageError, config_text, get_adopter, out, parse_dtype, parse_shape,
+    plugin_manager, safe, shape_text, short, store, store_problem, table,
 )
 
 log = logging.getLogger("flyautotune.cli")
@@ -58,6 +60,11 @@ def run(args: argparse.Namespace) -> None:
                          f"example (see docs/write_adopter.md)")
     if args.plot:
         _check_plot_path(args.plot)
+    # Before any search: a store that cannot take the winners keeps them only until the process ends.
+    problem = store_problem()
+    if problem:
+        print(f"warning: {problem}: the winners of this run are kept in memory only and lost when it ends "
+              f"(set {CACHE_DIR_ENV} to a folder you can write to keep them)", file=sys.stderr)
     if interpreted:
         from ...devices import default_device
 
@@ -76,8 +83,9 @@ def run(args: argparse.Namespace) -> None:
 
         try:
             write_chart(args.plot, panels)
-        except OSError as exc:
-            raise CommandError(f"--plot: cannot write {args.plot!r}: {exc}") from exc
+        except (OSError, ValueError) as exc:  # the winners are stored already: only the picture is lost
+            raise CommandError(f"--plot: cannot write {args.plot!r}: {first_line(exc)} (the winners above are "
+                               f"stored; 'flyautotune tune' again with --plot draws them)") from exc
         out()
         out(f"plot: {args.plot}")
 
@@ -125,16 +133,37 @@ def pick_device(requested: Optional[str]) -> str:
     return f"{kind}:{index}"
 
 
+def plot_formats() -> Optional[list]:
+    """The file extensions ``--plot`` can write, without the dot: matplotlib's (``png``, ``svg``, ``pdf``, ...)
+    where it is installed, else None (the built-in renderer writes PNG only)."""
+    try:
+        from matplotlib.backend_bases import FigureCanvasBase
+    except ImportError:
+        return None
+    return sorted(FigureCanvasBase.get_supported_filetypes())
+
+
 def _check_plot_path(path: str) -> None:
-    parent = os.path.dirname(os.path.abspath(path))
+    """Refuse, before any search, a ``--plot`` file that could not be written: a missing or unwritable
+    folder, a folder given as the file, or an extension the renderer does not write."""
+    where = os.path.abspath(path)
+    parent = os.path.dirname(where)
     if not os.path.isdir(parent):
-        raise UsageError(f"argument --plot: the folder of {path!r} does not exist")
-    if not path.lower().endswith(".png"):
-        try:
-            import matplotlib  # noqa: F401
-        except ImportError:
-            raise UsageError(f"argument --plot: {path!r} is not a .png file; without matplotlib only PNG "
-                             f"is written (pip install matplotlib for other formats)") from None
+        raise UsageError(f"argument --plot: the folder of {safe(path)!r} does not exist")
+    if os.path.isdir(where):
+        raise UsageError(f"argument --plot: {safe(path)!r} is a folder; give an image file such as chart.png")
+    if not os.access(parent, os.W_OK | os.X_OK):
+        raise UsageError(f"argument --plot: the folder of {safe(path)!r} is not writable")
+    ext = os.path.splitext(path)[1].lower().lstrip(".")
+    formats = plot_formats()
+    if formats is None:
+        if ext != "png":
+            raise UsageError(f"argument --plot: {safe(path)!r} is not a .png file; without matplotlib only PNG "
+                             f"is written (pip install matplotlib for .svg, .pdf and other formats)")
+    elif ext not in formats:
+        what = f"has the extension .{safe(ext)}, which matplotlib does not write" if ext else "has no extension"
+        raise UsageError(f"argument --plot: {safe(path)!r} {what}; accepted: "
+                         f"{', '.join('.' + f for f in formats)}")
 
 
 @contextlib.contextmanager
@@ -197,8 +226,15 @@ def tune_shape(adopter: Any, shape: tuple, dtype: str, device: str, force: bool,
         note = "winner from a pack shipped with the adopter (--force searches on this machine)"
     else:  # one candidate fits: nothing was benchmarked
         rows = [{"config": winner, "error": None, **_time_once(adopter, args, kwargs, device)}]
-        note = ("only one candidate fits this shape on this backend: nothing to search, nothing stored "
-                "(timed here, end to end)")
+        # A forced selection stores the only candidate as the key's winner (untimed); say what happened.
+        entry = store().get(tuner.name, selection.key) if selection.key else None
+        if entry is not None and _same(entry.config, winner):
+            kept = "stored as the key's winner, untimed"
+            stored_in = store().path
+        else:
+            kept = "nothing stored"
+        note = (f"only one candidate fits this shape on this backend: nothing to search, {kept} "
+                f"(timed here, end to end)")
     print_result(label, where, rows, winner, _gbytes(adopter, args, kwargs, interpreted), note, verbose)
     if source == "search" and selection.margin is not None:
         band = f"{selection.noise:.1%}" if selection.noise is not None else "?"

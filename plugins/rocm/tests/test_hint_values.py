@@ -1,0 +1,39 @@
+"""Triton HIP options with a fixed set of values: refused at validation, never handed to Triton.
+
+Triton's ``HIPOptions`` (triton/backends/amd/compiler.py) declares ``kpack: int = 1`` and
+``matrix_instr_nonkdim: int = 0`` and checks neither; its ``accelerate_matmul`` pass supports kpack 1 or 2
+(2 is the widest LDS read) and an MFMA M/N size of 16 or 32 (0: the compiler chooses)."""
+
+import pytest
+
+
+@pytest.mark.parametrize("name, value, accepted", [
+    ("kpack", 3, "1, 2"), ("kpack", 0, "1, 2"), ("kpack", -1, "1, 2"), ("kpack", True, "1, 2"),
+    ("kpack", 2.0, "1, 2"), ("kpack", "2", "1, 2"),
+    ("matrix_instr_nonkdim", 7, "0, 16, 32"), ("matrix_instr_nonkdim", 64, "0, 16, 32"),
+    ("matrix_instr_nonkdim", 16.0, "0, 16, 32"), ("matrix_instr_nonkdim", False, "0, 16, 32"),
+])
+def test_unsupported_values_name_hint_value_and_accepted_set(pm, gfx942, name, value, accepted):
+    with pytest.raises(ValueError) as info:
+        pm.hook.flyautotune_validate_hints(hints={name: value}, target=gfx942)
+    assert str(info.value) == (f"compile hint {name!r}: {value!r} is not accepted by Triton's HIP backend; "
+                               f"accepted: {accepted}")
+
+
+@pytest.mark.parametrize("hints", [
+    {"kpack": 1}, {"kpack": 2}, {"matrix_instr_nonkdim": 0}, {"matrix_instr_nonkdim": 16},
+    {"matrix_instr_nonkdim": 32}, {"kpack": 2, "matrix_instr_nonkdim": 16}, {"kpack": None},
+])
+def test_supported_values_pass(pm, gfx942, gfx950, hints):
+    pm.hook.flyautotune_validate_hints(hints=hints, target=gfx942)
+    pm.hook.flyautotune_validate_hints(hints=hints, target=gfx950)
+
+
+def test_the_accepted_sets_match_what_triton_declares():
+    compiler = pytest.importorskip("triton.backends.amd.compiler")
+    from flyautotune_rocm.hints import TRITON_HIP_CHOICES
+
+    fields = compiler.HIPOptions.__dataclass_fields__
+    for name, choices in TRITON_HIP_CHOICES.items():
+        assert fields[name].type in (int, "int")
+        assert fields[name].default in choices  # Triton's own default is accepted
