@@ -57,6 +57,16 @@ def test_a_device_torch_cannot_run_is_refused_at_check(tmp_path, capsys, value):
                            f"device; accepted: cpu, cuda, cuda:N")
 
 
+@pytest.mark.parametrize("value", ["gpu", "cuda:x"])
+def test_the_device_argument_is_checked_like_the_option(tmp_path, capsys, value):
+    path = write(tmp_path, "")
+    status = main(["plan", str(path), "--device", value, "--check"])
+    captured = capsys.readouterr()
+    assert status == 2 and "the plan is valid" not in captured.out
+    assert captured.err.strip() == (f"flyautotune plan: error: argument --device: {value!r} is not a device; "
+                                    f"accepted: cpu, cuda, cuda:N")
+
+
 @pytest.mark.parametrize("value", ["cpu", "cuda", "cuda:0", "cuda:3"])
 def test_accepted_devices(tmp_path, value):
     assert load_plan(write(tmp_path, f'device = "{value}"')).options.device == value

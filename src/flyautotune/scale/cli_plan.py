@@ -68,9 +68,12 @@ def _engine(args: argparse.Namespace, plan: Any) -> tuple:
 
 def run(args: argparse.Namespace) -> int:
     """Run the ``plan`` command; returns the exit status (0 ok, 1 a key failed, 2 a bad plan)."""
-    from .plan import PlanError, load_plan
+    from .plan import PlanError, device_problem, load_plan
     from .runner import PlanProgress, pick_device, run_serial, summary_table, write_pack
 
+    if args.device is not None and device_problem(args.device):
+        print(f"flyautotune plan: error: argument --device: {device_problem(args.device)}", file=sys.stderr)
+        return 2
     if pick_device(args.device) == "cpu":
         # Before validation imports the plugins' kernels: @triton.jit reads it when it decorates.
         use_triton_interpreter()

@@ -189,15 +189,15 @@ def _options(where: _Where, raw: Any) -> PlanOptions:
             raise where.error("options", None, name, f"{value!r} must be a positive, finite number of seconds")
         if name == "workers" and value <= 0:
             raise where.error("options", None, name, f"{value!r} must be positive")
-        if name == "device" and _device_problem(value):
-            raise where.error("options", None, name, _device_problem(value))
+        if name == "device" and device_problem(value):
+            raise where.error("options", None, name, device_problem(value))
         if name == "plugins" and not all(isinstance(m, str) and m for m in value):
             raise where.error("options", None, name, f"{value!r} must be a list of module names")
         out[name] = float(value) if name == "budget_s" else value
     return PlanOptions(**out)
 
 
-def _device_problem(value: str) -> str:
+def device_problem(value: str) -> str:
     """Why ``value`` cannot be the plan's ``device``, or ``""``: ``cpu``, ``cuda``, ``cuda:N``, or this machine's
     accelerator type (what the runner's ``default_device`` picks, e.g. ``xpu``) with an optional index."""
     kinds = {"cuda"}
