@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import Any, Callable, Optional
+from typing import Any, Callable, Mapping, Optional
 
 import attrs
 
@@ -19,6 +19,16 @@ def _name(instance, attribute, value):
 def _optional_callable(instance, attribute, value):
     if value is not None and not callable(value):
         raise TypeError(f"Adopter.{attribute.name} must be callable or None, got {value!r}")
+
+
+def _optional_str(instance, attribute, value):
+    if value is not None and not isinstance(value, str):
+        raise TypeError(f"Adopter.{attribute.name} must be a str or None, got {value!r}")
+
+
+def _str(instance, attribute, value):
+    if not isinstance(value, str):
+        raise TypeError(f"Adopter.{attribute.name} must be a str (one line), got {value!r}")
 
 
 def _tuner(instance, attribute, value):
@@ -62,11 +72,11 @@ class Adopter:
     tuner: Any = attrs.field(validator=_tuner)
     entry: Optional[Callable[..., Any]] = attrs.field(default=None, validator=_optional_callable)
     tuner_args: Optional[Callable[..., tuple]] = attrs.field(default=None, validator=_optional_callable)
-    distribution: Optional[str] = attrs.field(default=None)
+    distribution: Optional[str] = attrs.field(default=None, validator=_optional_str)
     example: Optional[Callable[..., Any]] = attrs.field(default=None, validator=_optional_callable)
     bytes_moved: Optional[Callable[..., int]] = attrs.field(default=None, validator=_optional_callable)
     compile_spec: Optional[Callable[..., Any]] = attrs.field(default=None, validator=_optional_callable)
-    description: str = attrs.field(default="")
+    description: str = attrs.field(default="", validator=_str)
 
     def __attrs_post_init__(self) -> None:
         if self.entry is not None and self.tuner_args is None:
@@ -97,8 +107,10 @@ class Adopter:
         if self.entry is None:
             return args, kwargs
         out = self.tuner_args(*args, **kwargs)
-        if not (isinstance(out, tuple) and len(out) == 2):
-            raise TypeError(f"Adopter({self.name!r}).tuner_args returned {out!r}; expected (args, kwargs)")
+        if not (isinstance(out, tuple) and len(out) == 2 and isinstance(out[0], (tuple, list))
+                and isinstance(out[1], Mapping)):
+            raise TypeError(f"Adopter({self.name!r}).tuner_args returned {out!r}; expected (args, kwargs): "
+                            f"a tuple or list of positional arguments and a dict of keyword arguments")
         return tuple(out[0]), dict(out[1])
 
 

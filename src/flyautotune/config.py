@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any, Callable, Mapping, Optional
 
 import attrs
@@ -21,9 +22,20 @@ def _freeze(value: Any) -> Any:
 def _nonfinite(value: Any) -> bool:
     if isinstance(value, float):
         return not math.isfinite(value)
+    if isinstance(value, numbers.Real) and not isinstance(value, numbers.Integral):  # numpy float32, ...
+        try:
+            return not math.isfinite(float(value))
+        except OverflowError:  # a Fraction too large for a float is still finite
+            return False
     if isinstance(value, (list, tuple)):
         return any(map(_nonfinite, value))
     return False
+
+
+def _json_ok(value: Any) -> bool:
+    if isinstance(value, (list, tuple)):
+        return all(map(_json_ok, value))
+    return isinstance(value, _JSON_SCALARS)
 
 
 def _thaw(value: Any) -> Any:
@@ -51,10 +63,17 @@ class Config:
 
     def __init__(
         self,
+        *positional: Any,
         compile_hints: Optional[Mapping[str, Any]] = None,
         pre_hook: Optional[Callable[[dict], Any]] = None,
         **kwargs: Any,
     ) -> None:
+        if positional:
+            # triton.Config({"BLOCK": 64}, num_warps=4) style: the dict would otherwise become compile hints
+            raise TypeError(
+                f"Config takes kernel kwargs by name: Config(BLOCK=64, num_warps=4) or Config(**kwargs), "
+                f"and hints as compile_hints={{...}}; got the positional argument {positional[0]!r}"
+            )
         hints = normalize_hints(compile_hints)
         for name in KNOWN_HINTS:
             if name in kwargs:
@@ -69,6 +88,9 @@ class Config:
         if pre_hook is not None and not callable(pre_hook):
             raise TypeError(f"Config: pre_hook must be callable, got {pre_hook!r}")
         for name, value in kwargs.items():
+            if not name.isidentifier():
+                raise ValueError(f"Config: kwarg name {name!r} is not an identifier; kernel kwargs are "
+                                 f"parameter names such as BLOCK or num_stages_inner")
             if _nonfinite(value):
                 raise ValueError(f"Config: kwarg {name}={value!r} is not a finite number")
             try:
@@ -102,9 +124,10 @@ class Config:
                 f"functions are never persisted — drop pre_hook before exporting"
             )
         for name, value in self._kwargs:
-            if not isinstance(_thaw(value), (*_JSON_SCALARS, list)):
+            if not _json_ok(value):
                 raise TypeError(
-                    f"Config.to_dict: kwarg {name}={value!r} is not JSON-serializable"
+                    f"Config.to_dict: kwarg {name}={value!r} is not JSON-serializable; accepted: "
+                    f"ints, floats, strings, bools, None and (nested) tuples or lists of them"
                 )
         return {
             "kwargs": {k: _thaw(v) for k, v in self._kwargs},
@@ -126,6 +149,10 @@ class Config:
         hints = data.get("compile_hints", {})
         if not isinstance(kwargs, Mapping) or not isinstance(hints, Mapping):
             raise TypeError(f"Config.from_dict: 'kwargs' and 'compile_hints' must be mappings in {data!r}")
+        for name in kwargs:
+            if not isinstance(name, str):
+                raise TypeError(f"Config.from_dict: kwarg name {name!r} is a {type(name).__name__}; "
+                                f"accepted: str kwarg names")
         clash = set(kwargs) & {"compile_hints", "pre_hook"}
         if clash:
             raise ValueError(f"Config.from_dict: reserved kwarg name(s) {sorted(clash)}")

@@ -28,11 +28,12 @@ _local = _State()
 class Frame:
     """One layer of hints in force: the merged snapshot and its key form."""
 
-    __slots__ = ("merged", "key")
+    __slots__ = ("merged", "key", "layer")
 
-    def __init__(self, merged: dict) -> None:
+    def __init__(self, merged: dict, layer: Optional[dict] = None) -> None:
         self.merged = merged
         self.key = _hints.hint_key(merged)
+        self.layer = layer  # the block's own hints that made it (``compile_hints`` checks its exit by it)
 
 
 # Blocks repeat: the same hints over the same outer block give the same frame, so validation,
@@ -88,14 +89,31 @@ class compile_hints:
         ck = (parent.key if parent is not None else (), self._lkey)
         frame = _frames.get(ck) if self._lkey is not None else None
         if frame is None:
-            frame = Frame(_hints.merge_hints(parent.merged if parent is not None else None, self._layer))
+            frame = Frame(_hints.merge_hints(parent.merged if parent is not None else None, self._layer),
+                          self._layer)
             if self._lkey is not None:
                 _remember(_frames, ck, frame)
         stack.append(frame)
         return dict(frame.merged)
 
     def __exit__(self, *exc: Any) -> None:
-        _local.stack.pop()
+        stack = _local.stack
+        if not stack:
+            raise RuntimeError(f"compile_hints({self._layer}) exited with no block open on this thread: "
+                               f"exit each block once, on the thread that entered it")
+        if stack[-1].layer is not self._layer:  # the top frame was made by this block's hints (one cached dict)
+            self._check_top(stack)  # rare: a cleared cache, or an out-of-order exit
+        stack.pop()
+
+    def _check_top(self, stack: list) -> None:
+        # the top frame must be this block merged over the one below it; else blocks exit out of order
+        parent = stack[-2] if len(stack) > 1 else None
+        top = stack[-1]
+        if top.key != _hints.hint_key(_hints.merge_hints(parent.merged if parent is not None else None,
+                                                         self._layer)):
+            raise RuntimeError(f"compile_hints({self._layer}) exited while an inner block "
+                               f"({top.merged}) is still open: exit blocks innermost first "
+                               f"(use with-statements or contextlib.ExitStack)")
 
 
 def current_hints() -> dict:
@@ -154,11 +172,17 @@ def target_context(target: Target, plugin_manager: Any = None) -> Iterator[Targe
     e.g. cross-compiled reports. Nests; thread-local."""
     if not isinstance(target, Target):
         raise TypeError(f"target_context: expected a flyautotune.Target, got {target!r}")
+    if plugin_manager is not None and not hasattr(plugin_manager, "hook"):
+        raise TypeError(f"target_context: plugin_manager={plugin_manager!r}; accepted: None (the process-wide "
+                        f"manager) or a flyautotune plugin manager (flyautotune.build_plugin_manager())")
     old = _local.launch
-    _local.launch = (target, plugin_manager)
+    mine = _local.launch = (target, plugin_manager)
     try:
         yield target
     finally:
+        if _local.launch is not mine:
+            raise RuntimeError(f"target_context({target!r}) exited while an inner target_context or launch "
+                               f"is still open: exit blocks innermost first, on the thread that entered them")
         _local.launch = old
 
 

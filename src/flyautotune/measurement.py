@@ -3,9 +3,30 @@
 from __future__ import annotations
 
 import math
+import numbers
 from typing import Any, Optional
 
 import attrs
+
+
+def _to_ms(value: Any) -> float:
+    # float() alone would take True as 1.0 ms and fail on None with a message that names no field.
+    if not isinstance(value, bool):
+        try:
+            return float(value)
+        except (TypeError, ValueError, OverflowError):
+            pass
+    raise ValueError(f"Measurement.ms={value!r}: expected a finite time in milliseconds > 0")
+
+
+def _reps(instance, attribute, value):
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ValueError(f"Measurement.reps={value!r}: expected the number of timed samples, an int >= 0")
+
+
+def _text(instance, attribute, value):
+    if not isinstance(value, str):
+        raise TypeError(f"Measurement.{attribute.name}={value!r}: expected a str")
 
 
 def _finite_ms(instance, attribute, value):
@@ -35,11 +56,11 @@ class Measurement:
         forced event timing), or "".
     """
 
-    ms: float = attrs.field(validator=_finite_ms, converter=float)
+    ms: float = attrs.field(validator=_finite_ms, converter=_to_ms)
     spread: Optional[float] = attrs.field(default=None, validator=_spread)
-    method: str = attrs.field(default="", validator=attrs.validators.instance_of(str))
-    reps: int = attrs.field(default=0, validator=attrs.validators.instance_of(int))
-    note: str = attrs.field(default="", validator=attrs.validators.instance_of(str))
+    method: str = attrs.field(default="", validator=_text)
+    reps: int = attrs.field(default=0, validator=_reps)
+    note: str = attrs.field(default="", validator=_text)
 
     def __float__(self) -> float:
         # Callers written for float-returning benchmarkers keep working.
@@ -51,16 +72,20 @@ class Measurement:
 
     @classmethod
     def coerce(cls, value: Any, who: str = "benchmark") -> "Measurement":
-        """A benchmarker's answer (float ms or Measurement) as a Measurement.
+        """A benchmarker's answer (float ms, any real number such as a NumPy scalar, or Measurement) as a Measurement.
 
         :raises ValueError: naming ``who`` and the value, for None, NaN, inf,
             negative, zero, bool or non-number answers.
         """
         if isinstance(value, Measurement):
             return value
-        if isinstance(value, bool) or not isinstance(value, (int, float)):
+        if isinstance(value, bool) or not isinstance(value, numbers.Real):
             raise ValueError(f"{who} returned {value!r}; expected the time of one launch in milliseconds "
                              f"(a finite float > 0) or a flyautotune.Measurement")
-        if not math.isfinite(value) or value <= 0:
+        try:
+            ms = float(value)
+        except OverflowError:  # an int beyond any float
+            ms = math.inf
+        if not math.isfinite(ms) or ms <= 0:
             raise ValueError(f"{who} returned {value!r} ms; expected a finite time > 0")
-        return cls(float(value))
+        return cls(ms)

@@ -21,23 +21,39 @@ def _pm(pm: Any) -> Any:
     return plugin_manager()
 
 
+_ACCEPTED = "a torch.device, a device string such as 'cpu' or 'cuda:0', or None (cpu)"
+
+
 def target_for(device: Any = None, pm: Any = None) -> Target:
     """The ``Target`` a backend plugin reports for ``device`` (cached per device).
 
+    :param device: a ``torch.device``, a device string (``"cuda:0"``) or None (``"cpu"``).
     :raises LookupError: when no installed backend owns the device.
+    :raises ValueError, TypeError: for a device string torch rejects, or a value that is no device.
     """
     pm = _pm(pm)
     if device is None:
         device = "cpu"
     torch = sys.modules.get("torch")
     if isinstance(device, str) and torch is not None:
-        device = torch.device(device)
+        try:
+            device = torch.device(device)
+        except RuntimeError as e:
+            raise ValueError(f"target_for: device={device!r} is not a device string torch knows ({e}); "
+                             f"accepted: {_ACCEPTED}") from None
+    elif isinstance(device, (bool, int, float, list, tuple, dict, Target)) or (
+            torch is not None and isinstance(device, torch.Tensor)):
+        hint = "; pass tensor.device" if torch is not None and isinstance(device, torch.Tensor) else ""
+        raise TypeError(f"target_for: device={device!r} is a {type(device).__name__}{hint}; accepted: {_ACCEPTED}")
     per_pm = _target_cache.setdefault(pm, {})
     cache_key = str(device)
     target = per_pm.get(cache_key)
     if target is None:
         target = pm.hook.flyautotune_target(device=device)
         if target is None:
+            if getattr(device, "type", None) == "meta":
+                raise LookupError(f"target_for: device={device!r} has no compile target (meta tensors hold no "
+                                  f"data and run nowhere); pass the device the kernel will run on")
             raise LookupError(
                 f"no flyautotune backend owns device {device}: install a backend plugin "
                 f"(see docs/write_backend.md) or check FLYAUTOTUNE_DISABLE_PLUGINS"

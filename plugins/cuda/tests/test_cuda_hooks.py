@@ -153,3 +153,17 @@ def test_installed_plugin_is_found_through_its_entry_point():
     pm = fat.build_plugin_manager()
     info = pm.plugin_infos["cuda"]
     assert info.distribution == "flyautotune-cuda" and info.module == "flyautotune_cuda.hooks"
+
+
+def test_a_cuda_device_this_torch_cannot_reach_is_named(pm, monkeypatch):
+    """A CUDA device on a torch without CUDA (or past the last GPU): a LookupError naming the device,
+    not torch's bare AssertionError from deep inside."""
+    monkeypatch.setattr(torch.version, "hip", None)
+
+    def no_cuda(index=None):
+        raise AssertionError("Torch not compiled with CUDA enabled")
+
+    monkeypatch.setattr(torch.cuda, "get_device_capability", no_cuda)
+    with pytest.raises(LookupError, match=r"device cuda:3: this torch cannot reach that CUDA device .*Torch not "
+                                          r"compiled with CUDA enabled"):
+        pm.hook.flyautotune_target(device=torch.device("cuda", 3))

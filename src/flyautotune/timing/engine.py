@@ -15,9 +15,11 @@ launch.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import math
 import sys
 import threading
+from collections.abc import Iterable
 from typing import Any, Callable, Iterator, Optional, Sequence
 
 from .. import streams
@@ -55,19 +57,74 @@ def _check_cutoff(ms: Any) -> None:
         raise ValueError(f"cutoff_ms={ms!r}: expected a finite time in milliseconds > 0, or None")
 
 
-def _check_args(fn, warmup, rep, rotations, method) -> list:
+def _check_launch(arg: str, value: Any) -> None:
+    """``value`` runs one launch when called with no arguments, or a clear error naming ``arg``."""
+    if inspect.iscoroutinefunction(value) or inspect.isgeneratorfunction(value) or inspect.isasyncgenfunction(value):
+        raise TypeError(f"benchmark: {arg}={value!r}: an async or generator function returns without running "
+                        f"its body, so its launch would not be timed; accepted: a plain callable")
+    try:
+        signature = inspect.signature(value)
+    except (TypeError, ValueError):  # no signature to read (a builtin): calling it tells
+        return
+    try:
+        signature.bind()
+    except TypeError as exc:
+        raise TypeError(f"benchmark: {arg}={value!r} cannot be called with no arguments ({exc}); accepted: a "
+                        f"callable taking none, e.g. lambda: kernel[grid](x, y)") from None
+
+
+def _check_args(fn, warmup, rep, rotations, method, setup=None, stream=None, warm=True) -> list:
     if not callable(fn):
         raise TypeError(f"benchmark: fn={fn!r}: expected a callable that runs one launch")
+    _check_launch("fn", fn)
+    if setup is not None:
+        if not callable(setup):
+            raise TypeError(f"benchmark: setup={setup!r}: expected a callable run untimed before every launch, "
+                            f"or None")
+        _check_launch("setup", setup)
     for arg, value, low in (("warmup", warmup, 0), ("rep", rep, 1)):
         if isinstance(value, bool) or not isinstance(value, int) or value < low:
             raise ValueError(f"benchmark: {arg}={value!r}: expected an int >= {low}")
     if method is not None and method not in METHODS:
         raise ValueError(f"benchmark: method={method!r}: expected one of {', '.join(METHODS)} or None (automatic)")
-    launches = list(rotations or ())
+    if not isinstance(warm, bool):
+        raise TypeError(f"benchmark: warm={warm!r}: expected True (warm the clocks first) or False")
+    if stream is not None and (isinstance(stream, bool) or (isinstance(stream, int) and stream < 0) or (
+            not isinstance(stream, int) and not (hasattr(stream, "stream_id") or hasattr(stream, "device_index")))):
+        raise TypeError(f"benchmark: stream={stream!r}: expected a torch stream object, a raw stream pointer "
+                        f"(an int >= 0) or None")
+    if rotations is None:
+        rotations = ()
+    if isinstance(rotations, (str, bytes)) or callable(rotations) or not isinstance(rotations, Iterable):
+        raise TypeError(f"benchmark: rotations={rotations!r}: expected a sequence of callables, each one launch "
+                        f"over its own input copy (rotations[0] is fn), or () for fn alone")
+    launches = list(rotations)
     bad = [r for r in launches if not callable(r)]
     if bad:
         raise TypeError(f"benchmark: rotations contains {bad[0]!r}: expected callables, each one launch")
     return launches
+
+
+def _check_device(device: Any) -> Any:
+    """``device`` as a torch device (or an object with a device ``type``), or a clear error; None stays None."""
+    if device is None or (not isinstance(device, (str, int)) and isinstance(getattr(device, "type", None), str)):
+        return device
+    accepted = "accepted: a torch.device, a device string such as 'cuda:0' or 'cpu', an accelerator index, or None"
+    if isinstance(device, bool) or not isinstance(device, (str, int)):
+        raise TypeError(f"benchmark: device={device!r}: {accepted}")
+    import torch
+
+    try:
+        return torch.device(device)
+    except (RuntimeError, ValueError, TypeError) as exc:
+        raise ValueError(f"benchmark: device={device!r}: {exc}; {accepted}") from None
+
+
+def _check_module(module: Any) -> None:
+    if module is not None and not all(callable(getattr(module, attr, None))
+                                      for attr in ("current_stream", "stream", "Event")):
+        raise TypeError(f"benchmark: module={module!r}: expected a torch device module such as torch.cuda (with "
+                        f"current_stream, stream and Event), or None (the device's own)")
 
 
 def _default_device(stream: Any) -> Any:
@@ -132,7 +189,9 @@ def benchmark(
     :returns: a :class:`flyautotune.Measurement` (``ms`` > 0 and finite,
         ``spread`` >= 0, ``method``, ``reps``, ``note``).
     """
-    launches = _check_args(fn, warmup, rep, rotations, method)
+    launches = _check_args(fn, warmup, rep, rotations, method, setup, stream, warm)
+    device = _check_device(device)
+    _check_module(module)
     if not isinstance(flush, bool):
         raise TypeError(f"benchmark: flush={flush!r}: expected True (flush the cache before each graph replay) or False")
     cutoff = current_cutoff() if cutoff_ms is None else cutoff_ms

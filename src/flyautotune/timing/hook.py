@@ -23,6 +23,10 @@ def time_on_stream(
 
     :param options: passed on to the engine (``cutoff_ms``, ``method``, ``warm``, ``name``).
     """
+    if "device" in options:
+        raise TypeError(f"time_on_stream: device={options['device']!r}: not accepted; the device is the stream's "
+                        f"(the current accelerator's when stream is None); to choose it, call "
+                        f"flyautotune.timing.benchmark(fn, device=...)")
     device = getattr(stream, "device", None)
     if device is None:
         from ..devices import current_device
@@ -35,6 +39,9 @@ def time_on_stream(
 def benchmark_hook(owns: Callable[[Any], bool]) -> Callable[..., Optional[Measurement]]:
     """A ``flyautotune_benchmark`` implementation that times the targets ``owns(target)`` accepts
     with this engine; a backend plugin binds it as its hook: ``flyautotune_benchmark = benchmark_hook(...)``."""
+    if not callable(owns):
+        raise TypeError(f"benchmark_hook: owns={owns!r}: expected owns(target) -> bool, e.g. "
+                        f"lambda target: target.backend == 'cuda'")
 
     @hookimpl
     def flyautotune_benchmark(fn: Callable[[], Any], setup: Optional[Callable[[], Any]], target: Any, stream: Any,

@@ -13,7 +13,9 @@ caller as ``cache_bytes=``.
 
 from __future__ import annotations
 
+import inspect
 import math
+import numbers
 import threading
 from typing import Any, Callable, Optional
 
@@ -46,12 +48,25 @@ def register_cache_probe(name: str, probe: CacheProbe) -> None:
         raise ValueError(f"register_cache_probe: name={name!r}: expected a non-empty backend name")
     if not callable(probe):
         raise TypeError(f"register_cache_probe: probe={probe!r}: expected probe(device, device_module) -> int | None")
+    try:
+        signature = inspect.signature(probe)
+    except (TypeError, ValueError):  # no signature to read (a builtin): its first call tells
+        signature = None
+    if signature is not None:
+        try:
+            signature.bind(None, None)
+        except TypeError as exc:
+            raise TypeError(f"register_cache_probe: probe={probe!r} cannot be called as probe(device, device_module) "
+                            f"({exc}); expected probe(device, device_module) -> int | None") from None
     with _lock:
         _probes[name] = probe
 
 
 def unregister_cache_probe(name: str) -> None:
     """Forget the probe registered as ``name`` (no error if there is none)."""
+    if not isinstance(name, str):
+        raise TypeError(f"unregister_cache_probe: name={name!r}: expected the backend name the probe was "
+                        f"registered under (a str)")
     with _lock:
         _probes.pop(name, None)
 
@@ -68,8 +83,17 @@ def last_level_cache_bytes(device: Any, module: Any = None) -> Optional[int]:
 
         module = streams.device_module(device)
     with _lock:
-        probes = list(_probes.values())
-    sizes = [size for size in (probe(device, module) for probe in probes) if size]
+        probes = list(_probes.items())
+    sizes = []
+    for name, probe in probes:
+        size = probe(device, module)
+        if size is None:
+            continue
+        if isinstance(size, bool) or not isinstance(size, numbers.Integral) or size < 0:
+            raise ValueError(f"cache probe {name!r} returned {size!r} for device {device}; expected the "
+                             f"last-level cache in bytes (an int >= 0), or None when the device is not its own")
+        if size:
+            sizes.append(int(size))
     if module is not None:
         try:
             props = module.get_device_properties(device)

@@ -44,9 +44,21 @@ def arch_for(device: Any) -> str:
     torch = _torch()
     if isinstance(device, str):
         device = torch.device(device)
-    index = device.index if device.index is not None else torch.cuda.current_device()
-    major, minor = torch.cuda.get_device_capability(index)
+    try:
+        index = device.index if device.index is not None else torch.cuda.current_device()
+        major, minor = torch.cuda.get_device_capability(index)
+    except (AssertionError, RuntimeError) as exc:  # a torch without CUDA, no GPU, or an index out of range
+        raise LookupError(f"device {device}: this torch cannot reach that CUDA device ({exc}); accepted: a "
+                          f"CUDA device of this machine (torch.cuda.device_count() is "
+                          f"{_device_count(torch)}), or the CPU") from None
     return f"sm_{major}{minor}"
+
+
+def _device_count(torch: Any) -> int:
+    try:
+        return torch.cuda.device_count()
+    except Exception:  # noqa: BLE001 - only for the message
+        return 0
 
 
 @hookimpl
