@@ -98,12 +98,15 @@ class compile_hints:
 
     def __exit__(self, *exc: Any) -> None:
         stack = _local.stack
-        if not stack:
+        try:
+            top = stack.pop()
+        except (AttributeError, IndexError):  # None or empty: no block open on this thread
             raise RuntimeError(f"compile_hints({self._layer}) exited with no block open on this thread: "
-                               f"exit each block once, on the thread that entered it")
-        if stack[-1].layer is not self._layer:  # the top frame was made by this block's hints (one cached dict)
+                               f"exit each block once, on the thread that entered it") from None
+        if top.layer is not self._layer:  # the top frame is made from this block's hints (one cached dict)
+            stack.append(top)
             self._check_top(stack)  # rare: a cleared cache, or an out-of-order exit
-        stack.pop()
+            stack.pop()
 
     def _check_top(self, stack: list) -> None:
         # the top frame must be this block merged over the one below it; else blocks exit out of order
