@@ -168,3 +168,11 @@ def test_target_context_exited_out_of_order_is_an_error():
     assert fat.current_target() == t1
     fat.context._local.launch = None  # the outer block's generator is spent; restore the thread by hand
     assert fat.current_target() is None
+
+
+def test_tuner_args_without_an_entry_is_refused(pm):
+    """``tuner_args`` maps an entry call to the tuner's arguments: without ``entry`` nothing ever calls it."""
+    tuner = fat.autotune(configs=[fat.Config(BLOCK=1)], key=["n"], name="ta")(lambda x, n, BLOCK=None: None)
+    with pytest.raises(TypeError, match=r"Adopter\('ta'\): tuner_args=.* without entry= is never called"):
+        fat.Adopter(name="ta", tuner=tuner, tuner_args=lambda x: ((x, len(x)), {}))
+    assert fat.Adopter(name="ta", tuner=tuner).bind([1.0], 1) == (([1.0], 1), {})  # no entry: args as given

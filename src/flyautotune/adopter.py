@@ -82,6 +82,10 @@ class Adopter:
         if self.entry is not None and self.tuner_args is None:
             raise TypeError(f"Adopter({self.name!r}): entry= needs tuner_args= to map an entry call to the "
                             f"tuner's arguments")
+        if self.entry is None and self.tuner_args is not None:
+            raise TypeError(f"Adopter({self.name!r}): tuner_args={self.tuner_args!r} without entry= is never "
+                            f"called (example() then gives the tuner's own arguments); pass entry= (the "
+                            f"function users call) or drop tuner_args=")
 
     @property
     def configs(self) -> Any:
