@@ -185,3 +185,15 @@ def test_measurement_fields_are_named(kwargs, error, message):
 def test_measurement_still_takes_what_float_takes():
     assert Measurement(2).ms == 2.0 and Measurement(np.float32(0.25)).ms == 0.25
     assert Measurement(1.0, 0.1, "events", 7, "n").reps == 7
+
+
+@pytest.mark.parametrize("method", ["graph", "events"])
+def test_a_device_method_asked_for_on_the_cpu_says_it_timed_with_the_host_clock(method):
+    m = timing.benchmark(lambda: None, device="cpu", method=method, warmup=1, rep=3, warm=False)
+    assert m.method == "wall"
+    assert m.note == f"method={method!r} was asked for, but cpu has no device clock: timed with the host clock"
+
+
+def test_automatic_or_wall_timing_on_the_cpu_carries_no_such_note():
+    for method in (None, "wall"):
+        assert timing.benchmark(lambda: None, device="cpu", method=method, warmup=1, rep=3, warm=False).note == ""

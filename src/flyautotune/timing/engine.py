@@ -201,7 +201,9 @@ def benchmark(
     if setup is not None or not launches:
         launches = [fn]  # setup prepares fn's own tensors, not the copies'
     if module is None:
-        return _host(launches, setup, warmup, rep, cutoff, name)
+        asked = (f"method={method!r} was asked for, but {device if device is not None else 'the CPU'} has no "
+                 f"device clock: timed with the host clock") if method in ("graph", "events") else ""
+        return _host(launches, setup, warmup, rep, cutoff, name, asked)
     if stream is None:
         stream = module.current_stream(device)
     elif isinstance(stream, int):
@@ -265,9 +267,9 @@ def _flush(device: Any, module: Any) -> tuple:
         return None, f", without a cache flush (its buffer could not be allocated: {type(exc).__name__})"
 
 
-def _host(launches, setup, warmup, rep, cutoff, name) -> Measurement:
+def _host(launches, setup, warmup, rep, cutoff, name, note: str = "") -> Measurement:
     ms, spread, reps = wall.time_wall(launches, setup=setup, warmup=warmup, rep=rep, cutoff_ms=cutoff)
     ms = _checked(ms, name, "host clock")
     if cutoff is not None and reps == 1 and ms > cutoff:
         return _cut(ms, cutoff, "one timed launch (host clock)")
-    return Measurement(ms, spread, "wall", reps)
+    return Measurement(ms, spread, "wall", reps, note)
