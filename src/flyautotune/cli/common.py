@@ -186,55 +186,63 @@ def store():
     return found
 
 
-def store_folder_text(directory: Any) -> str:
-    """Who chose the store's folder, for a message: ``FLYAUTOTUNE_CACHE_DIR='...'`` where the variable
-    set it, else the folder with a hint at the variable."""
-    from ..store.location import CACHE_DIR_ENV
-
-    setting = _cache_dir_setting(directory)
-    if setting:
-        return setting
-    return f"the store folder {safe(str(directory))!r} (the default; {CACHE_DIR_ENV} moves it)"
+def folder_text(env: str, directory: Any, what: str) -> str:
+    """Who chose ``directory``, for a message: ``ENV='...'`` where the variable ``env`` set it, else
+    ``what`` and the folder with a hint at the variable."""
+    return _setting(env, directory) or f"{what} {safe(str(directory))!r} (the default; {env} moves it)"
 
 
-def _cache_dir_setting(directory: Any) -> str:
-    """``FLYAUTOTUNE_CACHE_DIR='...'`` where that variable chose ``directory``, else ``""``."""
+def _setting(env: str, directory: Any) -> str:
+    """``ENV='...'`` where the variable ``env`` names ``directory``, else ``""``."""
     import os
 
-    from ..store.location import CACHE_DIR_ENV
-
-    env = os.environ.get(CACHE_DIR_ENV)
-    if env and os.path.realpath(os.path.expanduser(env)) == os.path.realpath(str(directory)):
-        return f"{CACHE_DIR_ENV}={safe(env)!r}"
+    value = os.environ.get(env)
+    if value and os.path.realpath(os.path.expanduser(value)) == os.path.realpath(str(directory)):
+        return f"{env}={safe(value)!r}"
     return ""
 
 
 def store_error_text(the_store: Any, exc: BaseException) -> str:
     """A store's error (it names the file), with the ``FLYAUTOTUNE_CACHE_DIR`` setting that chose it."""
+    from ..store.location import CACHE_DIR_ENV
+
     directory = getattr(the_store, "directory", None)
-    setting = _cache_dir_setting(directory) if directory is not None else ""
+    setting = _setting(CACHE_DIR_ENV, directory) if directory is not None else ""
     return f"{exc} ({setting})" if setting else str(exc)
+
+
+def _store_folder_problem(write: bool) -> tuple:
+    """``(store, why)``: why the built-in SQLite store's folder cannot serve (read only, or ``write``), naming
+    ``FLYAUTOTUNE_CACHE_DIR`` where it chose the folder; ``""`` where it can, or for another plugin's store."""
+    from ..store import TuningStore
+    from ..store.location import CACHE_DIR_ENV, store_dir_problem
+
+    the_store = store()
+    if not isinstance(the_store, TuningStore):  # another plugin's store: its own business
+        return the_store, ""
+    problem = store_dir_problem(the_store.directory, write=write)
+    if not problem:
+        return the_store, ""
+    return the_store, f"{folder_text(CACHE_DIR_ENV, the_store.directory, 'the store folder')} {problem}"
 
 
 def checked_store(write: bool = True):
     """:func:`store`, after checking that the built-in SQLite store's folder can serve the command (read
     only, or ``write``): bad input (exit 2) naming ``FLYAUTOTUNE_CACHE_DIR``, its value and the problem
     ("is a file, not a directory", "is not writable"); with ``write``, the store is then opened for
-    writing, so a tune never searches for a winner it could not keep (exit 1 where that fails)."""
-    from ..store import StoreError, TuningStore
-    from ..store.location import CACHE_DIR_ENV, store_dir_problem
+    writing (exit 1 where that fails)."""
+    from ..store import StoreError
+    from ..store.location import CACHE_DIR_ENV
 
-    the_store = store()
-    if not isinstance(the_store, TuningStore):  # another plugin's store: its own business
-        return the_store
-    problem = store_dir_problem(the_store.directory, write=write)
+    the_store, problem = _store_folder_problem(write)
     if problem:
         need = (f"the tuning store needs a folder it can write (set {CACHE_DIR_ENV} to one)" if write else
                 f"the tuning store cannot be read from it (set {CACHE_DIR_ENV} to the store's folder)")
-        raise UsageError(f"{store_folder_text(the_store.directory)} {problem}: {need}")
-    if write:
+        raise UsageError(f"{problem}: {need}")
+    check_writable = getattr(the_store, "check_writable", None)  # the built-in store's
+    if write and check_writable is not None:
         try:
-            the_store.check_writable()
+            check_writable()
         except StoreError as exc:
             raise CommandError(store_error_text(the_store, exc)) from exc
     return the_store
@@ -244,14 +252,7 @@ def store_problem() -> str:
     """Why the built-in SQLite store's folder cannot take winners (naming ``FLYAUTOTUNE_CACHE_DIR`` where it
     chose the folder), or ``""``. ``tune`` still tunes then (a read-only or full store never fails a tune);
     it says so before the search instead of after it."""
-    from ..store import TuningStore
-    from ..store.location import store_dir_problem
-
-    the_store = store()
-    if not isinstance(the_store, TuningStore):
-        return ""
-    problem = store_dir_problem(the_store.directory, write=True)
-    return f"{store_folder_text(the_store.directory)} {problem}" if problem else ""
+    return _store_folder_problem(True)[1]
 
 
 def tuner_names(name: str, known_tuners: Sequence[str]) -> list:

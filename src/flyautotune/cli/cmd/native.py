@@ -4,12 +4,10 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
 import time
-from typing import Any
 
 from ...store.location import store_dir_problem
-from ..common import CommandError, UsageError, out, safe
+from ..common import CommandError, UsageError, folder_text, out
 
 
 def add_parser(sub) -> None:
@@ -21,14 +19,6 @@ def add_parser(sub) -> None:
                         "check serves hits, and whether a build is running or failed")
     p.add_argument("--force", action="store_true", help="with build: compile again even where it exists")
     p.add_argument("--json", action="store_true", help="print JSON instead of a sentence")
-
-
-def _folder_text(env: str, folder: Any) -> str:
-    """``FLYAUTOTUNE_NATIVE_DIR='...'`` where the variable chose ``folder``, else the folder itself."""
-    value = os.environ.get(env)
-    if value:
-        return f"{env}={safe(value)!r}"
-    return f"the folder {safe(str(folder))!r} (the default; {env} moves it)"
 
 
 def run(args: argparse.Namespace) -> None:
@@ -43,7 +33,7 @@ def run(args: argparse.Namespace) -> None:
     built = None
     if args.action == "build":
         folder = tcheck.build_path(torch).parent
-        where = _folder_text(tcheck.DIR_ENV, folder)
+        where = folder_text(tcheck.DIR_ENV, folder, "the folder")
         problem = store_dir_problem(folder, write=True)
         if problem:
             raise UsageError(f"{where} {problem}: the compiled tensor check is built into a folder "

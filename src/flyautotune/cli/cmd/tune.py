@@ -227,10 +227,11 @@ def tune_shape(adopter: Any, shape: tuple, dtype: str, device: str, force: bool,
     else:  # one candidate fits: nothing was benchmarked
         rows = [{"config": winner, "error": None, **_time_once(adopter, args, kwargs, device)}]
         # A forced selection stores the only candidate as the key's winner (untimed); say what happened.
-        entry = store().get(tuner.name, selection.key) if selection.key else None
+        the_store = store()
+        entry = the_store.get(tuner.name, selection.key) if selection.key else None
         if entry is not None and _same(entry.config, winner):
             kept = "stored as the key's winner, untimed"
-            stored_in = store().path
+            stored_in = the_store.path
         else:
             kept = "nothing stored"
         note = (f"only one candidate fits this shape on this backend: nothing to search, {kept} "
