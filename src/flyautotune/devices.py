@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 import sys
 from typing import Any, Optional
 
@@ -45,6 +46,21 @@ def current_device() -> Any:
     if acc is None:
         return torch.device("cpu")
     return torch.device(acc.current_accelerator().type, acc.current_device_index())
+
+
+#: Above this many input elements Triton's CPU interpreter may run for many minutes (``tune`` and plans
+#: refuse such shapes on the CPU unless allowed: ``--allow-slow``, ``allow_slow = true``).
+CPU_ELEMENT_LIMIT = 1 << 22
+
+
+def too_slow_on_cpu(shape: Any) -> str:
+    """Why ``shape`` is too large for Triton's CPU interpreter (its element count against
+    :data:`CPU_ELEMENT_LIMIT`), or ``""``; callers add how to opt out."""
+    n = math.prod(shape)
+    if n <= CPU_ELEMENT_LIMIT:
+        return ""
+    return (f"{'x'.join(map(str, shape))} has {n} elements, more than the {CPU_ELEMENT_LIMIT} Triton's CPU "
+            f"interpreter finishes in reasonable time")
 
 
 def use_triton_interpreter() -> None:

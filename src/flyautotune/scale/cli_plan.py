@@ -71,8 +71,9 @@ def run(args: argparse.Namespace) -> int:
     from .plan import PlanError, device_problem, load_plan
     from .runner import PlanProgress, pick_device, run_serial, summary_table, write_pack
 
-    if args.device is not None and device_problem(args.device):
-        print(f"flyautotune plan: error: argument --device: {device_problem(args.device)}", file=sys.stderr)
+    problem = device_problem(args.device) if args.device is not None else ""
+    if problem:
+        print(f"flyautotune plan: error: argument --device: {problem}", file=sys.stderr)
         return 2
     if pick_device(args.device) == "cpu":
         # Before validation imports the plugins' kernels: @triton.jit reads it when it decorates.

@@ -189,8 +189,9 @@ def _options(where: _Where, raw: Any) -> PlanOptions:
             raise where.error("options", None, name, f"{value!r} must be a positive, finite number of seconds")
         if name == "workers" and value <= 0:
             raise where.error("options", None, name, f"{value!r} must be positive")
-        if name == "device" and device_problem(value):
-            raise where.error("options", None, name, device_problem(value))
+        problem = device_problem(value) if name == "device" else ""
+        if problem:
+            raise where.error("options", None, name, problem)
         if name == "plugins" and not all(isinstance(m, str) and m for m in value):
             raise where.error("options", None, name, f"{value!r} must be a list of module names")
         out[name] = float(value) if name == "budget_s" else value
@@ -231,15 +232,13 @@ def _runs_on_cpu(options: PlanOptions) -> bool:
 
 def _check_cpu_shapes(where: _Where, i: int, shapes: list) -> None:
     """``flyautotune tune``'s guard on ``--device cpu``, with the plan's spelling of its opt-out."""
-    from ..cli.cmd.tune import CPU_ELEMENT_LIMIT
+    from ..devices import too_slow_on_cpu
 
     for shape in shapes:
-        n = math.prod(shape)
-        if n > CPU_ELEMENT_LIMIT:
-            raise where.error("tune", i, "shapes",
-                              f"{'x'.join(map(str, shape))} has {n} elements, more than the {CPU_ELEMENT_LIMIT} "
-                              f"Triton's CPU interpreter finishes in reasonable time; use a GPU "
-                              f"(device = \"cuda:0\"), a smaller shape, or allow_slow = true in [options]")
+        why = too_slow_on_cpu(shape)
+        if why:
+            raise where.error("tune", i, "shapes", f"{why}; use a GPU (device = \"cuda:0\"), a smaller shape, "
+                                                    f"or allow_slow = true in [options]")
 
 
 def plugin_manager_for(plugins: tuple, where: Optional[_Where] = None) -> Any:

@@ -12,7 +12,7 @@ import sys
 import time
 from typing import Any, Iterator, Optional
 
-from ...devices import use_triton_interpreter
+from ...devices import CPU_ELEMENT_LIMIT, too_slow_on_cpu, use_triton_interpreter
 from ...progress import first_line
 from ...store.location import CACHE_DIR_ENV
 from ..common import (
@@ -22,8 +22,7 @@ from ..common import (
 
 log = logging.getLogger("flyautotune.cli")
 
-#: Above this many input elements the CPU interpreter may run for many minutes; ``--allow-slow`` overrides.
-CPU_ELEMENT_LIMIT = 1 << 22
+
 #: Widest error text in the table's last column; the full text follows the table.
 ERROR_CELL = 48
 
@@ -92,12 +91,10 @@ def run(args: argparse.Namespace) -> None:
 
 def _check_cpu_shapes(shapes: list, allow_slow: bool) -> None:
     for shape in shapes:
-        if math.prod(shape) > CPU_ELEMENT_LIMIT and not allow_slow:
-            raise UsageError(
-                f"argument --shape: {shape_text(shape)} has {math.prod(shape)} elements, more than the "
-                f"{CPU_ELEMENT_LIMIT} Triton's CPU interpreter finishes in reasonable time; use a GPU "
-                f"(--device cuda:0), a smaller shape, or --allow-slow"
-            )
+        why = "" if allow_slow else too_slow_on_cpu(shape)
+        if why:
+            raise UsageError(f"argument --shape: {why}; use a GPU (--device cuda:0), a smaller shape, or "
+                             f"--allow-slow")
 
 
 def pick_device(requested: Optional[str]) -> str:
