@@ -62,15 +62,24 @@ def _check_launch(arg: str, value: Any) -> None:
     if inspect.iscoroutinefunction(value) or inspect.isgeneratorfunction(value) or inspect.isasyncgenfunction(value):
         raise TypeError(f"benchmark: {arg}={value!r}: an async or generator function returns without running "
                         f"its body, so its launch would not be timed; accepted: a plain callable")
+    why = call_problem(value, 0)
+    if why:
+        raise TypeError(f"benchmark: {arg}={value!r} cannot be called with no arguments ({why}); accepted: a "
+                        f"callable taking none, e.g. lambda: kernel[grid](x, y)")
+
+
+def call_problem(fn: Callable, nargs: int) -> str:
+    """Why ``fn`` cannot be called with ``nargs`` positional arguments (Python's own words), or ``""``; also
+    ``""`` where it has no signature to read (a builtin): calling it tells then."""
     try:
-        signature = inspect.signature(value)
-    except (TypeError, ValueError):  # no signature to read (a builtin): calling it tells
-        return
+        signature = inspect.signature(fn)
+    except (TypeError, ValueError):
+        return ""
     try:
-        signature.bind()
+        signature.bind(*[None] * nargs)
     except TypeError as exc:
-        raise TypeError(f"benchmark: {arg}={value!r} cannot be called with no arguments ({exc}); accepted: a "
-                        f"callable taking none, e.g. lambda: kernel[grid](x, y)") from None
+        return str(exc)
+    return ""
 
 
 def _check_args(fn, warmup, rep, rotations, method, setup=None, stream=None, warm=True) -> list:

@@ -13,7 +13,6 @@ caller as ``cache_bytes=``.
 
 from __future__ import annotations
 
-import inspect
 import math
 import numbers
 import threading
@@ -48,16 +47,12 @@ def register_cache_probe(name: str, probe: CacheProbe) -> None:
         raise ValueError(f"register_cache_probe: name={name!r}: expected a non-empty backend name")
     if not callable(probe):
         raise TypeError(f"register_cache_probe: probe={probe!r}: expected probe(device, device_module) -> int | None")
-    try:
-        signature = inspect.signature(probe)
-    except (TypeError, ValueError):  # no signature to read (a builtin): its first call tells
-        signature = None
-    if signature is not None:
-        try:
-            signature.bind(None, None)
-        except TypeError as exc:
-            raise TypeError(f"register_cache_probe: probe={probe!r} cannot be called as probe(device, device_module) "
-                            f"({exc}); expected probe(device, device_module) -> int | None") from None
+    from .engine import call_problem
+
+    why = call_problem(probe, 2)
+    if why:
+        raise TypeError(f"register_cache_probe: probe={probe!r} cannot be called as probe(device, device_module) "
+                        f"({why}); expected probe(device, device_module) -> int | None")
     with _lock:
         _probes[name] = probe
 
