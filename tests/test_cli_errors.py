@@ -332,10 +332,9 @@ def test_disabling_a_real_plugin_does_not_warn(monkeypatch, caplog):
     ("FLYAUTOTUNE_NATIVE_AUTO", "maybe", "tcheck._auto_off", ["background build", "0/false/no/off"]),
 ])
 def test_a_setting_that_is_not_understood_warns_once(monkeypatch, caplog, variable, value, read, words):
-    from flyautotune.tuning import fastpath, tcheck
+    from flyautotune.tuning import env, fastpath, tcheck
 
-    monkeypatch.setattr(fastpath, "_native_warned", set())
-    monkeypatch.setattr(tcheck, "_warned", set())
+    monkeypatch.setattr(env, "_warned", set())
     monkeypatch.setenv(variable, value)
     module, name = read.split(".")
     fn = getattr({"fastpath": fastpath, "tcheck": tcheck}[module], name)
@@ -367,7 +366,7 @@ def test_the_hit_path_setting_is_read_once_per_process(monkeypatch, caplog):
     from flyautotune.tuning import fastpath
 
     monkeypatch.setattr(fastpath, "_native", None)
-    monkeypatch.setattr(fastpath, "_native_warned", set())
+    monkeypatch.setattr("flyautotune.tuning.env._warned", set())
     monkeypatch.setenv("FLYAUTOTUNE_NATIVE_HIT", "maybe")
     reads = []
     real = fastpath._native_off

@@ -30,20 +30,31 @@ def force_search() -> bool:
 
     An unknown value (``banana``, ``2``) is treated as off, with one warning per value.
     """
-    raw = os.environ.get(FORCE_ENV)
-    if raw is None:
-        return False
-    value = raw.strip().lower()
+    return flag(FORCE_ENV, False, "forced search stays off")
+
+
+def flag(name: str, default: bool, effect: str) -> bool:
+    """The on/off setting ``name`` (1/true/yes/on, 0/false/no/off; unset or empty: ``default``). A value not
+    understood keeps ``default``, with one warning per value saying ``effect``."""
+    raw = os.environ.get(name)
+    value = raw.strip().lower() if raw is not None else ""
+    if not value:
+        return default
     if value in _TRUE:
         return True
-    if value not in _FALSE:
-        with _warn_lock:
-            fresh = value not in _warned
-            _warned.add(value)
-        if fresh:
-            log.warning("%s=%r is not understood; forced search stays off (use 1/true/yes/on or 0/false/no/off)",
-                        FORCE_ENV, raw)
-    return False
+    if value in _FALSE:
+        return False
+    not_understood(name, raw, effect, "1/true/yes/on or 0/false/no/off")
+    return default
+
+
+def not_understood(name: str, raw: str, effect: str, accepted: str) -> None:
+    """Warn, once per variable and value in a process, that the setting ``name=raw`` is not understood."""
+    with _warn_lock:
+        fresh = (name, raw) not in _warned
+        _warned.add((name, raw))
+    if fresh:
+        log.warning("%s=%r is not understood; %s (accepted: %s)", name, raw, effect, accepted)
 
 
 def cache_dir_setting() -> Optional[str]:

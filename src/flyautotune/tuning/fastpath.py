@@ -36,7 +36,7 @@ import sys
 from typing import Any, Callable, Optional, Sequence
 
 from .. import context, keys, streams
-from . import tcheck
+from . import env, tcheck
 
 log = logging.getLogger("flyautotune")
 
@@ -427,20 +427,9 @@ def native_type() -> Optional[type]:
     return _native or None
 
 
-_native_warned: set = set()
-
-
 def _native_off() -> bool:
     # Read once per process (native_type caches its answer) and by hit_path(): never per call.
-    raw = os.environ.get("FLYAUTOTUNE_NATIVE_HIT", "1")
-    value = raw.strip().lower()
-    if value in ("0", "false", "no", "off"):
-        return True
-    if value not in ("", "1", "true", "yes", "on") and raw not in _native_warned:
-        _native_warned.add(raw)
-        log.warning("FLYAUTOTUNE_NATIVE_HIT=%r is not understood; the C hit path stays on where it is built "
-                    "(accepted: 1/true/yes/on, or 0/false/no/off for the Python one)", raw)
-    return False
+    return not env.flag("FLYAUTOTUNE_NATIVE_HIT", True, "the C hit path stays on where it is built")
 
 
 def hit_path() -> tuple:

@@ -37,6 +37,8 @@ import time
 from pathlib import Path
 from typing import Any, Optional
 
+from .env import flag, not_understood
+
 log = logging.getLogger("flyautotune")
 
 #: ``torch`` keeps hits on torch's own check even where a build exists.
@@ -55,22 +57,12 @@ _loaded: Any = None  # None: not looked for yet; False: none usable; else the Te
 _background: Any = None  # None: not tried in this process; else what start_background_build said
 
 
-_warned: set = set()
-
-
-def _warn_value(name: str, raw: str, effect: str, accepted: str) -> None:
-    """One warning per variable and value for a setting that is not understood (read once per process)."""
-    if (name, raw) not in _warned:
-        _warned.add((name, raw))
-        log.warning("%s=%r is not understood; %s (accepted: %s)", name, raw, effect, accepted)
-
-
 def _off() -> bool:
     raw = os.environ.get(ENV, "")
     value = raw.strip().lower()
     if value not in ("", "torch"):
-        _warn_value(ENV, raw, "hits use the compiled check where it is built",
-                    "torch, for torch's TensorGuards; unset for the compiled check")
+        not_understood(ENV, raw, "hits use the compiled check where it is built",
+                       "torch, for torch's TensorGuards; unset for the compiled check")
     return value == "torch"
 
 
@@ -130,12 +122,7 @@ def check_type() -> Optional[type]:
 
 
 def _auto_off() -> bool:
-    raw = os.environ.get(AUTO_ENV, "")
-    value = raw.strip().lower()
-    if value not in ("", "0", "off", "false", "no", "1", "on", "true", "yes"):
-        _warn_value(AUTO_ENV, raw, "cache hits still start the background build",
-                    "0/false/no/off to turn it off, 1/true/yes/on or unset to keep it")
-    return value in ("0", "off", "false", "no")
+    return not flag(AUTO_ENV, True, "cache hits still start the background build")
 
 
 def side_files(path: Path) -> dict:
