@@ -181,11 +181,9 @@ def key_problem(key: str) -> str:
     lookup. Not enforced by packs themselves (tests and tools store short keys such as ``"k"``);
     ``flyautotune import`` refuses such entries. The canonical spelling (sorted, compact) is not required:
     hand-written packs of JSON-object keys were accepted before, and refusing them would break them."""
-    import json
-
     try:
-        parsed = json.loads(key)
-    except (ValueError, RecursionError):
+        parsed = loads(key, what="the key")  # the store's bounded, strict parser (packs are untrusted)
+    except ValueError:
         return "is not JSON"
     if type(parsed) is not dict:
         return f"is JSON {type(parsed).__name__}, not a JSON object"
