@@ -15,6 +15,7 @@ import flyautotune as fat
 from flyautotune import plugins as plugins_mod
 from flyautotune import store as store_mod
 from flyautotune.cli import main
+from flyautotune.report import ResourceRow
 
 
 def run(capsys, *argv):
@@ -213,12 +214,21 @@ class ReportTargets:
     def flyautotune_report_targets(self):
         return {"sm_90": fat.Target("cuda", "sm_90", 32)}
 
+    @fat.hookimpl
+    def flyautotune_compile_report(self, spec, config, hints, target):
+        return ResourceRow(config=config, registers=32)
 
-def _report_adopter(example):
-    tuned = fat.autotune(configs=lambda **named: [fat.Config(BLOCK=4)], key=["n"], name="big")(_launch)
+
+def _report_adopter(example, configs=lambda **named: [fat.Config(BLOCK=4)]):
+    tuned = fat.autotune(configs=configs, key=["n"], name="big")(_launch)
     return fat.Adopter(name="big", tuner=tuned, example=example, entry=lambda x: tuned(x, None, 1),
                        tuner_args=lambda x: ((x, None, 1), {}),
                        compile_spec=lambda shape, dtype, config: (None, {}, {}))
+
+
+def _data_dependent_configs(x, **named):
+    """A space read from the data (``.item()``): it cannot be evaluated on torch's meta device."""
+    return [fat.Config(BLOCK=4 if float(x.float().abs().sum().item()) >= 0 else 8)]
 
 
 @pytest.fixture
@@ -237,12 +247,44 @@ def test_report_refuses_a_shape_whose_inputs_cannot_fit_before_allocating(report
         built.append(device)
         return (torch.empty(shape, dtype=torch.bfloat16, device=device),), {}
 
-    report_pm.register_adopter(_report_adopter(example))
+    report_pm.register_adopter(_report_adopter(example, configs=_data_dependent_configs))
     status, out, err = run(capsys, "report", "big", "--target", "sm_90", "--shape", "100000000x100000000")
     assert status == 2 and out == ""
     line = one_error_line(err)
     assert "argument --shape: 100000000x100000000 is too large: its bf16 inputs take 20000000000000000 bytes" in line
-    assert built == ["meta"]  # sized on meta; no CPU allocation tried
+    assert "cannot be evaluated on torch's meta device" in line
+    assert set(built) == {"meta"}  # tried and sized on meta; no CPU allocation tried
+
+
+def test_report_evaluates_a_space_of_shapes_on_meta_so_any_shape_is_reported(report_pm, capsys):
+    torch = pytest.importorskip("torch")
+    built = []
+
+    def example(shape, dtype, device):
+        built.append(device)
+        return (torch.empty(shape, dtype=torch.bfloat16, device=device),), {}
+
+    report_pm.register_adopter(_report_adopter(example))
+    status, out, err = run(capsys, "report", "big", "--target", "sm_90", "--shape", "100000000x100000000")
+    assert status == 0, err
+    assert "big 100000000x100000000 bf16 compiled for sm_90 (1 candidate, no GPU used)" in out
+    assert "BLOCK=4" in out
+    assert set(built) == {"meta"}  # 20 PB of inputs never allocated
+
+
+def test_report_evaluates_a_data_dependent_space_on_the_cpu(report_pm, capsys):
+    torch = pytest.importorskip("torch")
+    built = []
+
+    def example(shape, dtype, device):
+        built.append(device)
+        return (torch.ones(shape, dtype=torch.bfloat16, device=device),), {}
+
+    report_pm.register_adopter(_report_adopter(example, configs=_data_dependent_configs))
+    status, out, err = run(capsys, "report", "big", "--target", "sm_90", "--shape", "4x8")
+    assert status == 0, err
+    assert "(1 candidate, no GPU used)" in out and "BLOCK=4" in out
+    assert built[-1] == "cpu" and "meta" in built  # meta tried first, then the CPU
 
 
 def test_report_names_the_shape_when_the_allocator_fails(report_pm, capsys):

@@ -86,6 +86,13 @@ def test_report_command_prints_the_backends_column_names(pm, backend, adopter, c
     assert "fregs" in header and "occupancy (waves/CU)" in header and "SGPRs" not in header
     assert "failed: RuntimeError: too big for fk1" in out
     assert "2 of 3 candidates built 2 distinct binaries." in out
+    # the failure runs on after its config and widens no column: the built rows stay as narrow as their values
+    lines = out.splitlines()
+    failed = next(line for line in lines if "failed:" in line)
+    assert failed.index("failed:") == header.index("num_warps")
+    built = [line for line in lines if line.startswith("BLOCK=") and "failed:" not in line]
+    at = header.index("fregs")
+    assert [line[at:at + len("fregs")].strip() for line in built] == ["10", "20"], (header, built)
 
 
 def test_a_target_no_plugin_offers_lists_the_accepted_names(pm, backend, adopter, capsys):

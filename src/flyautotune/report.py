@@ -129,16 +129,37 @@ def named_arguments(tuner: Any, args: Sequence, kwargs: Mapping) -> dict:
     return named
 
 
-def candidate_configs(adopter: Any, shape: tuple, dtype: str, target: Target) -> list:
-    """The configs a search of ``adopter`` would try for ``shape``/``dtype`` on ``target``."""
-    from . import target_context
+#: Where a computed config space is evaluated: torch's ``meta`` device first (shapes, strides and dtypes,
+#: no memory, so any shape), then the CPU, for an adopter whose ``example``, ``bind`` or ``configs`` needs
+#: real data (a ``.item()``, say). Neither is the report's target: a target-dependent space asks
+#: ``current_target()``, which is the report's target while the space is evaluated.
+SPACE_DEVICES = ("meta", "cpu")
 
+
+def candidate_configs(adopter: Any, shape: tuple, dtype: str, target: Target,
+                      devices: Sequence[str] = SPACE_DEVICES) -> list:
+    """The configs a search of ``adopter`` would try for ``shape``/``dtype`` on ``target``, evaluated on
+    the first of ``devices`` where the adopter's example inputs, ``bind`` and ``configs`` all run; the last
+    device's error is raised when none does."""
     tuner = adopter.tuner
     if not callable(tuner.configs):
         return list(tuner.configs)
     if adopter.example is None:
         raise ReportError(f"adopter {adopter.name!r} has a computed config space but no example() to evaluate it")
-    args, kwargs = adopter.example(shape, dtype, "cpu")
+    for i, device in enumerate(devices):
+        try:
+            return _space_on(adopter, shape, dtype, target, device)
+        except Exception:  # noqa: BLE001 - the next device is tried; the last one's error is the report's
+            if i == len(devices) - 1:
+                raise
+    raise ValueError(f"candidate_configs: devices={devices!r} names no device; expected e.g. {SPACE_DEVICES!r}")
+
+
+def _space_on(adopter: Any, shape: tuple, dtype: str, target: Target, device: str) -> list:
+    from . import target_context
+
+    tuner = adopter.tuner
+    args, kwargs = adopter.example(shape, dtype, device)
     targs, tkwargs = adopter.bind(*args, **kwargs)
     named = named_arguments(tuner, targs, tkwargs)
     # A target-dependent space is evaluated for the report's target, not this machine.
@@ -210,8 +231,10 @@ def specialization_attrs(kernel: Any, signature: Mapping[str, str], values: Mapp
     return out
 
 
-def resource_report(adopter: Any, shape: tuple, dtype: str, target: Target, pm: Any = None) -> list:
-    """One :class:`ResourceRow` per candidate of ``adopter`` for ``shape``/``dtype`` on ``target``.
+def resource_report(adopter: Any, shape: tuple, dtype: str, target: Target, pm: Any = None,
+                    configs: Optional[Sequence[Config]] = None) -> list:
+    """One :class:`ResourceRow` per candidate of ``adopter`` for ``shape``/``dtype`` on ``target``
+    (``configs``: the candidates, where the caller has evaluated them already; else :func:`candidate_configs`).
 
     :raises ReportError: the adopter has no ``compile_spec``, no installed
         plugin compiles for ``target``, or the backend's compiler is missing.
@@ -224,7 +247,7 @@ def resource_report(adopter: Any, shape: tuple, dtype: str, target: Target, pm: 
             f"adopter {adopter.name!r} has no compile_spec, so its kernels cannot be compiled for a report"
         )
     rows = []
-    for config in candidate_configs(adopter, shape, dtype, target):
+    for config in (candidate_configs(adopter, shape, dtype, target) if configs is None else configs):
         try:
             spec = compile_spec(adopter, shape, dtype, config, target)
             hints = {**spec.options, **config.hints}

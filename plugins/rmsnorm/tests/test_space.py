@@ -925,3 +925,21 @@ def test_the_cuda_default_of_rows_of_513_to_2048_follows_the_size_of_x(M, N, ds,
     assert (mid_rows(M, N, ds) is None) == (cfg == _cfg(128, 2048 // next_pow2(N), policy=0))
     # other backends keep their own rules
     assert default_config(M, N, ds, "cpu").kwargs["ASYNC"] == 0 == default_config(M, N, ds, "rocm").kwargs["ASYNC"]
+
+
+@pytest.mark.parametrize("target", [fat.Target("cuda", "sm_90", 32), fat.Target("rocm", "gfx942", 64)],
+                         ids=["sm_90", "gfx942"])
+def test_report_space_on_meta_is_the_space_on_cpu(target):
+    """``flyautotune report`` evaluates the space on torch's meta device (no memory, any shape); for this
+    adopter that must be the space the CPU's inputs give, which is the search's space on ``target``."""
+    from flyautotune.report import candidate_configs
+
+    adopter = fat.plugin_manager().get_adopter("rmsnorm")
+    shapes = [(M, N, ds) for M, N, ds in ANCHOR_SHAPES if M * N <= 1 << 24] + [
+        (1, 65536, "bf16"), (4, 131072, "bf16"), (65536, 128, "fp16"), (4096, 1000, "bf16"), (32, 3001, "fp32"),
+        (1, 1, "bf16")]
+    for M, N, ds in shapes:
+        on_meta = candidate_configs(adopter, (M, N), ds, target, devices=("meta",))
+        on_cpu = candidate_configs(adopter, (M, N), ds, target, devices=("cpu",))
+        assert on_meta == on_cpu, (M, N, ds)
+        assert on_meta == (cuda_space if target.backend == "cuda" else rocm_space)(M, N, ds), (M, N, ds)

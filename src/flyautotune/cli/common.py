@@ -126,12 +126,16 @@ def short(text: Any, n: int) -> str:
 
 
 def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], right: Sequence[int] = ()) -> str:
-    """Aligned columns; every cell goes through :func:`safe`."""
+    """Aligned columns; every cell goes through :func:`safe`. A row shorter than ``headers`` ends in free
+    text (a failure, say): its last cell runs on from its column and sets no column's width."""
+    n = len(headers)
     cells = [[safe(h) for h in headers]] + [[("" if c is None else safe(c)) for c in r] for r in rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(headers))]
+    widths = [max([len(r[i]) for r in cells if i < len(r) and (len(r) >= n or i < len(r) - 1)]) for i in range(n)]
     lines = []
     for r in cells:
-        parts = [c.rjust(widths[i]) if i in right else c.ljust(widths[i]) for i, c in enumerate(r)]
+        free = len(r) < n
+        parts = [c if free and i == len(r) - 1 else c.rjust(widths[i]) if i in right else c.ljust(widths[i])
+                 for i, c in enumerate(r)]
         lines.append("  ".join(parts).rstrip())
     return "\n".join(lines)
 

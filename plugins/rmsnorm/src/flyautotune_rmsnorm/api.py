@@ -418,8 +418,8 @@ def compile_spec(shape, dtype, config, target=None) -> tuple:
     kw = config.kwargs
     if kw.get("COOP") == 3:
         raise fat.IncompatibleConfigError(
-            f"rmsnorm: {config} is the cluster body (COOP=3), a CuTe DSL kernel with no Triton kernel to "
-            f"compile here; kernel_cluster.ptx(..., **make_launcher(N, dtype, **config.kwargs).variant()) "
+            f"rmsnorm: the cluster body (COOP=3) is a CuTe DSL kernel, with no Triton kernel to compile here "
+            f"({config}); kernel_cluster.ptx(..., **make_launcher(N, dtype, **config.kwargs).variant()) "
             f"gives its PTX")
     launcher = make_launcher(N, ds, **kw)
     from .factory import _CONST_NAMES, pdl_for_arch, row_vec

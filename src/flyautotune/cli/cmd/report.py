@@ -53,12 +53,14 @@ def run(args: argparse.Namespace) -> None:
         raise UsageError(f"adopter {adopter.name!r} declares no compile_spec, so it cannot be cross-compiled "
                          f"for a report (see docs/write_adopter.md)")
     shapes = list(dict.fromkeys(args.shape))
+    spaces = {shape: _space_on_meta(adopter, shape, args.dtype, target) for shape in shapes}
     for shape in shapes:
-        _check_host_memory(adopter, shape, args.dtype)
+        if spaces[shape] is None:
+            _check_host_memory(adopter, shape, args.dtype)
     out_json = []
     for i, shape in enumerate(shapes):
         try:
-            rows = resource_report(adopter, shape, args.dtype, target, plugin_manager())
+            rows = resource_report(adopter, shape, args.dtype, target, plugin_manager(), configs=spaces[shape])
         except ReportError as exc:
             raise CommandError(str(exc)) from exc
         except (TypeError, ValueError) as exc:
@@ -109,9 +111,20 @@ def _host_memory() -> Optional[int]:
         return None
 
 
+def _space_on_meta(adopter: Any, shape: tuple, dtype: str, target: Any) -> Optional[list]:
+    """The candidates of ``shape`` evaluated on torch's ``meta`` device (no memory, so any shape), or None
+    where the adopter's example, bind or configs cannot run there: then the CPU evaluates them."""
+    from ...report import candidate_configs
+
+    try:
+        return candidate_configs(adopter, shape, dtype, target, devices=("meta",))
+    except Exception:  # noqa: BLE001 - the CPU evaluation reports what is wrong
+        return None
+
+
 def _check_host_memory(adopter: Any, shape: tuple, dtype: str) -> None:
     """A report compiles, it runs nothing; but an adopter whose config space is computed from its inputs
-    has them built on the CPU (``report.candidate_configs`` calls ``example(shape, dtype, "cpu")``), so a
+    and cannot be evaluated on ``meta`` has them built on the CPU (``report.candidate_configs``), so a
     shape whose inputs cannot fit this machine's memory is refused before that allocation is tried."""
     if not callable(getattr(adopter.tuner, "configs", None)) or adopter.example is None:
         return
@@ -119,7 +132,8 @@ def _check_host_memory(adopter: Any, shape: tuple, dtype: str) -> None:
     if need is not None and have is not None and need > have:
         raise UsageError(f"argument --shape: {shape_text(shape)} is too large: its {dtype} inputs take {need} "
                          f"bytes, more than this machine's {have} bytes of memory, and report builds them on the "
-                         f"CPU to evaluate the config space of adopter {adopter.name!r}; use a smaller shape")
+                         f"CPU to evaluate the config space of adopter {adopter.name!r} (it cannot be evaluated "
+                         f"on torch's meta device); use a smaller shape")
 
 
 def print_report(name: str, shape: tuple, dtype: str, target: Any, rows: list) -> None:
@@ -138,7 +152,7 @@ def print_report(name: str, shape: tuple, dtype: str, target: Any, rows: list) -
     cells = []
     for r in rows:
         if r.error:
-            cells.append([config_text(r.config), "", "failed: " + short(r.error, 80)])
+            cells.append([config_text(r.config), "failed: " + short(r.error, 80)])  # free text to the end
             continue
         occ = "-" if r.occupancy is None else f"{r.occupancy}/{r.occupancy_max}" if r.occupancy_max \
             else str(r.occupancy)
@@ -147,8 +161,6 @@ def print_report(name: str, shape: tuple, dtype: str, target: Any, rows: list) -
             row.append(r.sgprs)
         row += [r.spills, r.shared_bytes, occ, (r.binary_sha256 or "-")[:12]]
         cells.append(row)
-    width = len(headers)
-    cells = [row + [""] * (width - len(row)) for row in cells]
-    out(table(headers, cells, right=tuple(range(1, width - 1))))
+    out(table(headers, cells, right=tuple(range(1, len(headers) - 1))))
     distinct = len({r.binary_sha256 for r in built})
     out(f"{len(built)} of {len(rows)} candidates built {distinct} distinct binar{'y' if distinct == 1 else 'ies'}.")
