@@ -158,3 +158,12 @@ def test_a_compiling_entry_that_is_not_callable_is_named(pm, backend):
     rows = resource_report(a, (4,), "fp32", FAKE, pm)
     assert rows[0].error == ("TypeError: adopter 'rctx2': compile_spec's extra['compiling'] is 'editing'; "
                              "expected a callable that returns a context manager, or None")
+
+
+@pytest.mark.parametrize("devices", ["meta", (), ["meta", 0], None, iter(["meta"])])
+def test_candidate_configs_names_devices_that_are_not_device_names(adopter, devices):
+    from flyautotune.report import candidate_configs
+
+    with pytest.raises(ValueError, match=r"candidate_configs: devices=.* is not a non-empty list or tuple of "
+                                         r"device names; expected e.g. \('meta', 'cpu'\)"):
+        candidate_configs(adopter, (4, 8), "bf16", FAKE, devices=devices)

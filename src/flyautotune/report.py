@@ -141,18 +141,20 @@ def candidate_configs(adopter: Any, shape: tuple, dtype: str, target: Target,
     """The configs a search of ``adopter`` would try for ``shape``/``dtype`` on ``target``, evaluated on
     the first of ``devices`` where the adopter's example inputs, ``bind`` and ``configs`` all run; the last
     device's error is raised when none does."""
+    if not isinstance(devices, (list, tuple)) or not devices or not all(isinstance(d, str) for d in devices):
+        raise ValueError(f"candidate_configs: devices={devices!r} is not a non-empty list or tuple of device names; "
+                         f"expected e.g. {SPACE_DEVICES!r} or ('meta',)")
     tuner = adopter.tuner
     if not callable(tuner.configs):
         return list(tuner.configs)
     if adopter.example is None:
         raise ReportError(f"adopter {adopter.name!r} has a computed config space but no example() to evaluate it")
-    for i, device in enumerate(devices):
+    for device in devices[:-1]:
         try:
             return _space_on(adopter, shape, dtype, target, device)
         except Exception:  # noqa: BLE001 - the next device is tried; the last one's error is the report's
-            if i == len(devices) - 1:
-                raise
-    raise ValueError(f"candidate_configs: devices={devices!r} names no device; expected e.g. {SPACE_DEVICES!r}")
+            pass
+    return _space_on(adopter, shape, dtype, target, devices[-1])
 
 
 def _space_on(adopter: Any, shape: tuple, dtype: str, target: Target, device: str) -> list:
