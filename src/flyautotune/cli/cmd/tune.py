@@ -227,12 +227,12 @@ def tune_shape(adopter: Any, shape: tuple, dtype: str, device: str, force: bool,
         the_store = store()
         entry = the_store.get(tuner.name, selection.key) if selection.key else None
         if entry is not None and _same(entry.config, winner):
-            kept = "stored as the key's winner, untimed"
+            kept = "stored as the key's winner"
             stored_in = the_store.path
         else:
             kept = "nothing stored"
-        note = (f"only one candidate fits this shape on this backend: nothing to search, {kept} "
-                f"(timed here, end to end)")
+        note = (f"only one candidate fits this shape on this backend: nothing to search, {kept}; "
+                f"the time below is one end-to-end run of it, for reference")
     print_result(label, where, rows, winner, _gbytes(adopter, args, kwargs, interpreted), note, verbose)
     if source == "search" and selection.margin is not None:
         band = f"{selection.noise:.1%}" if selection.noise is not None else "?"
