@@ -226,6 +226,17 @@ def _report_adopter(example, configs=lambda **named: [fat.Config(BLOCK=4)]):
                        compile_spec=lambda shape, dtype, config: (None, {}, {}))
 
 
+def _recording_example(built, fill):
+    """An ``example`` that builds x with ``torch.<fill>`` and records each device it is asked for."""
+    torch = pytest.importorskip("torch")
+
+    def example(shape, dtype, device):
+        built.append(device)
+        return (getattr(torch, fill)(shape, dtype=torch.bfloat16, device=device),), {}
+
+    return example
+
+
 def _data_dependent_configs(x, **named):
     """A space read from the data (``.item()``): it cannot be evaluated on torch's meta device."""
     return [fat.Config(BLOCK=4 if float(x.float().abs().sum().item()) >= 0 else 8)]
@@ -240,13 +251,8 @@ def report_pm(pm, monkeypatch):
 
 
 def test_report_refuses_a_shape_whose_inputs_cannot_fit_before_allocating(report_pm, capsys):
-    torch = pytest.importorskip("torch")
     built = []
-
-    def example(shape, dtype, device):
-        built.append(device)
-        return (torch.empty(shape, dtype=torch.bfloat16, device=device),), {}
-
+    example = _recording_example(built, "empty")
     report_pm.register_adopter(_report_adopter(example, configs=_data_dependent_configs))
     status, out, err = run(capsys, "report", "big", "--target", "sm_90", "--shape", "100000000x100000000")
     assert status == 2 and out == ""
@@ -257,13 +263,8 @@ def test_report_refuses_a_shape_whose_inputs_cannot_fit_before_allocating(report
 
 
 def test_report_evaluates_a_space_of_shapes_on_meta_so_any_shape_is_reported(report_pm, capsys):
-    torch = pytest.importorskip("torch")
     built = []
-
-    def example(shape, dtype, device):
-        built.append(device)
-        return (torch.empty(shape, dtype=torch.bfloat16, device=device),), {}
-
+    example = _recording_example(built, "empty")
     report_pm.register_adopter(_report_adopter(example))
     status, out, err = run(capsys, "report", "big", "--target", "sm_90", "--shape", "100000000x100000000")
     assert status == 0, err
@@ -273,13 +274,8 @@ def test_report_evaluates_a_space_of_shapes_on_meta_so_any_shape_is_reported(rep
 
 
 def test_report_evaluates_a_data_dependent_space_on_the_cpu(report_pm, capsys):
-    torch = pytest.importorskip("torch")
     built = []
-
-    def example(shape, dtype, device):
-        built.append(device)
-        return (torch.ones(shape, dtype=torch.bfloat16, device=device),), {}
-
+    example = _recording_example(built, "ones")
     report_pm.register_adopter(_report_adopter(example, configs=_data_dependent_configs))
     status, out, err = run(capsys, "report", "big", "--target", "sm_90", "--shape", "4x8")
     assert status == 0, err
