@@ -322,8 +322,17 @@ def test_import_refuses_winners_the_adopter_would_never_run(pm, capsys, tmp_path
                                     created=1.0, timing_key="t") for i, c in enumerate([good] + bad)]
     path = tmp_path / "pack.json"
     path.write_text(store_mod.dump_pack(entries))
+    status, out, err = run(capsys, "import", str(path), "--strict")
+    assert status == 1 and store_mod.get_store().entries("rmsnorm") == []  # --strict: nothing imported
+    assert out.count("refused: rmsnorm:") == 3
+    assert f"--strict: 3 entries of {path} refused (listed above); nothing imported" in err
     status, out, _ = run(capsys, "import", str(path))
     assert status == 0
     assert "add 1," in out and "skip 3" in out
     assert out.count("refused: rmsnorm:") == 3 and "may not set the launch stream" in out
     assert len(store_mod.get_store().entries("rmsnorm")) == 1
+    status, out, err = run(capsys, "import", str(path), "--strict", "--dry-run")
+    assert status == 1 and "nothing imported" in err  # a dry run says what --strict would do
+    path.write_text(store_mod.dump_pack(entries[:1]))
+    status, out, err = run(capsys, "import", str(path), "--strict")
+    assert status == 0 and "refused" not in out + err  # nothing refused: --strict imports as usual

@@ -25,6 +25,8 @@ def add_parser(sub) -> None:
     which.add_argument("--replace", action="store_true",
                        help="replace local winners even where the local one is newer and faster")
     which.add_argument("--keep", action="store_true", help="keep the store's own winner wherever both have one")
+    p.add_argument("--strict", action="store_true",
+                   help="change nothing and exit 1 if any entry is refused (a config its adopter would never run)")
 
 
 def run(args: argparse.Namespace) -> None:
@@ -49,6 +51,9 @@ def run(args: argparse.Namespace) -> None:
             plan = _evolve(plan, replaced=type(plan.replaced)(()),
                            kept=type(plan.kept)([*plan.kept, *plan.replaced]))
         _print_plan(plan, dry_run=args.dry_run)
+        if refused and args.strict:
+            raise CommandError(f"--strict: {plural(len(refused))} of {safe(args.file)} refused (listed above); "
+                               f"nothing imported")
         if args.dry_run:
             return
         n = _store.apply_import(the_store, plan)
