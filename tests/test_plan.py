@@ -108,6 +108,25 @@ def test_serial_plan_stores_winners_and_exports_one_pack(tmp_path, toy_on_path, 
     assert toy_on_path.launch.search_count == 6
 
 
+def test_a_key_with_one_candidate_is_single_not_search_and_its_winner_still_ships(tmp_path, toy_on_path):
+    from flyautotune.scale.runner import merge_into_store
+    from flyautotune.store import MemoryStore, get_store
+
+    plan = load_plan(write(tmp_path, GOOD + '\n[[tune]]\nadopter = "scale_one"\nshapes = ["4x8"]\ndtypes = ["fp32"]\n'))
+    result = run_serial(plan)
+    assert [r.source for r in result.results] == ["search"] * 6 + ["single"]
+    one = result.results[-1]
+    assert one.config["kwargs"] == {"BLOCK": 32} and one.ms is None and one.entry is not None
+    assert summary_table(result).splitlines()[-1].endswith("6 search, 1 single")
+    assert len(get_store().entries("scale_one")) == 1  # stored, untimed, as a forced selection stores it
+    n = write_pack(result, tmp_path / "winners.json")
+    assert n == 7
+    elsewhere = MemoryStore()
+    assert merge_into_store(result, elsewhere) == 7  # a Ray driver keeps the one-candidate winner too
+    again = run_serial(plan)
+    assert again.results[-1].source == "store"
+
+
 def test_budget_skips_keys_left(tmp_path):
     plan = load_plan(write(tmp_path, GOOD.replace("[options]\n", "[options]\nbudget_s = 0.000001\n")))
     result = run_serial(plan)

@@ -100,12 +100,13 @@ def tune_key(adopter: Any, key: PlanKey, device: str, force: bool = False) -> Ke
         return KeyResult(key, "error", seconds=time.perf_counter() - t0, error=f"{type(exc).__name__}: {exc}",
                          worker=str(os.getpid()))
     config = sel.config.to_dict() if sel.config.pre_hook is None else None
-    if sel.source == "search" and entry is not None:
+    timed = bool(sel.timings) or (entry is not None and bool(entry.timings))
+    if sel.source == "search" and entry is not None and timed:
         source = "search"
-    elif entry is not None:
-        source = "store"
+    elif sel.source == "search" or entry is None:
+        source = "single"  # one candidate fits: nothing was timed (a forced selection stores it untimed)
     else:
-        source = "single"
+        source = "store"
     timings = sel.timings or (entry.timings if entry is not None else ())
     return KeyResult(key, source, config, _best_ms(timings, config), time.perf_counter() - t0,
                      entry.to_pack_dict() if entry is not None else None, worker=str(os.getpid()))
@@ -217,12 +218,13 @@ def write_pack(result: PlanResult, path: Any) -> int:
 
 
 def merge_into_store(result: PlanResult, store: Any = None) -> int:
-    """Write the winners tuned elsewhere (source ``search``) into ``store`` (default:
-    this process's); returns how many were written."""
+    """Write the winners tuned elsewhere (source ``search``, or ``single`` where the only candidate was
+    stored) into ``store`` (default: this process's); returns how many were written."""
     from ..plugins import plugin_manager
 
     store = store if store is not None else plugin_manager().hook.flyautotune_store()
-    searched = {(r.entry["tuner"], r.entry["key"]) for r in result.results if r.source == "search" and r.entry}
+    searched = {(r.entry["tuner"], r.entry["key"]) for r in result.results
+                if r.source in ("search", "single") and r.entry}
     n = 0
     for e in result.entries():
         if (e.tuner, e.key) in searched:
