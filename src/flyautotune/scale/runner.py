@@ -100,14 +100,13 @@ def tune_key(adopter: Any, key: PlanKey, device: str, force: bool = False) -> Ke
         return KeyResult(key, "error", seconds=time.perf_counter() - t0, error=f"{type(exc).__name__}: {exc}",
                          worker=str(os.getpid()))
     config = sel.config.to_dict() if sel.config.pre_hook is None else None
-    timed = bool(sel.timings) or (entry is not None and bool(entry.timings))
-    if sel.source == "search" and entry is not None and timed:
+    timings = sel.timings or (entry.timings if entry is not None else ())
+    if sel.source == "search" and entry is not None and timings:
         source = "search"
     elif sel.source == "search" or entry is None:
         source = "single"  # one candidate fits: nothing was timed (a forced selection stores it untimed)
     else:
         source = "store"
-    timings = sel.timings or (entry.timings if entry is not None else ())
     return KeyResult(key, source, config, _best_ms(timings, config), time.perf_counter() - t0,
                      entry.to_pack_dict() if entry is not None else None, worker=str(os.getpid()))
 

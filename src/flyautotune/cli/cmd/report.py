@@ -39,7 +39,7 @@ def _target(text: str) -> Any:
 
 def run(args: argparse.Namespace) -> None:
     from ...devices import triton_interprets
-    from ...report import ReportError, resource_report
+    from ...report import ReportError, candidate_configs, resource_report
 
     if triton_interprets():
         interp = os.environ.get("TRITON_INTERPRET", "")
@@ -60,7 +60,10 @@ def run(args: argparse.Namespace) -> None:
     out_json = []
     for i, shape in enumerate(shapes):
         try:
-            rows = resource_report(adopter, shape, args.dtype, target, plugin_manager(), configs=spaces[shape])
+            configs = spaces[shape]
+            if configs is None:  # meta could not evaluate it: the CPU does, without trying meta again
+                configs = candidate_configs(adopter, shape, args.dtype, target, devices=("cpu",))
+            rows = resource_report(adopter, shape, args.dtype, target, plugin_manager(), configs=configs)
         except ReportError as exc:
             raise CommandError(str(exc)) from exc
         except (TypeError, ValueError) as exc:
