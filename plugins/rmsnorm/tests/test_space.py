@@ -43,6 +43,23 @@ def test_short_rows_on_cuda_try_both_cache_policies_with_16_byte_accesses(N):
         assert {c.kwargs["CACHE_POLICY"] for c in rocm_space(65536, N, ds)} == {0}  # unmeasured on ROCm
 
 
+@pytest.mark.parametrize("M,N,ds", [(65536, 128, "bf16"), (262144, 256, "bf16"), (64, 8, "fp32"), (8, 300, "bf16")])
+def test_rocm_short_rows_time_no_binary_twice(M, N, ds):
+    """On a 64-lane wavefront a 32-thread program runs as 64 lanes: the ROCm space names every short-row
+    program by the threads that run it, never below a wavefront, and its candidates cross-compile for
+    gfx942 to as many distinct binaries as there are candidates, so a search times no program twice."""
+    pytest.importorskip("triton.backends.amd")
+    from flyautotune.report import resource_report
+
+    target = fat.Target("rocm", "gfx942", 64)
+    space = rocm_space(M, N, ds)
+    assert min(c.kwargs["BLOCK_THREADS"] for c in space) == 64
+    assert default_config(M, N, ds, "rocm") in space
+    rows = resource_report(fat.plugin_manager().get_adopter("rmsnorm"), (M, N), ds, target, configs=space)
+    assert all(r.error is None for r in rows), [r.error for r in rows if r.error]
+    assert len({r.binary_sha256 for r in rows}) == len(space), [(str(r.config), r.binary_sha256[:12]) for r in rows]
+
+
 def test_rows_shorter_than_a_vector_still_get_a_choice():
     assert len(cuda_space(4096, 1, "bf16")) >= 2 and default_config(4096, 1, "bf16") in cuda_space(4096, 1, "bf16")
 

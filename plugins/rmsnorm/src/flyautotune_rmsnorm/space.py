@@ -56,8 +56,12 @@ from .factory import ELEMENT_SIZE, FEW_ROWS, SPLIT_CHOICES, VECTOR_BYTES, next_p
 
 KNOBS = ("BLOCK_THREADS", "ROWS_PER_PROGRAM", "CHUNK", "CACHE_POLICY", "PREFETCH", "SPLIT", "VEC", "COOP", "HOLD",
          "ASYNC")
-#: Rows of at most this many elements get one config and no search.
+#: Rows of at most this many elements take the short-row space (:func:`short_row_space`): rows per program,
+#: warps and access width.
 SMALL_N = 512
+#: Threads of one warp (CUDA) or wavefront (ROCm's CDNA GPUs, gfx90a-gfx950): the fewest a program of short
+#: rows gets, since ``num_warps = BLOCK_THREADS // warp size`` (at least 1) rounds fewer up to one of these.
+WAVEFRONT = {"cuda": 32, "rocm": 64}
 #: Longest padded row held in registers (32 fp32 values per thread at 1024 threads).
 MAX_REGISTER_ROW = 32768
 
@@ -103,25 +107,29 @@ def _unique(configs: list) -> list:
     return out
 
 
-def short_row_space(N: int, dtype_str: str) -> list:
+def short_row_space(N: int, dtype_str: str, warp: int = 32) -> list:
     """Rows of at most 512 elements: rows per program x warps x access width, 4-32 elements per thread.
 
     Short rows are many: what matters is bytes in flight per program and how many
     threads a row keeps busy, so the knobs trade rows per program against
-    16- or 8-byte accesses at 1-8 warps.
+    16- or 8-byte accesses at 1-8 warps. ``warp`` is the target's warp (wavefront) size: a tile sized for
+    fewer threads is named by the threads that run it (``num_warps`` rounds up to one 64-lane wavefront on
+    ROCm, so a 32-thread program builds the binary of its 64-thread twin, which is offered once), and a
+    tile whose lanes hold fewer bytes than one access is not offered with that access width.
     """
     npad = next_pow2(N)
     elem = ELEMENT_SIZE[dtype_str]
-    out = [small_config(N, dtype_str)]
+    out = [small_config(N, dtype_str, warp)]
     for vec in (16, 8):
         v = max(1, vec // elem)
         for per_thread in ((v, 2 * v) if vec == 16 else (v,)):
             for bt in (32, 64, 128, 256):
-                rows = per_thread * bt // npad
-                if 1 <= rows <= 64 and rows * npad == per_thread * bt:
-                    out.append(_cfg(bt, rows, policy=0, vec=vec))
+                rows, lanes = per_thread * bt // npad, max(bt, warp)
+                # a lane must hold a whole access: fewer bytes would only relabel an 8-byte config
+                if 1 <= rows <= 64 and rows * npad == per_thread * bt and rows * npad * elem >= vec * lanes:
+                    out.append(_cfg(lanes, rows, policy=0, vec=vec))
     if npad < 16 // elem:  # rows shorter than one vector: only rows per program matter
-        out += [_cfg(32, 32, policy=0), _cfg(64, 64, policy=0)]
+        out += [_cfg(max(32, warp), 32, policy=0), _cfg(max(64, warp), 64, policy=0)]
     return _unique(out)
 
 
@@ -206,12 +214,13 @@ def persist_configs(M: int, N: int, dtype_str: str) -> list:
     return out
 
 
-def small_config(N: int, dtype_str: str) -> fat.Config:
-    """The one config for short rows: several rows per program, 16-byte accesses."""
+def small_config(N: int, dtype_str: str, warp: int = 32) -> fat.Config:
+    """The one config for short rows: several rows per program, 16-byte accesses, at least a ``warp``
+    (the target's warp or wavefront size) of threads."""
     npad = next_pow2(N)
     vec = 16 // ELEMENT_SIZE[dtype_str]
     rows = max(1, min(64, 4096 // npad))
-    threads = max(32, min(256, rows * npad // (2 * vec)))
+    threads = max(warp, min(256, rows * npad // (2 * vec)))
     return _cfg(next_pow2(threads), rows, policy=0)
 
 
@@ -240,7 +249,7 @@ def default_config(M: int, N: int, dtype_str: str, backend: str = "cuda") -> fat
     """
     npad = next_pow2(N)
     if npad <= SMALL_N:
-        return small_config(N, dtype_str)
+        return small_config(N, dtype_str, WAVEFRONT.get(backend, 32))
     if backend == "rocm":
         split = rocm_split(M, N, dtype_str)
         if split:  # the two-launch split (ROCm has no one-launch form): partial sums, then normalize
@@ -513,7 +522,7 @@ ROCM_COMBOS = ((256, 0), (256, 1), (256, 2), (512, 0), (512, 2), (1024, 0), (102
 def rocm_space(M: int, N: int, dtype_str: str) -> list:
     npad = next_pow2(N)
     if npad <= SMALL_N:
-        return short_row_space(N, dtype_str)
+        return short_row_space(N, dtype_str, WAVEFRONT["rocm"])
     chunk = 8192 if npad > MAX_REGISTER_ROW else 0
     out = [_cfg(bt, 1, chunk, waves_per_eu=w) for bt, w in ROCM_COMBOS]
     # Split rows only for rows of 16 K and more: unmeasured on ROCm, so offered where the need is plainest.
