@@ -95,6 +95,30 @@ def test_report_command_prints_the_backends_column_names(pm, backend, adopter, c
     assert [line[at:at + len("fregs")].strip() for line in built] == ["10", "20"], (header, built)
 
 
+def test_report_names_the_candidates_that_build_one_binary_and_what_tells_them_apart(pm, backend, capsys):
+    """The fake backend's binary depends on BLOCK alone, so two num_warps of one BLOCK are one program: the
+    report lists them under their digest by the knob that changes nothing, and says what they share."""
+    space = [fat.Config(BLOCK=1, num_warps=2), fat.Config(BLOCK=1, num_warps=4), fat.Config(BLOCK=2, num_warps=2)]
+    tuned = fat.autotune(configs=space, key=["n"], name="twins")(_launch)
+    pm.register_adopter(fat.Adopter(
+        name="twins", tuner=tuned, entry=lambda x: tuned(x, len(x)), tuner_args=lambda x: ((x, len(x)), {}),
+        example=lambda shape, dtype, device: (([0.0] * shape[0],), {}),
+        compile_spec=lambda shape, dtype, config: ("kernel", {"X": "*fp32"}, {"SIZE": 1}, {})))
+    assert main(["report", "twins", "--target", "fk1", "--shape", "4"]) == 0
+    lines = capsys.readouterr().out.splitlines()
+    assert "3 of 3 candidates built 2 distinct binaries." in lines
+    at = lines.index("3 of 3 candidates built 2 distinct binaries.")
+    assert lines[at + 1:] == [
+        "Same binary, so a search times one program more than once (what differs between these configs changes "
+        "nothing on fk1):",
+        f"  {f'{1:064d}'[:12]}: num_warps=2 | num_warps=4 (both: BLOCK=1)"]
+
+
+def test_report_of_distinct_binaries_lists_no_twins(pm, backend, adopter, capsys):
+    assert main(["report", "rdemo", "--target", "fk1", "--shape", "4x8"]) == 0
+    assert "Same binary" not in capsys.readouterr().out
+
+
 def test_a_target_no_plugin_offers_lists_the_accepted_names(pm, backend, adopter, capsys):
     with pytest.raises(ValueError, match=r"'gfx1100' is not a supported target; accepted: fk1 \(NVIDIA sm_\* "
                                          r"targets come with flyautotune-cuda"):

@@ -167,3 +167,27 @@ def print_report(name: str, shape: tuple, dtype: str, target: Any, rows: list) -
     out(table(headers, cells, right=tuple(range(1, len(headers) - 1))))
     distinct = len({r.binary_sha256 for r in built})
     out(f"{len(built)} of {len(rows)} candidates built {distinct} distinct binar{'y' if distinct == 1 else 'ies'}.")
+    twins: dict = {}
+    for r in built:
+        if r.binary_sha256:
+            twins.setdefault(r.binary_sha256, []).append(r)
+    twins = {digest: same for digest, same in twins.items() if len(same) > 1}
+    if twins:  # what a search would time more than once: the knobs that tell them apart do nothing here
+        out(f"Same binary, so a search times one program more than once (what differs between these configs "
+            f"changes nothing on {target.arch}):")
+        for digest, same in twins.items():
+            out(f"  {digest[:12]}: {_what_differs([r.config for r in same])}")
+
+
+def _what_differs(configs: list) -> str:
+    """``VEC=8 | VEC=16 (both: BLOCK=64, ...)``: the names whose values tell ``configs`` apart, then the rest."""
+    flat = [{**c.kwargs, **c.hints} for c in configs]
+    names = sorted(set().union(*flat), key=str)
+    differ = [n for n in names if len({repr(f.get(n)) for f in flat}) > 1]
+    if not differ:  # configs equal by value (a pre_hook apart): say them whole
+        return " | ".join(config_text(c) for c in configs)
+    same = ", ".join(f"{n}={flat[0][n]}" for n in names if n not in differ and n in flat[0])
+    alike = "both" if len(configs) == 2 else "all"
+    return " | ".join(", ".join(f"{n}={f[n]}" if n in f else f"no {n}" for n in differ) for f in flat) + (
+        f" ({alike}: {same})" if same else "")
+
