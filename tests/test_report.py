@@ -114,8 +114,15 @@ def test_report_names_the_candidates_that_build_one_binary_and_what_tells_them_a
         f"  {f'{1:064d}'[:12]}: num_warps=2 | num_warps=4 (both: BLOCK=1)"]
 
 
+    # --distinct makes that an exit status for an adopter's CI, in both output forms
+    for form in ([], ["--json"]):
+        assert main(["report", "twins", "--target", "fk1", "--shape", "4", "--distinct", *form]) == 1
+        err = capsys.readouterr().err
+        assert "--distinct: candidates of 4 bf16 build the same binary on fk1" in err, err
+
+
 def test_report_of_distinct_binaries_lists_no_twins(pm, backend, adopter, capsys):
-    assert main(["report", "rdemo", "--target", "fk1", "--shape", "4x8"]) == 0
+    assert main(["report", "rdemo", "--target", "fk1", "--shape", "4x8", "--distinct"]) == 0
     assert "Same binary" not in capsys.readouterr().out
 
 

@@ -24,6 +24,9 @@ def add_parser(sub) -> None:
     p.add_argument("--shape", type=parse_shape, action="append", required=True, metavar="MxN")
     p.add_argument("--dtype", type=parse_dtype, default="bf16")
     p.add_argument("--json", action="store_true", help="print JSON rows instead of a table")
+    p.add_argument("--distinct", action="store_true",
+                   help="exit 1 if two candidates of a shape build the same binary (a search would time that code "
+                        "twice: the knobs that tell them apart change nothing on the target)")
 
 
 def _target(text: str) -> Any:
@@ -57,7 +60,7 @@ def run(args: argparse.Namespace) -> None:
     for shape in shapes:
         if spaces[shape] is None:
             _check_host_memory(adopter, shape, args.dtype)
-    out_json = []
+    out_json, twinned = [], []
     for i, shape in enumerate(shapes):
         try:
             configs = spaces[shape]
@@ -75,6 +78,8 @@ def run(args: argparse.Namespace) -> None:
             raise UsageError(f"argument --shape: {shape_text(shape)} is too large: building its "
                              f"{args.dtype} inputs on the CPU failed ({first_line(exc)}); use a smaller "
                              f"shape") from None
+        if twins(rows):
+            twinned.append(shape_text(shape))
         if args.json:
             out_json.append({"adopter": adopter.name, "shape": list(shape), "dtype": args.dtype,
                              "target": target.to_dict(), "candidates": [r.to_dict() for r in rows]})
@@ -84,6 +89,18 @@ def run(args: argparse.Namespace) -> None:
         print_report(adopter.name, shape, args.dtype, target, rows)
     if args.json:
         out(json.dumps(out_json, indent=2, default=repr))
+    if args.distinct and twinned:
+        raise CommandError(f"--distinct: candidates of {', '.join(twinned)} {args.dtype} build the same binary on "
+                           f"{target.arch} ({'they share a binary_sha256 above' if args.json else 'listed above, by what tells them apart'})")
+
+
+def twins(rows: list) -> dict:
+    """``{sha256: [rows]}`` of the binaries that more than one built candidate compiled to."""
+    by_digest: dict = {}
+    for r in rows:
+        if not r.error and r.binary_sha256:
+            by_digest.setdefault(r.binary_sha256, []).append(r)
+    return {digest: same for digest, same in by_digest.items() if len(same) > 1}
 
 
 def _is_allocation_error(exc: BaseException) -> bool:
@@ -167,15 +184,11 @@ def print_report(name: str, shape: tuple, dtype: str, target: Any, rows: list) -
     out(table(headers, cells, right=tuple(range(1, len(headers) - 1))))
     distinct = len({r.binary_sha256 for r in built})
     out(f"{len(built)} of {len(rows)} candidates built {distinct} distinct binar{'y' if distinct == 1 else 'ies'}.")
-    twins: dict = {}
-    for r in built:
-        if r.binary_sha256:
-            twins.setdefault(r.binary_sha256, []).append(r)
-    twins = {digest: same for digest, same in twins.items() if len(same) > 1}
-    if twins:  # what a search would time more than once: the knobs that tell them apart do nothing here
+    same_binary = twins(rows)
+    if same_binary:  # what a search would time more than once: the knobs that tell them apart do nothing here
         out(f"Same binary, so a search times one program more than once (what differs between these configs "
             f"changes nothing on {target.arch}):")
-        for digest, same in twins.items():
+        for digest, same in same_binary.items():
             out(f"  {digest[:12]}: {_what_differs([r.config for r in same])}")
 
 
