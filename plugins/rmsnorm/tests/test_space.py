@@ -49,6 +49,7 @@ def test_rocm_short_rows_time_no_binary_twice(M, N, ds):
     program by the threads that run it, never below a wavefront, and its candidates cross-compile for
     gfx942 to as many distinct binaries as there are candidates, so a search times no program twice."""
     pytest.importorskip("triton.backends.amd")
+    pytest.importorskip("flyautotune_rocm.report")  # the plugin that compiles reports for gfx targets
     from flyautotune.report import resource_report
 
     target = fat.Target("rocm", "gfx942", 64)
