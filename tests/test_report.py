@@ -112,8 +112,6 @@ def test_report_names_the_candidates_that_build_one_binary_and_what_tells_them_a
         "Same binary, so a search times one program more than once (what differs between these configs changes "
         "nothing on fk1):",
         f"  {f'{1:064d}'[:12]}: num_warps=2 | num_warps=4 (both: BLOCK=1)"]
-
-
     # --distinct makes that an exit status for an adopter's CI, in both output forms
     for form in ([], ["--json"]):
         assert main(["report", "twins", "--target", "fk1", "--shape", "4", "--distinct", *form]) == 1

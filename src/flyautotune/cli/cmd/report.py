@@ -90,8 +90,9 @@ def run(args: argparse.Namespace) -> None:
     if args.json:
         out(json.dumps(out_json, indent=2, default=repr))
     if args.distinct and twinned:
+        where = "they share a binary_sha256 above" if args.json else "listed above, by what tells them apart"
         raise CommandError(f"--distinct: candidates of {', '.join(twinned)} {args.dtype} build the same binary on "
-                           f"{target.arch} ({'they share a binary_sha256 above' if args.json else 'listed above, by what tells them apart'})")
+                           f"{target.arch} ({where})")
 
 
 def twins(rows: list) -> dict:
@@ -203,4 +204,3 @@ def _what_differs(configs: list) -> str:
     alike = "both" if len(configs) == 2 else "all"
     return " | ".join(", ".join(f"{n}={f[n]}" if n in f else f"no {n}" for n in differ) for f in flat) + (
         f" ({alike}: {same})" if same else "")
-
