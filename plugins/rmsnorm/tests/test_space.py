@@ -210,6 +210,24 @@ spills_on_triton_38 = pytest.mark.xfail(__import__("importlib.metadata").metadat
                                         reason="Triton 3.8 spills this config outside the space (NOTES.md)")
 
 
+@pytest.mark.parametrize("target", [pytest.param(fat.Target("cuda", "sm_90", 32), marks=needs_ptxas),
+                                    fat.Target("rocm", "gfx942", 64)], ids=["sm_90", "gfx942"])
+@pytest.mark.parametrize("N,ds", [(4, "bf16"), (3, "fp16"), (2, "fp32"), (1, "fp32")])
+def test_rows_shorter_than_a_vector_offer_each_binary_once(target, N, ds):
+    """A row within one 16-byte access builds the same binary at either access width, so such rows are
+    offered each (threads, rows per program) once: as many binaries as candidates, on both backends."""
+    from flyautotune.report import resource_report
+
+    if target.backend == "rocm":
+        pytest.importorskip("triton.backends.amd")
+        pytest.importorskip("flyautotune_rocm.report")
+    space = (cuda_space if target.backend == "cuda" else rocm_space)(65536, N, ds)
+    assert len(space) >= 2 and default_config(65536, N, ds, target.backend) in space
+    rows = resource_report(fat.plugin_manager().get_adopter("rmsnorm"), (65536, N), ds, target, configs=space)
+    assert all(r.error is None for r in rows), [r.error for r in rows if r.error]
+    assert len({r.binary_sha256 for r in rows}) == len(space), [(str(r.config), r.binary_sha256[:12]) for r in rows]
+
+
 def _sm90(M: int, N: int, ds: str, cfg, **overrides) -> tuple:
     """``(compiled kernel, constexprs, extra)``: ``api.compile_spec``'s kernel of ``cfg`` cross-compiled for
     sm_90, every pointer argument 16-byte aligned (the pointers lead the signature). ``overrides`` replace

@@ -120,6 +120,9 @@ def short_row_space(N: int, dtype_str: str, warp: int = 32) -> list:
     npad = next_pow2(N)
     elem = ELEMENT_SIZE[dtype_str]
     out = [small_config(N, dtype_str, warp)]
+    tiny = npad < 16 // elem  # rows shorter than one vector: only rows per program matter
+    if tiny:
+        out += [_cfg(max(32, warp), 32, policy=0), _cfg(max(64, warp), 64, policy=0)]
     for vec in (16, 8):
         v = max(1, vec // elem)
         for per_thread in ((v, 2 * v) if vec == 16 else (v,)):
@@ -128,8 +131,10 @@ def short_row_space(N: int, dtype_str: str, warp: int = 32) -> list:
                 # a lane must hold a whole access: fewer bytes would only relabel an 8-byte config
                 if 1 <= rows <= 64 and rows * npad == per_thread * bt and rows * npad * elem >= vec * lanes:
                     out.append(_cfg(lanes, rows, policy=0, vec=vec))
-    if npad < 16 // elem:  # rows shorter than one vector: only rows per program matter
-        out += [_cfg(max(32, warp), 32, policy=0), _cfg(max(64, warp), 64, policy=0)]
+    if tiny:  # a row within one access: the access width builds no other binary (sm_90 and gfx942)
+        seen: set = set()
+        out = [c for c in out if not ((c.kwargs["BLOCK_THREADS"], c.kwargs["ROWS_PER_PROGRAM"]) in seen
+                                      or seen.add((c.kwargs["BLOCK_THREADS"], c.kwargs["ROWS_PER_PROGRAM"])))]
     return _unique(out)
 
 
