@@ -132,9 +132,10 @@ def short_row_space(N: int, dtype_str: str, warp: int = 32) -> list:
                 if 1 <= rows <= 64 and rows * npad == per_thread * bt and rows * npad * elem >= vec * lanes:
                     out.append(_cfg(lanes, rows, policy=0, vec=vec))
     if tiny:  # a row within one access: the access width builds no other binary (sm_90 and gfx942)
-        seen: set = set()
-        out = [c for c in out if not ((c.kwargs["BLOCK_THREADS"], c.kwargs["ROWS_PER_PROGRAM"]) in seen
-                                      or seen.add((c.kwargs["BLOCK_THREADS"], c.kwargs["ROWS_PER_PROGRAM"])))]
+        first = {}
+        for c in out:
+            first.setdefault((c.kwargs["BLOCK_THREADS"], c.kwargs["ROWS_PER_PROGRAM"]), c)
+        out = list(first.values())
     return _unique(out)
 
 
