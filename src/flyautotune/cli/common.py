@@ -130,7 +130,8 @@ def table(headers: Sequence[str], rows: Sequence[Sequence[Any]], right: Sequence
     text (a failure, say): its last cell runs on from its column and sets no column's width."""
     n = len(headers)
     cells = [[safe(h) for h in headers]] + [[("" if c is None else safe(c)) for c in r] for r in rows]
-    widths = [max([len(r[i]) for r in cells if i < len(r) and (len(r) >= n or i < len(r) - 1)]) for i in range(n)]
+    columns = [r if len(r) >= n else r[:-1] for r in cells]  # a short row's last cell sets no width
+    widths = [max(len(r[i]) for r in columns if i < len(r)) for i in range(n)]
     lines = []
     for r in cells:
         free = len(r) < n
