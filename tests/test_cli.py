@@ -252,7 +252,10 @@ def test_tune_reuses_the_stored_winner_and_force_searches_again(cli):
     again = cli("tune", "clidemo", "--shape", "2x8", "--device", "cpu")
     assert "winner from the store" in ok(again)
     assert "candidate 1 of" not in again.stderr
-    assert _table_rows(again.stdout)["BLOCK=4"].startswith("*")  # the stored timings, shown again
+    rows = _table_rows(again.stdout)
+    assert rows["BLOCK=4"].startswith("*")  # the stored timings, shown again
+    assert "BLOCK=1 (default)" in rows["BLOCK=1"]  # with the default marked, as the search showed it
+    assert sum("(default)" in line for line in rows.values()) == 1
     forced = cli("tune", "clidemo", "--shape", "2x8", "--device", "cpu", "--force")
     assert "searched 4 candidates" in ok(forced)
     assert "candidate 4 of 4" in forced.stderr

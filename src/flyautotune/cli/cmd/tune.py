@@ -217,6 +217,7 @@ def tune_shape(adopter: Any, shape: tuple, dtype: str, device: str, force: bool,
         entry = store().get(tuner.name, selection.key)
         rows = [dict(t) for t in entry.timings] if entry is not None and entry.timings else \
             [{"config": winner, "ms": None, "error": None}]
+        _mark_default(tuner, targs, tkwargs, rows)  # stored timings do not say which row was the default
         note = "winner from the store (tuned earlier; --force searches again)"
     elif source == "pack":
         rows = [{"config": winner, "ms": None, "error": None}]
@@ -244,6 +245,20 @@ def tune_shape(adopter: Any, shape: tuple, dtype: str, device: str, force: bool,
     return Panel(f"{label} on {where}", [
         Bar(config_text(r["config"]), r.get("ms"), _same(r["config"], winner)) for r in _sorted_rows(rows)
     ])
+
+
+def _mark_default(tuner: Any, args: tuple, kwargs: dict, rows: list) -> None:
+    """Mark the row of the tuner's default for these arguments, as a search's own rows are marked."""
+    from ...tuning.lookup import default_config
+
+    try:
+        default = default_config(tuner, tuner.sig.bind(args, kwargs))
+    except Exception as exc:  # the mark is a courtesy: a default that cannot be built costs it, not the table
+        log.debug("%s: no default to mark: %s", tuner.name, exc)
+        return
+    if default is not None:
+        for r in rows:
+            r["default"] = _same(r["config"], default.to_dict())
 
 
 def _time_once(adopter: Any, args: tuple, kwargs: dict, device: str) -> dict:
