@@ -256,6 +256,36 @@ def test_a_long_error_is_cut_in_the_table_and_given_in_full_below(capsys):
     assert "    second line of the error" in capsys.readouterr().out
 
 
+def test_a_candidate_the_search_skipped_reads_skipped_not_failed(capsys):
+    from flyautotune.cli.cmd.tune import print_result
+
+    why = "skipped: same build as BLOCK=1 (precompile named both builds alike)"
+    rows = [{"config": {"kwargs": {"BLOCK": 1}, "compile_hints": {}}, "ms": 1.0, "error": None},
+            {"config": {"kwargs": {"BLOCK": 2}, "compile_hints": {}}, "ms": None, "error": why},
+            {"config": {"kwargs": {"BLOCK": 3}, "compile_hints": {}}, "ms": None, "error": "ValueError: no"}]
+    print_result("demo 2x8 bf16", "cpu", rows, rows[0]["config"], None, "searched 3 candidates")
+    out = capsys.readouterr().out
+    lines = {line.split()[0]: line for line in out.splitlines() if line.startswith("   BLOCK=")}
+    assert lines["BLOCK=2"].split()[1] == "skipped" and lines["BLOCK=3"].split()[1] == "failed"
+    below = out.split("skipped candidates:\n", 1)[1]  # the message is longer than its cell: given in full
+    assert below.startswith(f"  BLOCK=2: {why}")
+    assert "failed candidates:" not in out  # BLOCK=3's error fits its cell
+
+
+def test_progress_counts_skipped_candidates_apart_from_failed_ones():
+    stream = io.StringIO()
+    progress = Progress("demo 2x8 bf16", stream=stream, tty=False)
+    progress({"event": "search_start", "candidates": 3})
+    for i, error in enumerate([None, "skipped: same build as BLOCK=1 (...)", "ValueError: no"], 1):
+        progress({"event": "candidate", "index": i, "total": 3, "ms": None if error else 1.0, "error": error,
+                  "reused": False, "config": {"kwargs": {"BLOCK": i}, "compile_hints": {}}})
+    progress({"event": "search_end", "duration_s": 0.25})
+    lines = stream.getvalue().splitlines()
+    assert "[BLOCK=2] skipped: same build as BLOCK=1 (...) (elapsed " in lines[2]
+    assert "[BLOCK=3] failed: ValueError: no (elapsed " in lines[3]
+    assert lines[4] == "demo 2x8 bf16: searched 3 candidates in 0.2 s, 1 failed, 1 skipped"
+
+
 # -- progress on the tuning-event hook ----------------------------------------------------------
 
 

@@ -246,6 +246,39 @@ def test_candidates_compile_ahead_in_a_pool_with_their_hints_and_target(pm, coun
         fat.autotune(configs=[fat.Config(B=1)], precompile=3)(lambda B=None: B)
 
 
+def test_candidates_whose_builds_precompile_names_alike_are_timed_once(pm, caplog):
+    # B=2 builds the default's program and B=4 builds B=3's (a knob the compiler ignores): timing the twins
+    # again would only let noise pick one. Their made-up times here would win, so a timed twin shows.
+    bench = FixedTimes({1: [1.0], 2: [0.5], 3: [0.8], 4: [0.4]})
+    pm.register(bench)
+    names = {1: "build-a", 2: "build-a", 3: "build-b", 4: "build-b"}
+    launch = tuner(pm, "d_twins", space=(1, 2, 3, 4), precompile=lambda config, **_: names[config.kwargs["B"]])
+    with caplog.at_level("INFO", logger="flyautotune"):
+        sel = launch.select(torch.zeros(2), 2, force=True)
+    assert sel.config == fat.Config(B=3)
+    assert 2 not in bench.calls and 4 not in bench.calls
+    rows = {r["config"]["kwargs"]["B"]: r for r in sel.timings}
+    assert rows[2]["ms"] is None and rows[2]["error"].startswith("skipped: same build as B=1 ")
+    assert rows[4]["ms"] is None and rows[4]["error"].startswith("skipped: same build as B=3 ")
+    assert rows[1]["ms"] == 1.0 and rows[3]["ms"] == 0.8
+    assert "same build as B=3" in caplog.text
+    # the stored timings keep why the twin has no time
+    stored = {t["config"]["kwargs"]["B"]: t for t in launch.store().get("d_twins", sel.key).timings}
+    assert stored[4]["error"] == rows[4]["error"]
+
+
+def test_what_precompile_returns_other_than_a_string_names_no_build(pm):
+    # a compiled-kernel object, a dict, None: nothing says two of them are the same program, so all are timed
+    bench = FixedTimes({1: [1.0], 2: [0.9], 3: [0.8]})
+    pm.register(bench)
+    shared = object()
+    returns = {1: shared, 2: shared, 3: None}
+    sel = tuner(pm, "d_no_names", precompile=lambda config, **_: returns[config.kwargs["B"]]).select(
+        torch.zeros(2), 2, force=True)
+    assert sorted(set(bench.calls)) == [1, 2, 3] and sel.config == fat.Config(B=3)
+    assert all(r["error"] is None for r in sel.timings)
+
+
 def test_a_three_percent_win_is_kept_at_a_realistic_spread(pm):
     # graph timings of a small kernel: replays spread by 3%, 20 of them per measurement, rounds within 0.5%
     class Spread(FixedTimes):

@@ -59,7 +59,7 @@ class Progress:
         self.tick_s = tick_s
         self.total = 0
         self.done = 0
-        self.failed = 0
+        self.failed = self.skipped = 0
         self.started: Optional[float] = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -96,7 +96,7 @@ class Progress:
 
     def _start(self, total: int) -> None:
         with self._lock:
-            self.total, self.done, self.failed = total, 0, 0
+            self.total, self.done, self.failed, self.skipped = total, 0, 0, 0
             self.started = time.perf_counter()
             if self.tty:
                 self._draw(f"candidate 1 of {total}")
@@ -113,14 +113,17 @@ class Progress:
             self.done = int(event.get("index") or self.done + 1)
             self.total = int(event.get("total") or self.total)
             error = event.get("error")
-            if error:
+            skipped = bool(error) and str(error).startswith("skipped:")  # not run: nothing failed
+            if skipped:
+                self.skipped += 1
+            elif error:
                 self.failed += 1
             if self.tty:
                 nxt = min(self.done + 1, self.total)
                 self._draw(f"candidate {nxt} of {self.total}" if self.done < self.total else "finishing")
                 return
             ms = event.get("ms")
-            result = f"failed: {_one_line(error)}" if error else f"{ms:.4f} ms"
+            result = _one_line(error) if skipped else f"failed: {_one_line(error)}" if error else f"{ms:.4f} ms"
             if event.get("reused") and not error:
                 result += " (stored timing)"
             self._write(f"{self.label}: candidate {self.done} of {self.total} "
@@ -133,7 +136,8 @@ class Progress:
             duration = event.get("duration_s")
             took = seconds(duration if isinstance(duration, (int, float)) else self._elapsed())
             failed = f", {self.failed} failed" if self.failed else ""
-            self._write(f"{self.label}: searched {self.total} candidates in {took}{failed}\n")
+            skipped = f", {self.skipped} skipped" if self.skipped else ""
+            self._write(f"{self.label}: searched {self.total} candidates in {took}{failed}{skipped}\n")
 
     # -- drawing -----------------------------------------------------------------------
     def _elapsed(self) -> float:

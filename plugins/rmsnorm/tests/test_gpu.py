@@ -358,6 +358,30 @@ def test_forced_search_on_the_gpu_picks_from_the_space(monkeypatch):
     assert tuned_launch.last_source == "memory"
 
 
+def test_a_search_on_the_gpu_times_one_binary_once():
+    """precompile names each build (the binary, its grid and launch): at 64 x 4 bf16 the row is one access
+    at VEC=16 or VEC=8, the same binary, so a search over both times only the first; other threads are
+    another binary, timed. The winner still runs right."""
+    from flyautotune_rmsnorm import api
+
+    M, N = 64, 4
+    base = default_config(M, N, "bf16")
+    space = [base, fat.Config(**dict(base.kwargs, VEC=8)),
+             fat.Config(**dict(base.kwargs, BLOCK_THREADS=2 * base.kwargs["BLOCK_THREADS"]))]
+    tuner = fat.autotune(configs=space, key=["M", "N", "dtype"], name="rmsnorm_gpu_twins",
+                         default=lambda **_: base, precompile=api.precompile, restore_value=["x"])(api.launch)
+    x, w = _inputs(M, N, torch.bfloat16)
+    y = torch.full_like(x, float("nan"))
+    sel = tuner.select(x, w, y, M, N, "bf16", 1e-6, N, N, force=True)
+    rows = {r["config"]["kwargs"]["VEC"] * 1000 + r["config"]["kwargs"]["BLOCK_THREADS"]: r for r in sel.timings}
+    twin = rows[8000 + base.kwargs["BLOCK_THREADS"]]
+    assert twin["ms"] is None and twin["error"].startswith("skipped: same build as ")
+    assert all(r["ms"] is not None for k, r in rows.items() if r is not twin)
+    tuner(x, w, y, M, N, "bf16", 1e-6, N, N)
+    torch.cuda.synchronize()
+    _check(y, x, w)
+
+
 def test_target_and_hints_on_the_gpu():
     assert fat.target_for(torch.device("cuda")) == fat.Target(
         "cuda", "sm_%d%d" % torch.cuda.get_device_capability(), 32)

@@ -242,6 +242,41 @@ def _sm90(M: int, N: int, ds: str, cfg, **overrides) -> tuple:
     return k, consts, extra
 
 
+@pytest.mark.parametrize("target", [pytest.param(fat.Target("cuda", "sm_90", 32), marks=needs_ptxas),
+                                    fat.Target("rocm", "gfx942", 64)], ids=["sm_90", "gfx942"])
+def test_build_name_is_the_same_for_one_binary_and_differs_for_another(target):
+    """What ``precompile`` returns to a search (the GPU path names its build with the same call): a row of 4
+    bf16 elements is one 8-byte access at ``VEC=16`` or ``VEC=8``, the same binary; so is a 32-thread
+    program on a 64-lane wavefront and a 64-thread one. More threads (warps) or fewer rows per program are
+    another program. The split rows run more than one binary and name none."""
+    import triton
+    from triton.backends.compiler import GPUTarget
+
+    from flyautotune_rmsnorm.factory import build_name
+
+    if target.backend == "rocm":
+        pytest.importorskip("triton.backends.amd")
+    base, M = default_config(64, 4, "bf16"), 64
+
+    def name(**kw):
+        cfg = fat.Config(**dict(base.kwargs, **kw))
+        kernel, sig, consts, extra = api.compile_spec((M, 4), "bf16", cfg, target=target)
+        attrs = {(i,): [["tt.divisibility", 16]] for i, t in enumerate(sig.values()) if t.startswith("*")}
+        k = triton.compile(triton.compiler.ASTSource(kernel, sig, consts, attrs), options=extra["options"],
+                           target=GPUTarget("cuda", 90, 32) if target.backend == "cuda" else
+                           GPUTarget("hip", target.arch, 64))
+        return build_name(make_launcher(4, "bf16", **cfg.kwargs), k, M)
+
+    assert name(VEC=16) == name(VEC=8) and name(VEC=16).startswith("sha256=")
+    assert name(ROWS_PER_PROGRAM=32) != name(ROWS_PER_PROGRAM=64)
+    if target.warp_size == 64:
+        assert name(BLOCK_THREADS=32) == name(BLOCK_THREADS=64) != name(BLOCK_THREADS=128)
+    else:
+        assert name(BLOCK_THREADS=32) != name(BLOCK_THREADS=64)
+    split = split_configs(1, 65536, "bf16")[0]
+    assert build_name(make_launcher(65536, "bf16", **split.kwargs), object(), 1) is None
+
+
 def _stack_and_local(k, name: str) -> tuple:
     """``((stack bytes, local bytes), report)`` of a cross-compiled kernel, from cuobjdump's resource usage."""
     import re

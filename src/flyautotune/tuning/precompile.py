@@ -35,14 +35,20 @@ class Precompiler:
             self.futures[id(cand)] = self.pool.submit(context.launch_with, plan.layers, plan.launch,
                                                       self.precompile, (cand.config,), self.named)
 
-    def wait(self, cand: Any) -> None:
-        """Block until ``cand`` is compiled; a failure here is left for the timed run to report."""
+    def wait(self, cand: Any) -> Optional[str]:
+        """Block until ``cand`` is compiled; a failure here is left for the timed run to report.
+
+        :returns: what ``precompile`` returned when it is a string (the build's identity: candidates
+            whose builds are named alike run the same code), else None."""
         future: Optional[Future] = self.futures.get(id(cand))
-        if future is not None:
-            try:
-                future.result()
-            except Exception as exc:
-                log.debug("%s: precompile of %s failed: %s", self.name, cand.config, exc)
+        if future is None:
+            return None
+        try:
+            built = future.result()
+        except Exception as exc:
+            log.debug("%s: precompile of %s failed: %s", self.name, cand.config, exc)
+            return None
+        return built if isinstance(built, str) and built else None
 
     def stop(self) -> None:
         if self.pool is not None:

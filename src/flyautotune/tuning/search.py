@@ -43,6 +43,9 @@ CUTOFF = 3.0
 FIRST_PASS_SHARE = 0.5
 #: ... but never fewer timed replays (launches) than this.
 MIN_FIRST_PASS_REP = 5
+#: A candidate whose build ``precompile`` names like an earlier one's is not timed; its row's error says
+#: ``skipped: same build as <config> ...``.
+SAME_BUILD = "same build as"
 
 
 def first_pass_rep(rep: int) -> int:
@@ -72,6 +75,7 @@ class Search:
         failures = store.get_failures(tuner.name, key) if callable(getattr(store, "get_failures", None)) else {}
         self.crashed = {cj for cj, err in failures.items() if resume.crashed(str(err))}
         self.precompiler: Optional[Precompiler] = None
+        self.built: dict = {}  # what precompile named each timed build -> the candidate timed for it
         self.t0 = time.perf_counter()
         cands = [Candidate(c, c == default) for c in configs]
         if default is not None and not any(c.is_default for c in cands):
@@ -242,9 +246,14 @@ class Search:
             self._warming.join()
             self._warming = None
 
-    def wait_compiled(self, cand: Candidate) -> None:
-        if self.precompiler is not None:
-            self.precompiler.wait(cand)
+    def wait_compiled(self, cand: Candidate) -> Optional[Candidate]:
+        """Wait for ``cand``'s build; returns the candidate timed earlier whose build ``precompile``
+        named alike (the same code: timing it again would only add noise), else None."""
+        built = self.precompiler.wait(cand) if self.precompiler is not None else None
+        if built is None:
+            return None
+        first = self.built.setdefault(built, cand)
+        return None if first is cand else first
 
     def first_pass(self) -> None:
         total = len(self.cands)
@@ -258,28 +267,32 @@ class Search:
                 cand.error = resume.CRASHED.replace("crashed:", "skipped: it crashed an earlier search:", 1)
                 log.warning("%s: candidate %d/%d %s %s", self.t.name, i, total, cand.config, cand.error)
                 continue
-            try:
-                if prior is not None:
-                    cand.measurement, cand.reused = Measurement(prior), True
-                else:
-                    self.wait_compiled(cand)
-                    self._record(cand, running=True)
-                    self.prepare_check()
-                    held: list = []
-                    cand.measurement = self.measure(cand, cutoff_ms=None if best is None else best * CUTOFF,
-                                                    result=held, rep=first_pass_rep(self.t.rep))
-                    problem = self.check(cand, held[-1] if held else None)
-                    if problem is not None:
-                        cand.measurement = None
-                        raise _Rejected(f"rejected: {problem}")
-                cand.samples.append(cand.measurement.ms)
-                best = cand.ms if best is None else min(best, cand.ms)
-                log.info("%s: candidate %d/%d %s: %.4f ms (%s)%s", self.t.name, i, total, cand.config, cand.ms,
-                         cand.measurement.method or "timed", " (stored timing)" if cand.reused else "")
-            except Exception as exc:  # a failing candidate is reported and skipped
-                cand.error = str(exc) if isinstance(exc, _Rejected) else f"{type(exc).__name__}: {exc}"
-                cand.exc = exc
-                log.warning("%s: candidate %d/%d %s failed: %s", self.t.name, i, total, cand.config, cand.error)
+            twin = None if prior is not None else self.wait_compiled(cand)
+            if twin is not None:  # the same code as a candidate timed already
+                cand.error = f"skipped: {SAME_BUILD} {twin.config} (precompile named both builds alike)"
+                log.info("%s: candidate %d/%d %s %s", self.t.name, i, total, cand.config, cand.error)
+            else:
+                try:
+                    if prior is not None:
+                        cand.measurement, cand.reused = Measurement(prior), True
+                    else:
+                        self._record(cand, running=True)
+                        self.prepare_check()
+                        held: list = []
+                        cand.measurement = self.measure(cand, cutoff_ms=None if best is None else best * CUTOFF,
+                                                        result=held, rep=first_pass_rep(self.t.rep))
+                        problem = self.check(cand, held[-1] if held else None)
+                        if problem is not None:
+                            cand.measurement = None
+                            raise _Rejected(f"rejected: {problem}")
+                    cand.samples.append(cand.measurement.ms)
+                    best = cand.ms if best is None else min(best, cand.ms)
+                    log.info("%s: candidate %d/%d %s: %.4f ms (%s)%s", self.t.name, i, total, cand.config, cand.ms,
+                             cand.measurement.method or "timed", " (stored timing)" if cand.reused else "")
+                except Exception as exc:  # a failing candidate is reported and skipped
+                    cand.error = str(exc) if isinstance(exc, _Rejected) else f"{type(exc).__name__}: {exc}"
+                    cand.exc = exc
+                    log.warning("%s: candidate %d/%d %s failed: %s", self.t.name, i, total, cand.config, cand.error)
             if not cand.reused:
                 self._record(cand)
             self._emit("candidate", index=i, total=total, config=config_repr(cand.config), ms=cand.ms,

@@ -263,15 +263,18 @@ def _run(launcher, x, weight, out, M, sx, sy, eps, stream):
     return out
 
 
-def precompile(config: fat.Config, x, weight, out, M, N, dtype, eps, sx, sy, **_: Any) -> None:
+def precompile(config: fat.Config, x, weight, out, M, N, dtype, eps, sx, sy, **_: Any) -> Optional[str]:
     """``precompile=`` of the tuner: build a candidate's binary without launching it (a search runs this
-    in a thread pool for every candidate, with the candidate's hints and target current)."""
+    in a thread pool for every candidate, with the candidate's hints and target current). Returns what the
+    launch runs (:func:`~flyautotune_rmsnorm.factory.build_name`): the search times one candidate of those
+    named alike."""
     if not x.is_cuda:
-        return  # the interpreter compiles nothing
+        return None  # the interpreter compiles nothing
     kw = config.kwargs
     launcher = make_launcher(N, dtype, **kw)
     target = fat.current_target() or _target(x.get_device())
-    launcher.compiled(x, weight, out, M, sx, sy, _compile_options(target, kw["BLOCK_THREADS"]))
+    built = launcher.compiled(x, weight, out, M, sx, sy, _compile_options(target, kw["BLOCK_THREADS"]))
+    return _factory_mod.build_name(launcher, built, M)
 
 
 def specialize(config: fat.Config, x, weight, out, M, N, dtype, eps, sx, sy, stream=None, **_: Any) -> Any:

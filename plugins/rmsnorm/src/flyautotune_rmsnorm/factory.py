@@ -11,6 +11,7 @@ microseconds of host time rather than a trip through ``JITFunction.run``.
 
 from __future__ import annotations
 
+import hashlib
 import inspect
 import os
 import threading
@@ -462,6 +463,22 @@ class RMSNormLauncher:
                                             **kw, **self.compile_options(dict(options), pdl))
             k.run  # loading the binary fills n_regs / n_spills
         return k
+
+
+def build_name(launcher: Any, kernel: Any, M: int) -> Optional[str]:
+    """What a launch of ``kernel`` (``launcher.compiled(...)``) over ``M`` rows runs: the binary's sha256 with
+    the grid, warps and shared memory it is launched with. Two configs named alike run the same program, so
+    a search times one of them. None for the launches that run more than this one binary or pick their own
+    grid (the split rows, the asynchronous rows) and for a kernel with no binary at hand."""
+    if type(launcher) is not RMSNormLauncher:
+        return None
+    asm = getattr(kernel, "asm", None) or {}
+    binary = asm.get("cubin") or asm.get("hsaco")
+    if not isinstance(binary, (bytes, bytearray)):
+        return None
+    md = kernel.metadata
+    return (f"sha256={hashlib.sha256(binary).hexdigest()} grid={launcher.grid(M)} num_warps={md.num_warps} "
+            f"shared={md.shared}")
 
 
 def launch_key(dev: int, consts: tuple, xp: int, yp: int, wp: int, w_dtype: Any, options: tuple) -> tuple:

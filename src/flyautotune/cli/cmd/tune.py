@@ -312,7 +312,8 @@ def print_result(label: str, where: str, rows: list, winner: Any, gbytes: Option
         cells = ["*" if _same(r["config"], winner) else "",
                  config_text(r["config"]) + (" (default)" if r.get("default") else "")]
         if ms is None:
-            cells.append("failed" if r.get("error") else "-")
+            skipped = str(r.get("error") or "").startswith("skipped:")  # not run (budget, same build): not a failure
+            cells.append("skipped" if skipped else "failed" if r.get("error") else "-")
             cells += ["-", "-"]
             cells += ["-"] if gbytes is not None else []
             cells.append(short(first_line(r["error"]), ERROR_CELL) if r.get("error") else "-")
@@ -332,9 +333,11 @@ def print_result(label: str, where: str, rows: list, winner: Any, gbytes: Option
     if winner is not None:
         out(f"* winner: {safe(config_text(winner))}")
     long = [r for r in failed if verbose or short(first_line(r["error"]), ERROR_CELL) != str(r["error"]).strip()]
-    if long:
-        out("failed candidates:")
-        for r in long:
+    for heading, skipped in (("failed candidates:", False), ("skipped candidates:", True)):
+        listed = [r for r in long if str(r["error"]).startswith("skipped:") == skipped]
+        if listed:
+            out(heading)
+        for r in listed:
             text = str(r["error"]).strip() if verbose else first_line(r["error"])
             out(f"  {safe(config_text(r['config']))}: " + "\n    ".join(safe(line) for line in text.splitlines()))
 
