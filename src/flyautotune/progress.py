@@ -27,6 +27,12 @@ def config_text(config: Any) -> str:
     return str(config)
 
 
+def is_skipped(error: Any) -> bool:
+    """Whether a candidate's error says it was not run (the search's budget, a build timed already, a crash
+    in an earlier search) rather than that it failed."""
+    return str(error or "").startswith("skipped:")
+
+
 def first_line(text: Any) -> str:
     """The first line of ``text`` (stripped), or ``""``."""
     lines = str(text).strip().splitlines()
@@ -113,7 +119,7 @@ class Progress:
             self.done = int(event.get("index") or self.done + 1)
             self.total = int(event.get("total") or self.total)
             error = event.get("error")
-            skipped = bool(error) and str(error).startswith("skipped:")  # not run: nothing failed
+            skipped = is_skipped(error)
             if skipped:
                 self.skipped += 1
             elif error:

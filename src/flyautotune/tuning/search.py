@@ -273,19 +273,7 @@ class Search:
                 log.info("%s: candidate %d/%d %s %s", self.t.name, i, total, cand.config, cand.error)
             else:
                 try:
-                    if prior is not None:
-                        cand.measurement, cand.reused = Measurement(prior), True
-                    else:
-                        self._record(cand, running=True)
-                        self.prepare_check()
-                        held: list = []
-                        cand.measurement = self.measure(cand, cutoff_ms=None if best is None else best * CUTOFF,
-                                                        result=held, rep=first_pass_rep(self.t.rep))
-                        problem = self.check(cand, held[-1] if held else None)
-                        if problem is not None:
-                            cand.measurement = None
-                            raise _Rejected(f"rejected: {problem}")
-                    cand.samples.append(cand.measurement.ms)
+                    self._first_timing(cand, prior, best)
                     best = cand.ms if best is None else min(best, cand.ms)
                     log.info("%s: candidate %d/%d %s: %.4f ms (%s)%s", self.t.name, i, total, cand.config, cand.ms,
                              cand.measurement.method or "timed", " (stored timing)" if cand.reused else "")
@@ -299,6 +287,23 @@ class Search:
                        error=cand.error, reused=cand.reused,
                        **({} if cand.measurement is None else {"spread": cand.noise(),
                                                                "method": cand.measurement.method}))
+
+    def _first_timing(self, cand: Candidate, prior: Optional[float], best: Optional[float]) -> None:
+        """``cand``'s first-pass sample: its stored time, or a timing (cut short past ``CUTOFF`` × ``best``)
+        whose outputs pass the check; raises what the run or the check refused."""
+        if prior is not None:
+            cand.measurement, cand.reused = Measurement(prior), True
+        else:
+            self._record(cand, running=True)
+            self.prepare_check()
+            held: list = []
+            cand.measurement = self.measure(cand, cutoff_ms=None if best is None else best * CUTOFF, result=held,
+                                            rep=first_pass_rep(self.t.rep))
+            problem = self.check(cand, held[-1] if held else None)
+            if problem is not None:
+                cand.measurement = None
+                raise _Rejected(f"rejected: {problem}")
+        cand.samples.append(cand.measurement.ms)
 
     def rerank(self) -> None:
         """Re-time the best few and the default in interleaved rounds (hook benchmarkers only).

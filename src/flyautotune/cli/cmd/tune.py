@@ -13,7 +13,7 @@ import time
 from typing import Any, Iterator, Optional
 
 from ...devices import CPU_ELEMENT_LIMIT, too_slow_on_cpu, use_triton_interpreter
-from ...progress import first_line
+from ...progress import first_line, is_skipped
 from ...store.location import CACHE_DIR_ENV
 from ..common import (
     CommandError, UsageError, config_text, get_adopter, out, parse_dtype, parse_shape,
@@ -312,8 +312,7 @@ def print_result(label: str, where: str, rows: list, winner: Any, gbytes: Option
         cells = ["*" if _same(r["config"], winner) else "",
                  config_text(r["config"]) + (" (default)" if r.get("default") else "")]
         if ms is None:
-            skipped = str(r.get("error") or "").startswith("skipped:")  # not run (budget, same build): not a failure
-            cells.append("skipped" if skipped else "failed" if r.get("error") else "-")
+            cells.append("skipped" if is_skipped(r.get("error")) else "failed" if r.get("error") else "-")
             cells += ["-", "-"]
             cells += ["-"] if gbytes is not None else []
             cells.append(short(first_line(r["error"]), ERROR_CELL) if r.get("error") else "-")
@@ -334,7 +333,7 @@ def print_result(label: str, where: str, rows: list, winner: Any, gbytes: Option
         out(f"* winner: {safe(config_text(winner))}")
     long = [r for r in failed if verbose or short(first_line(r["error"]), ERROR_CELL) != str(r["error"]).strip()]
     for heading, skipped in (("failed candidates:", False), ("skipped candidates:", True)):
-        listed = [r for r in long if str(r["error"]).startswith("skipped:") == skipped]
+        listed = [r for r in long if is_skipped(r["error"]) == skipped]
         if listed:
             out(heading)
         for r in listed:
