@@ -59,7 +59,7 @@ for stage in $STAGES; do
     coretests)
       echo "== core tests that have GPU cases (streams, fast path, CLI on a GPU)"
       (cd "$ROOT" && "$PY" -m pytest -q -p no:cacheprovider -rs tests/test_streams.py tests/test_fast_path.py tests/test_tcheck.py \
-        tests/test_autotune_select.py tests/test_search_decision.py tests/test_output_check_triton.py tests/test_cli_rmsnorm.py 2>&1 \
+        tests/test_autotune_select.py tests/test_search_decision.py tests/test_output_check_triton.py tests/test_build_names_triton.py tests/test_cli_rmsnorm.py 2>&1 \
         | tee "$OUT_DIR/pytest_core.log") || status=1 ;;
     overhead)
       echo "== autotune layer host overhead"
