@@ -75,7 +75,7 @@ class Search:
         failures = store.get_failures(tuner.name, key) if callable(getattr(store, "get_failures", None)) else {}
         self.crashed = {cj for cj, err in failures.items() if resume.crashed(str(err))}
         self.precompiler: Optional[Precompiler] = None
-        self.built: dict = {}  # what precompile named each timed build -> the candidate timed for it
+        self.built: dict = {}  # what precompile named a build -> the first candidate of that build (the one run)
         self.t0 = time.perf_counter()
         cands = [Candidate(c, c == default) for c in configs]
         if default is not None and not any(c.is_default for c in cands):
