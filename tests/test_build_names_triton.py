@@ -25,7 +25,9 @@ gpu_kernel = triton.runtime.jit.JITFunction(_double)
 def build_name(k, grid) -> str:
     """The name docs/autotune.md's example gives a compiled kernel launched over ``grid``."""
     binary = k.asm.get("cubin") or k.asm.get("hsaco")
-    return f"{hashlib.sha256(binary).hexdigest()} grid={grid} warps={k.metadata.num_warps} shared={k.metadata.shared}"
+    launch = [getattr(k.metadata, f, None) for f in ("num_warps", "num_ctas", "shared", "global_scratch_size",
+                                                      "launch_pdl", "launch_cooperative_grid")]
+    return f"{hashlib.sha256(binary).hexdigest()} grid={grid} launch={launch}"
 
 
 def precompile(config, x, out, n, **_):
@@ -54,6 +56,10 @@ def test_num_stages_builds_one_binary_in_a_kernel_without_a_loop(target):
         return build_name(k, (8,))
 
     assert name(4, 2) == name(4, 3) == name(4, 4)  # a search over these would time one program three times
+    if target[0] == "cuda":  # one binary launched another way (programmatic dependent launch) is another run
+        k = triton.compile(triton.compiler.ASTSource(gpu_kernel, sig, {"BLOCK": 128}), target=GPUTarget(*target),
+                           options={"num_warps": 4, "num_stages": 2, "launch_pdl": True})
+        assert build_name(k, (8,)) != name(4, 2)
     assert name(8, 2) != name(4, 2) and name(4, 2, BLOCK=64) != name(4, 2)
 
 

@@ -465,20 +465,26 @@ class RMSNormLauncher:
         return k
 
 
+#: What Triton's launcher reads from a compiled kernel's metadata to launch it (beside the binary): two
+#: builds of one binary that differ here launch differently. ``num_stages`` and the options' hash are not
+#: here: they change the launch only through the binary.
+LAUNCH_METADATA = ("num_warps", "num_ctas", "shared", "global_scratch_size", "launch_pdl",
+                   "launch_cooperative_grid")
+
+
 def build_name(launcher: Any, kernel: Any, M: int) -> Optional[str]:
     """What a launch of ``kernel`` (``launcher.compiled(...)``) over ``M`` rows runs: the binary's sha256 with
-    the grid, warps and shared memory it is launched with. Two configs named alike run the same program, so
-    a search times one of them. None for the launches that run more than this one binary or pick their own
-    grid (the split rows, the asynchronous rows) and for a kernel with no binary at hand."""
+    the grid and the launch's own metadata (:data:`LAUNCH_METADATA`). Two configs named alike run the same
+    program, so a search times one of them. None for the launches that run more than this one binary or pick
+    their own grid (the split rows, the asynchronous rows) and for a kernel with no binary at hand."""
     if type(launcher) is not RMSNormLauncher:
         return None
     asm = getattr(kernel, "asm", None) or {}
     binary = asm.get("cubin") or asm.get("hsaco")
     if not isinstance(binary, (bytes, bytearray)):
         return None
-    md = kernel.metadata
-    return (f"sha256={hashlib.sha256(binary).hexdigest()} grid={launcher.grid(M)} num_warps={md.num_warps} "
-            f"shared={md.shared}")
+    launch = " ".join(f"{f}={getattr(kernel.metadata, f, None)}" for f in LAUNCH_METADATA)
+    return f"sha256={hashlib.sha256(binary).hexdigest()} grid={launcher.grid(M)} {launch}"
 
 
 def launch_key(dev: int, consts: tuple, xp: int, yp: int, wp: int, w_dtype: Any, options: tuple) -> tuple:
