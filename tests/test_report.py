@@ -109,8 +109,8 @@ def test_report_names_the_candidates_that_build_one_binary_and_what_tells_them_a
     assert "3 of 3 candidates built 2 distinct binaries." in lines
     at = lines.index("3 of 3 candidates built 2 distinct binaries.")
     assert lines[at + 1:] == [
-        "Same binary, so a search times one program more than once (what differs between these configs changes "
-        "nothing on fk1):",
+        "Same binary (what differs between these configs changes nothing on fk1); a search times each, unless "
+        "the adopter's precompile names its builds:",
         f"  {f'{1:064d}'[:12]}: num_warps=2 | num_warps=4 (both: BLOCK=1)"]
     # --distinct makes that an exit status for an adopter's CI, in both output forms
     for form in ([], ["--json"]):

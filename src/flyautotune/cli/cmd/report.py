@@ -25,8 +25,8 @@ def add_parser(sub) -> None:
     p.add_argument("--dtype", type=parse_dtype, default="bf16")
     p.add_argument("--json", action="store_true", help="print JSON rows instead of a table")
     p.add_argument("--distinct", action="store_true",
-                   help="exit 1 if two candidates of a shape build the same binary (a search would time that code "
-                        "twice: the knobs that tell them apart change nothing on the target)")
+                   help="exit 1 if two candidates of a shape build the same binary (the knobs that tell them apart "
+                        "change nothing on the target; a search times both unless precompile= names builds)")
 
 
 def _target(text: str) -> Any:
@@ -187,8 +187,8 @@ def print_report(name: str, shape: tuple, dtype: str, target: Any, rows: list) -
     out(f"{len(built)} of {len(rows)} candidates built {distinct} distinct binar{'y' if distinct == 1 else 'ies'}.")
     same_binary = twins(rows)
     if same_binary:  # what a search would time more than once: the knobs that tell them apart do nothing here
-        out(f"Same binary, so a search times one program more than once (what differs between these configs "
-            f"changes nothing on {target.arch}):")
+        out(f"Same binary (what differs between these configs changes nothing on {target.arch}); a search times "
+            f"each, unless the adopter's precompile names its builds:")
         for digest, same in same_binary.items():
             out(f"  {digest[:12]}: {_what_differs([r.config for r in same])}")
 
