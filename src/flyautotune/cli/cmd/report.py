@@ -186,7 +186,7 @@ def print_report(name: str, shape: tuple, dtype: str, target: Any, rows: list) -
     distinct = len({r.binary_sha256 for r in built})
     out(f"{len(built)} of {len(rows)} candidates built {distinct} distinct binar{'y' if distinct == 1 else 'ies'}.")
     same_binary = twins(rows)
-    if same_binary:  # what a search would time more than once: the knobs that tell them apart do nothing here
+    if same_binary:  # one program under several configs: the knobs that tell them apart do nothing here
         out(f"Same binary (what differs between these configs changes nothing on {target.arch}); a search times "
             f"each, unless the adopter's precompile names its builds:")
         for digest, same in same_binary.items():
