@@ -145,6 +145,7 @@ def cli(site, tmp_path):
                               cwd=str(tmp_path), timeout=timeout)
 
     run.cache = cache
+    run.site = site
     return run
 
 
@@ -591,6 +592,55 @@ def test_report_reads_triton_interpret_as_triton_does(cli):
     assert result.returncode == 2 and "TRITON_INTERPRET='y' is set in the environment" in result.stderr
     out = ok(cli("report", "clidemo", "--target", "sm_90", "--shape", "2x8", env={"TRITON_INTERPRET": " 1"}))
     assert "3 of 4 candidates built 3 distinct binaries." in out
+
+def _python(cli, program: str) -> subprocess.CompletedProcess:
+    """Run ``program`` in a new Python process with the ``cli`` fixture's environment (demo adopter, store)."""
+    env = {k: v for k, v in os.environ.items() if k not in ("FLYAUTOTUNE", "TRITON_INTERPRET")}
+    env["FLYAUTOTUNE_CACHE_DIR"] = str(cli.cache)
+    env["PYTHONPATH"] = os.pathsep.join(filter(None, [str(cli.site), env.get("PYTHONPATH")]))
+    return subprocess.run([sys.executable, "-c", program], capture_output=True, text=True, env=env, timeout=180)
+
+
+def test_a_cpu_tune_run_from_python_leaves_triton_interpret_as_it_found_it(cli):
+    """``main(["tune", ..., "--device", "cpu"])`` turns Triton's interpreter on for its own run only: the
+    program that called it sees the variable as it was (unset, or the user's value). Triton itself was
+    imported for its interpreter by then (the plugins import their kernels), so a report in the same
+    process says to run it in a new one rather than failing every candidate."""
+    pytest.importorskip("triton.backends.nvidia")
+    program = (
+        "import os, sys\n"
+        "from flyautotune.cli import main\n"
+        "for before in (None, '0'):\n"
+        "    if before is not None:\n"
+        "        os.environ['TRITON_INTERPRET'] = before\n"
+        "    assert main(['tune', 'clidemo', '--shape', '2x8', '--device', 'cpu', '--force']) == 0\n"
+        "    print('after tune:', os.environ.get('TRITON_INTERPRET'))\n"
+        "print('report:', main(['report', 'clidemo', '--target', 'sm_90', '--shape', '2x8']))\n")
+    result = _python(cli, program)
+    assert result.returncode == 0, result.stderr
+    assert [line for line in result.stdout.splitlines() if line.startswith("after tune:")] == [
+        "after tune: None", "after tune: 0"]
+    assert "report: 2" in result.stdout and "run 'flyautotune report' in a new process" in result.stderr
+
+
+def test_report_in_a_process_whose_triton_was_imported_for_the_interpreter_says_to_start_a_new_one(cli):
+    """Triton imported while ``TRITON_INTERPRET`` was on keeps its library built for the interpreter after
+    the variable is unset: a report in that process could only fail every candidate, so it exits 2 and
+    says to run it in a new process."""
+    pytest.importorskip("triton.backends.nvidia")
+    program = (
+        "import os\n"
+        "os.environ['TRITON_INTERPRET'] = '1'\n"
+        "import triton.language\n"
+        "del os.environ['TRITON_INTERPRET']\n"
+        "from flyautotune.cli import main\n"
+        "print('report:', main(['report', 'clidemo', '--target', 'sm_90', '--shape', '2x8']))\n")
+    result = _python(cli, program)
+    assert "report: 2" in result.stdout, result.stdout + result.stderr
+    assert ("this process imported Triton while TRITON_INTERPRET was on (a CPU tune earlier in the same Python "
+            "process, say), so Triton's library is built for its interpreter until the process ends; run "
+            "'flyautotune report' in a new process") in result.stderr
+
 
 def test_report_cross_compiles_for_gfx942(cli):
     pytest.importorskip("flyautotune_rocm.report")

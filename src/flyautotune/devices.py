@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import math
+import os
 import sys
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
 
 
 def _accelerator() -> Optional[Any]:
@@ -65,10 +67,32 @@ def too_slow_on_cpu(shape: Any) -> str:
 
 def use_triton_interpreter() -> None:
     """Run Triton kernels under Triton's interpreter on the CPU (``TRITON_INTERPRET=1``, unless the
-    user set it): the one place flyautotune sets a variable, before Triton's ``@jit`` reads it."""
-    import os
-
+    user set it): the one place flyautotune sets a variable, before Triton's ``@jit`` reads it. Callers
+    that return to the user's program run inside :func:`restore_triton_interpret`."""
     os.environ.setdefault("TRITON_INTERPRET", "1")
+
+
+@contextlib.contextmanager
+def restore_triton_interpret() -> Iterator[None]:
+    """``TRITON_INTERPRET`` as it was before the block, whatever the block set: a CPU tune run from
+    Python (``flyautotune.cli.main``, ``run_serial``) leaves the program's environment, and the
+    processes it starts later, as it found them."""
+    before = os.environ.get("TRITON_INTERPRET")
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("TRITON_INTERPRET", None)
+        else:
+            os.environ["TRITON_INTERPRET"] = before
+
+
+def triton_built_for_interpreter() -> bool:
+    """True when this process imported Triton's language library while its interpreter was on: its
+    library functions (the combine of ``tl.sum``, ...) are then interpreter functions for the rest of
+    the process, whatever ``TRITON_INTERPRET`` says now, and no kernel using them compiles for a GPU."""
+    standard = sys.modules.get("triton.language.standard")
+    return type(getattr(standard, "sum", None)).__name__ == "InterpretedFunction"
 
 
 #: Triton's error when an interpreted body calls one of its library functions (``tl.sum``, ...) that was
@@ -104,8 +128,6 @@ def triton_interprets() -> bool:
     """True when Triton runs kernels under its interpreter (``TRITON_INTERPRET``), read as Triton itself
     reads it (``triton.knobs.runtime.interpret``), so whoever asks agrees with what Triton will do: ``y``
     is on, `` 1`` is not."""
-    import os
-
     try:
         from triton import knobs
 

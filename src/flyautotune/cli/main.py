@@ -11,6 +11,7 @@ import warnings
 from typing import Optional, Sequence
 
 from .. import __version__
+from ..devices import restore_triton_interpret
 from ..progress import first_line
 from .cmd import COMMANDS
 from .common import PROG, CommandError, Parser, UsageError
@@ -51,7 +52,8 @@ def main(argv: Optional[Sequence[str]] = None) -> int:
     # A Triton notice about its next release, printed on every compile: noise for this command.
     warnings.filterwarnings("ignore", message="TRITON_DEFAULT_FP_FUSION is unset")
     try:
-        status = COMMANDS[args.command].run(args)
+        with restore_triton_interpret():  # a CPU tune sets it for its own run only
+            status = COMMANDS[args.command].run(args)
     except UsageError as exc:
         _error(str(exc))
         return 2

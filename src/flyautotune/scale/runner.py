@@ -13,7 +13,7 @@ from typing import Any, Iterable, Optional, TextIO
 
 import attrs
 
-from ..devices import use_triton_interpreter
+from ..devices import restore_triton_interpret, use_triton_interpreter
 from .plan import Plan, PlanKey, plugin_manager_for
 
 log = logging.getLogger("flyautotune.scale")
@@ -181,19 +181,20 @@ def run_serial(plan: Plan, *, device: Optional[str] = None, force: Optional[bool
     opts = plan.options
     device = pick_device(device or opts.device)
     force = opts.force if force is None else force
-    if device == "cpu":  # before the plugins import their kernels: @triton.jit reads it when it decorates
-        use_triton_interpreter()
-    pm = pm if pm is not None else plugin_manager_for(opts.plugins)
-    t0 = time.perf_counter()
-    out = []
-    for key in plan.keys:
-        if out and opts.budget_s is not None and time.perf_counter() - t0 > opts.budget_s:
-            r = KeyResult(key, "skipped", error=f"budget of {opts.budget_s:g} s spent")
-        else:
-            r = tune_key(pm.get_adopter(key.adopter), key, device, force)
-        out.append(r)
-        if progress is not None:
-            progress(r)
+    with restore_triton_interpret():  # the interpreter for this run only
+        if device == "cpu":  # before the plugins import their kernels: @triton.jit reads it when it decorates
+            use_triton_interpreter()
+        pm = pm if pm is not None else plugin_manager_for(opts.plugins)
+        t0 = time.perf_counter()
+        out = []
+        for key in plan.keys:
+            if out and opts.budget_s is not None and time.perf_counter() - t0 > opts.budget_s:
+                r = KeyResult(key, "skipped", error=f"budget of {opts.budget_s:g} s spent")
+            else:
+                r = tune_key(pm.get_adopter(key.adopter), key, device, force)
+            out.append(r)
+            if progress is not None:
+                progress(r)
     return PlanResult(out, time.perf_counter() - t0, "serial")
 
 

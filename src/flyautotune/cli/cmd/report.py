@@ -41,9 +41,14 @@ def _target(text: str) -> Any:
 
 
 def run(args: argparse.Namespace) -> None:
-    from ...devices import triton_interprets
+    from ...devices import triton_built_for_interpreter, triton_interprets
     from ...report import ReportError, candidate_configs, resource_report
 
+    if triton_built_for_interpreter() and not triton_interprets():
+        raise UsageError("flyautotune report cross-compiles for a GPU target, but this process imported Triton "
+                         "while TRITON_INTERPRET was on (a CPU tune earlier in the same Python process, say), "
+                         "so Triton's library is built for its interpreter until the process ends; run "
+                         "'flyautotune report' in a new process")
     if triton_interprets():
         interp = os.environ.get("TRITON_INTERPRET", "")
         # Triton's own library functions (the combine of tl.sum, ...) are then built for its interpreter
