@@ -249,9 +249,11 @@ def test_tune_searches_prints_a_table_stores_the_winner_and_reports_progress(cli
 
 
 def test_tune_reuses_the_stored_winner_and_force_searches_again(cli):
-    ok(cli("tune", "clidemo", "--shape", "2x8", "--device", "cpu"))
+    first = ok(cli("tune", "clidemo", "--shape", "2x8", "--device", "cpu"))
     again = cli("tune", "clidemo", "--shape", "2x8", "--device", "cpu")
     assert "winner from the store" in ok(again)
+    decided = [line for line in first.splitlines() if line.startswith("vs the default: ")]
+    assert len(decided) == 1 and decided[0] in again.stdout  # what the search decided, as it was stored
     assert "candidate 1 of" not in again.stderr
     rows = _table_rows(again.stdout)
     assert rows["BLOCK=4"].startswith("*")  # the stored timings, shown again
@@ -380,6 +382,7 @@ def test_plot_without_matplotlib_needs_a_png_name(tmp_path):
 
 @pytest.mark.parametrize("args, message", [
     (["tune", "nosuch", "--shape", "2x8", "--device", "cpu"], "unknown adopter 'nosuch'; registered adopters: "),
+    (["tune", "nosuch", "--shape", "4096x8192", "--device", "cpu"], "unknown adopter 'nosuch'"),
     (["tune", "clidemo", "--shape", "2x", "--device", "cpu"], "argument --shape: '2x' is not a shape"),
     (["tune", "clidemo", "--shape", "0x8", "--device", "cpu"], "argument --shape: '0x8' is not a shape"),
     (["tune", "clidemo", "--shape", "axb"], "argument --shape: 'axb' is not a shape"),
@@ -398,6 +401,7 @@ def test_plot_without_matplotlib_needs_a_png_name(tmp_path):
     (["show", "nosuch"], "unknown adopter 'nosuch'"),
     (["clear", "nosuch"], "unknown adopter 'nosuch'"),
     (["import", "missing.json"], "argument FILE: 'missing.json' does not exist"),
+    (["export", "."], "argument FILE: '.' is a folder; give a file to write, such as "),
     (["frobnicate"], "argument COMMAND: invalid choice: 'frobnicate'"),
     ([], "the following arguments are required: COMMAND"),
 ])

@@ -21,6 +21,9 @@ def run(args: argparse.Namespace) -> None:
     parent = os.path.dirname(os.path.abspath(args.file))
     if not os.path.isdir(parent):
         raise UsageError(f"argument FILE: the folder of {safe(args.file)!r} does not exist")
+    if os.path.isdir(args.file):
+        raise UsageError(f"argument FILE: {safe(args.file)!r} is a folder; give a file to write, such as "
+                         f"{safe(os.path.join(args.file, 'winners.json'))!r}")
     try:
         write_atomic(args.file, dump_pack(found))
     except OSError as exc:

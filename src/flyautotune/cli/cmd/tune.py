@@ -52,8 +52,9 @@ def run(args: argparse.Namespace) -> None:
         # The one place the command sets a variable: before any plugin imports its kernels,
         # because @triton.jit reads it when it decorates.
         use_triton_interpreter()
+    adopter = get_adopter(args.adopter)  # an unknown name is the first thing to say
+    if interpreted:
         _check_cpu_shapes(args.shape, args.allow_slow)
-    adopter = get_adopter(args.adopter)
     if adopter.example is None:
         raise UsageError(f"adopter {adopter.name!r} cannot be tuned from the command line: it declares no "
                          f"example (see docs/write_adopter.md)")
@@ -204,6 +205,7 @@ def tune_shape(adopter: Any, shape: tuple, dtype: str, device: str, force: bool,
     winner = selection.config.to_dict() if selection.config.pre_hook is None else repr(selection.config)
     stored_in = None
     source = selection.source
+    decision = (selection.margin, selection.noise) if source == "search" else (None, None)
     if source == "search" and selection.timings:
         rows = [dict(t) for t in selection.timings]
         the_store = store()
@@ -219,6 +221,8 @@ def tune_shape(adopter: Any, shape: tuple, dtype: str, device: str, force: bool,
             [{"config": winner, "ms": None, "error": None}]
         _mark_default(tuner, targs, tkwargs, rows)  # stored timings do not say which row was the default
         note = "winner from the store (tuned earlier; --force searches again)"
+        prov = entry.provenance if entry is not None and isinstance(entry.provenance, dict) else {}
+        decision = (prov.get("margin"), prov.get("noise"))
     elif source == "pack":
         rows = [{"config": winner, "ms": None, "error": None}]
         note = "winner from a pack shipped with the adopter (--force searches on this machine)"
@@ -235,16 +239,28 @@ def tune_shape(adopter: Any, shape: tuple, dtype: str, device: str, force: bool,
         note = (f"only one candidate fits this shape on this backend: nothing to search, {kept}; "
                 f"the time below is one end-to-end run of it, for reference")
     print_result(label, where, rows, winner, _gbytes(adopter, args, kwargs, interpreted), note, verbose)
-    if source == "search" and selection.margin is not None:
-        band = f"{selection.noise:.1%}" if selection.noise is not None else "?"
-        out(f"vs the default: the default was kept (no candidate beat it by more than the noise band, {band})"
-            if selection.margin == 0 else
-            f"vs the default: {selection.margin:.1%} faster, beyond the noise band of {band}")
+    line = _vs_default(*decision)
+    if line:
+        out(line)
     if stored_in is not None:
         out(f"winner stored in {stored_in}")
     return Panel(f"{label} on {where}", [
         Bar(config_text(r["config"]), r.get("ms"), _same(r["config"], winner)) for r in _sorted_rows(rows)
     ])
+
+
+def _number(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _vs_default(margin: Any, noise: Any) -> Optional[str]:
+    """The line under the table on what the search decided against the default (a fresh search's, or the
+    one a stored winner records), or None when it recorded none."""
+    if not _number(margin):
+        return None
+    band = f"{noise:.1%}" if _number(noise) else "?"
+    return (f"vs the default: the default was kept (no candidate beat it by more than the noise band, {band})"
+            if margin == 0 else f"vs the default: {margin:.1%} faster, beyond the noise band of {band}")
 
 
 def _mark_default(tuner: Any, args: tuple, kwargs: dict, rows: list) -> None:
