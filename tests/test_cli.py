@@ -500,12 +500,34 @@ def test_progress_formats_plain_lines():
        "ms": 1.5, "error": None, "reused": False})
     p({"event": "candidate", "index": 2, "total": 2, "config": {"kwargs": {"BLOCK": 2}, "compile_hints": {}},
        "ms": None, "error": "ValueError: no\nmore", "reused": False})
+    p({"event": "retime", "round": 1, "most": 6, "finalists": [{"kwargs": {"BLOCK": 1}}, {"kwargs": {"BLOCK": 2}}]})
     p({"event": "search_end", "duration_s": 0.25})
     lines = stream.getvalue().splitlines()
     assert lines[0] == "demo 2x8 bf16: searching 2 candidates"
     assert lines[1].startswith("demo 2x8 bf16: candidate 1 of 2 [BLOCK=1] 1.5000 ms (elapsed ")
     assert lines[2].startswith("demo 2x8 bf16: candidate 2 of 2 [BLOCK=2] failed: ValueError: no (elapsed ")
-    assert lines[3] == "demo 2x8 bf16: searched 2 candidates in 0.2 s, 1 failed"
+    assert lines[3].startswith("demo 2x8 bf16: re-timing the default and the best 1 side by side, round 1 of at "
+                               "most 6 (elapsed ")
+    assert lines[4] == "demo 2x8 bf16: searched 2 candidates in 0.2 s, 1 failed"
+
+
+def test_progress_on_a_terminal_redraws_one_line_through_the_re_timing_rounds():
+    import io
+    import time
+
+    from flyautotune.progress import Progress
+
+    stream = io.StringIO()
+    p = Progress("demo", stream=stream, tty=True, tick_s=0.01)
+    p({"event": "search_start", "candidates": 1})
+    p({"event": "candidate", "index": 1, "total": 1, "config": {"kwargs": {"B": 1}}, "ms": 1.0, "error": None})
+    p({"event": "retime", "round": 2, "most": 6, "finalists": [{"kwargs": {"B": 1}}] * 3})
+    time.sleep(0.05)  # the ticker keeps the clock moving on the re-timing line
+    p({"event": "search_end", "duration_s": 0.5})
+    text = stream.getvalue()
+    redraws = [part for part in text.split("\r\x1b[K") if "re-timing the default and the best 2" in part]
+    assert len(redraws) >= 2 and all("round 2 of at most 6 (" in part for part in redraws)
+    assert "\n" not in text.rsplit("searched 1 candidates", 1)[0]  # one line, redrawn, until the summary
 
 
 def _documented_events() -> dict:

@@ -50,6 +50,25 @@ def test_a_challenger_inside_the_noise_keeps_the_default(pm):
     assert rows[2]["samples"] == [0.96, 1.03, 0.99, 0.96, 1.03, 0.99, 0.96]  # every round, in order, in the log
 
 
+def test_each_re_timing_round_is_an_event_naming_its_finalists(pm):
+    """After the first pass a ``retime`` event starts each round (what a progress display shows while the
+    finalists are timed again), naming the finalists in the order the round times them."""
+    pm.register(FixedTimes({1: [1.0], 2: [0.96, 1.03, 0.99], 3: [1.5], 4: [2.0]}))
+    seen = []
+    listener = fat.add_listener(lambda e: seen.append(e) if e["tuner"] == "d_retime" else None)
+    try:
+        tuner(pm, "d_retime", space=(1, 2, 3, 4)).select(torch.zeros(2), 2, force=True)
+    finally:
+        fat.remove_listener(listener)
+    kinds = [e["event"] for e in seen]
+    assert kinds[:6] == ["search_start"] + ["candidate"] * 4 + ["retime"] and "search_end" in kinds
+    rounds = [e for e in seen if e["event"] == "retime"]
+    assert [e["round"] for e in rounds] == [1, 2, 3, 4, 5, 6] and {e["most"] for e in rounds} == {6}
+    b = [[f["kwargs"]["B"] for f in e["finalists"]] for e in rounds]
+    assert b[:3] == [[1, 2, 3], [2, 3, 1], [3, 1, 2]]  # the default and the best two, each round starting one later
+    assert kinds.index("search_end") > kinds.index("retime")
+
+
 def test_a_real_win_over_the_default_is_chosen_and_its_margin_logged(pm, caplog):
     pm.register(FixedTimes({1: [1.0], 2: [0.96], 3: [0.97]}))
     with caplog.at_level("INFO", logger="flyautotune"):

@@ -2,7 +2,8 @@
 
 Events are plain dicts with an ``event`` field: ``select`` (where a config came
 from), ``search_start``, ``candidate`` (one timed config: time, spread and
-method, or its error), ``search_end`` (winner, margin over the default,
+method, or its error), ``retime`` (a round of re-timing the default and the
+best challengers side by side), ``search_end`` (winner, margin over the default,
 duration). Two built-in plugins receive them: :class:`EventLog` appends them as
 JSON lines to ``FLYAUTOTUNE_EVENT_LOG``; :class:`Listeners` calls the callbacks
 given to :func:`add_listener`. Any plugin can implement the hook too.

@@ -44,7 +44,7 @@ def seconds(s: float) -> str:
 
 
 class Progress:
-    """Reports the ``search_start``, ``candidate`` and ``search_end`` events of one
+    """Reports the ``search_start``, ``candidate``, ``retime`` and ``search_end`` events of one
     tune. Register it on the plugin manager (``pm.register(progress)``): its
     ``flyautotune_tuning_event`` method is a hook implementation.
 
@@ -66,6 +66,7 @@ class Progress:
         self.total = 0
         self.done = 0
         self.failed = self.skipped = 0
+        self.phase = ""  # what runs after the first pass (the re-timing rounds), for the live line
         self.started: Optional[float] = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
@@ -84,6 +85,8 @@ class Progress:
             self._start(int(event.get("candidates") or 0))
         elif kind == "candidate":
             self._candidate(event)
+        elif kind == "retime":
+            self._retime(event)
         elif kind == "search_end":
             self._end(event)
 
@@ -103,6 +106,7 @@ class Progress:
     def _start(self, total: int) -> None:
         with self._lock:
             self.total, self.done, self.failed, self.skipped = total, 0, 0, 0
+            self.phase = ""
             self.started = time.perf_counter()
             if self.tty:
                 self._draw(f"candidate 1 of {total}")
@@ -136,6 +140,16 @@ class Progress:
                         f"[{config_text(event.get('config'))}] {result} "
                         f"(elapsed {seconds(self._elapsed())})\n")
 
+    def _retime(self, event: dict) -> None:
+        with self._lock:
+            finalists = event.get("finalists") or []
+            self.phase = (f"re-timing the default and the best {max(len(finalists) - 1, 1)} side by side, "
+                          f"round {event.get('round')} of at most {event.get('most')}")
+            if self.tty:
+                self._draw(self.phase)
+            else:
+                self._write(f"{self.label}: {self.phase} (elapsed {seconds(self._elapsed())})\n")
+
     def _end(self, event: dict) -> None:
         self.close()
         with self._lock:
@@ -161,6 +175,8 @@ class Progress:
             with self._lock:
                 if self.done < self.total:
                     self._draw(f"candidate {self.done + 1} of {self.total}")
+                elif self.phase:
+                    self._draw(self.phase)
 
     def _write(self, text: str) -> None:
         if self._line_open and not text.startswith("\r"):

@@ -324,6 +324,7 @@ class Search:
             if self.over_budget() or (r >= ROUNDS and self._settled(finalists)):
                 break
             order = finalists[r % len(finalists):] + finalists[:r % len(finalists)]
+            self._emit("retime", round=r + 1, most=MAX_ROUNDS, finalists=[config_repr(c.config) for c in order])
             for cand in order:
                 try:
                     cand.measurement = self.measure(cand)  # all of rep: its spread is the noise floor
