@@ -160,6 +160,8 @@ def test_the_native_command_builds_and_reports(in_built, capsys):
     report = json.loads(capsys.readouterr().out)
     assert report["check"] == "compiled" and report["torch"] == torch.__version__
     assert report["built"]["path"] == str(tcheck.build_path())
+    assert cli(["native", "build"]) == 0  # built already: nothing is compiled, and the command says so
+    assert capsys.readouterr().out.startswith(f"already built: {tcheck.build_path()} (--force compiles it again)")
     assert cli(["native"]) == 0
     assert "compiled check" in capsys.readouterr().out
     assert cli(["plugins"]) == 0

@@ -38,6 +38,7 @@ def run(args: argparse.Namespace) -> None:
         if problem:
             raise UsageError(f"{where} {problem}: the compiled tensor check is built into a folder "
                              f"(set {tcheck.DIR_ENV} to one you can write)")
+        existed = tcheck.build_path(torch).is_file() and not args.force
         start = time.monotonic()
         try:
             path = tcheck.build(force=args.force)
@@ -45,12 +46,14 @@ def run(args: argparse.Namespace) -> None:
             raise CommandError(f"could not build the tensor check: {exc}") from exc
         except OSError as exc:
             raise CommandError(f"could not build the tensor check in {where}: {exc}") from exc
-        built = {"path": str(path), "seconds": round(time.monotonic() - start, 1)}
+        built = {"path": str(path), "seconds": round(time.monotonic() - start, 1), "existed": existed}
     kind, why = tcheck.status()
     if args.json:
         out(json.dumps({"check": kind, "why": why, "torch": torch.__version__, "built": built}, indent=2))
         return
-    if built is not None:
+    if built is not None and built["existed"]:
+        out(f"already built: {built['path']} (--force compiles it again)")
+    elif built is not None:
         out(f"built {built['path']} in {built['seconds']} s")
     if kind == "compiled":
         out(f"Cache hits check tensors with the compiled check (torch {torch.__version__}): {why}.")

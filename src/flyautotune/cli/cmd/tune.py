@@ -209,11 +209,7 @@ def tune_shape(adopter: Any, shape: tuple, dtype: str, device: str, force: bool,
     if source == "search" and selection.timings:
         rows = [dict(t) for t in selection.timings]
         the_store = store()
-        if the_store.get(tuner.name, selection.key) is not None:
-            stored_in = the_store.path
-        else:
-            log.warning("%s: the winner was not stored (see the store warning above); the next process "
-                        "will search again", adopter.name)
+        stored_in = the_store.path if the_store.get(tuner.name, selection.key) is not None else False
         note = f"searched {len(rows)} candidates in {elapsed:.1f} s"
     elif source in ("store", "memory"):
         entry = store().get(tuner.name, selection.key)
@@ -242,8 +238,11 @@ def tune_shape(adopter: Any, shape: tuple, dtype: str, device: str, force: bool,
     line = _vs_default(*decision)
     if line:
         out(line)
-    if stored_in is not None:
+    if stored_in:
         out(f"winner stored in {stored_in}")
+    elif stored_in is False:
+        out("winner not stored: the store cannot take it (see the warning above), so it lasts until this "
+            "process ends and the next one searches again")
     return Panel(f"{label} on {where}", [
         Bar(config_text(r["config"]), r.get("ms"), _same(r["config"], winner)) for r in _sorted_rows(rows)
     ])
