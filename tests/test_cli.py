@@ -180,6 +180,17 @@ def test_plugins_lists_backends_adopters_versions_and_load_failures(cli, site, b
     assert "ImportError: fat_cli_broken needs missing_dependency_xyz" in failed
 
 
+def test_an_unknown_adopter_names_the_plugins_that_failed_to_load(cli, site, broken_site):
+    """The adopter a user asks for may be in a plugin that failed to import: the error says which ones did."""
+    result = cli("tune", "clibroken", "--shape", "2x8", "--device", "cpu",
+                 env={"PYTHONPATH": os.pathsep.join([str(site), str(broken_site)])})
+    assert result.returncode == 2
+    line = result.stderr.strip().splitlines()[-1]
+    assert line.startswith("flyautotune: error: unknown adopter 'clibroken'; registered adopters: ")
+    assert line.endswith("; plugins that failed to load, one of which may register it: 'clibroken' from "
+                         "fat-cli-broken (ImportError: fat_cli_broken needs missing_dependency_xyz)")
+
+
 def test_plugins_json_and_disabled_plugins(cli, site, broken_site):
     env = {"PYTHONPATH": os.pathsep.join([str(site), str(broken_site)]), "FLYAUTOTUNE_DISABLE_PLUGINS": "clibroken"}
     data = json.loads(ok(cli("plugins", "--json", env=env)))
@@ -486,6 +497,8 @@ def test_flyautotune_log_shows_library_log_records(cli):
     assert "[flyautotune INFO] clidemo: searching 4 configs on cpu/" in line
     verbose = cli("-v", "tune", "clidemo", "--shape", "2x8", "--device", "cpu", "--force")
     assert "[flyautotune INFO] clidemo: winner BLOCK=4 (" in ok(verbose) + verbose.stderr
+    after = cli("tune", "clidemo", "--shape", "2x8", "--device", "cpu", "--force", "-v")  # after the command too
+    assert "[flyautotune INFO] clidemo: winner BLOCK=4 (" in ok(after) + after.stderr
 
 
 def test_progress_formats_plain_lines():

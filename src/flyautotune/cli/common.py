@@ -173,12 +173,17 @@ def plugin_manager():
 
 
 def get_adopter(name: str):
+    from ..progress import first_line
+
     pm = plugin_manager()
     try:
         return pm.get_adopter(name)
     except KeyError:
         known = ", ".join(pm.adopter_registry.names()) or "none (install an adopter plugin)"
-        raise UsageError(f"unknown adopter {safe(name)!r}; registered adopters: {known}") from None
+        failed = "; ".join(f"{safe(f.name)!r} from {safe(f.distribution or '?')} ({safe(first_line(f.error))})"
+                           for f in pm.load_failures.values())
+        hint = f"; plugins that failed to load, one of which may register it: {failed}" if failed else ""
+        raise UsageError(f"unknown adopter {safe(name)!r}; registered adopters: {known}{hint}") from None
 
 
 def store():

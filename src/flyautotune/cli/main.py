@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import logging
 import os
@@ -35,6 +36,8 @@ def build_parser() -> Parser:
     sub.required = True
     for module in COMMANDS.values():
         module.add_parser(sub)
+    for command in sub.choices.values():  # -v after the command name too (tune -v ...); not shown in its help
+        command.add_argument("-v", "--verbose", action="count", default=argparse.SUPPRESS, help=argparse.SUPPRESS)
     return parser
 
 
