@@ -256,6 +256,27 @@ def test_a_long_error_is_cut_in_the_table_and_given_in_full_below(capsys):
     assert "    second line of the error" in capsys.readouterr().out
 
 
+def test_values_every_candidate_shares_are_said_once_above_the_table(capsys):
+    """The rows show what tells the candidates apart; what they all share is one line above the table, and
+    the winner's line keeps the whole config (what a user copies)."""
+    from flyautotune.cli.cmd.tune import print_result
+
+    def row(rpp, ms, **hints):
+        return {"config": {"kwargs": {"BLOCK_THREADS": 128, "ROWS_PER_PROGRAM": rpp, "VEC": 16},
+                           "compile_hints": {"num_warps": 4, **hints}}, "ms": ms, "error": None}
+
+    rows = [row(1, 2.0), row(4, 1.0, maxnreg=128), row(2, 1.5)]
+    print_result("demo 2x8 bf16", "cpu", rows, rows[1]["config"], None, "searched 3 candidates")
+    lines = capsys.readouterr().out.splitlines()
+    assert lines[1] == "every candidate: BLOCK_THREADS=128, VEC=16, num_warps=4"
+    body = [line.split("  ")[1] if line.startswith("*") else line.split()[0] for line in lines[3:6]]
+    assert body == ["ROWS_PER_PROGRAM=4, maxnreg=128", "ROWS_PER_PROGRAM=2", "ROWS_PER_PROGRAM=1"]
+    assert lines[6] == "* winner: BLOCK_THREADS=128, ROWS_PER_PROGRAM=4, VEC=16, maxnreg=128, num_warps=4"
+    print_result("demo 2x8 bf16", "cpu", rows[:1], rows[0]["config"], None, "one candidate")
+    one = capsys.readouterr().out  # a single row is shown whole, with no shared line
+    assert "every candidate" not in one and "*  BLOCK_THREADS=128, ROWS_PER_PROGRAM=1, VEC=16, num_warps=4" in one
+
+
 def test_a_candidate_the_search_skipped_reads_skipped_not_failed(capsys):
     from flyautotune.cli.cmd.tune import print_result
 

@@ -12,6 +12,7 @@ import sys
 import time
 from typing import Any, Iterator, Optional
 
+from ...config import Config
 from ...devices import CPU_ELEMENT_LIMIT, too_slow_on_cpu, use_triton_interpreter
 from ...progress import first_line, is_skipped
 from ...store.location import CACHE_DIR_ENV
@@ -243,8 +244,10 @@ def tune_shape(adopter: Any, shape: tuple, dtype: str, device: str, force: bool,
     elif stored_in is False:
         out("winner not stored: the store cannot take it (see the warning above), so it lasts until this "
             "process ends and the next one searches again")
+    shared = _shared_parts([r["config"] for r in rows])
     return Panel(f"{label} on {where}", [
-        Bar(config_text(r["config"]), r.get("ms"), _same(r["config"], winner)) for r in _sorted_rows(rows)
+        Bar(_differing_text(r["config"], shared), r.get("ms"), _same(r["config"], winner))
+        for r in _sorted_rows(rows)
     ])
 
 
@@ -317,6 +320,7 @@ def print_result(label: str, where: str, rows: list, winner: Any, gbytes: Option
     """The result table of one shape, fastest first; failed candidates' errors are cut to
     ``ERROR_CELL`` characters in the table and follow it in full (every line with ``-v``)."""
     rows = _sorted_rows(rows)
+    shared = _shared_parts([r["config"] for r in rows])
     times = [r["ms"] for r in rows if r.get("ms") is not None]
     best = min(times) if times else None
     headers = ["", "config", "time (ms)", "±", "method"] + (["GB/s"] if gbytes is not None else []) + \
@@ -325,7 +329,7 @@ def print_result(label: str, where: str, rows: list, winner: Any, gbytes: Option
     for r in rows:
         ms = r.get("ms")
         cells = ["*" if _same(r["config"], winner) else "",
-                 config_text(r["config"]) + (" (default)" if r.get("default") else "")]
+                 _differing_text(r["config"], shared) + (" (default)" if r.get("default") else "")]
         if ms is None:
             cells.append("skipped" if is_skipped(r.get("error")) else "failed" if r.get("error") else "-")
             cells += ["-", "-"]
@@ -343,6 +347,8 @@ def print_result(label: str, where: str, rows: list, winner: Any, gbytes: Option
             cells.append(f"{best / ms:.2f}x" if ms > 0 and best else "-")
         cells_rows.append(cells)
     out(f"{label} on {where}: {note}")
+    if shared:
+        out(f"every candidate: {safe(', '.join(shared))}")
     out(table(headers, cells_rows, right=tuple(i for i in range(2, len(headers)) if i != 4)))
     if winner is not None:
         out(f"* winner: {safe(config_text(winner))}")
@@ -354,6 +360,35 @@ def print_result(label: str, where: str, rows: list, winner: Any, gbytes: Option
         for r in listed:
             text = str(r["error"]).strip() if verbose else first_line(r["error"])
             out(f"  {safe(config_text(r['config']))}: " + "\n    ".join(safe(line) for line in text.splitlines()))
+
+
+def _config_parts(config: Any) -> Optional[list]:
+    """``["BLOCK=64", "num_warps=4"]`` for a ``Config.to_dict()`` form, or None for anything else."""
+    if not isinstance(config, dict):
+        return None
+    try:
+        c = Config.from_dict(config)
+    except (TypeError, ValueError):
+        return None
+    return [f"{k}={v}" for k, v in c.kwargs.items()] + [f"{k}={v}" for k, v in c.hints.items()]
+
+
+def _shared_parts(configs: list) -> list:
+    """The ``name=value`` parts that every one of two or more configs has, in the first one's order: said
+    once above the table, so its rows show what tells the candidates apart."""
+    parts = [_config_parts(c) for c in configs]
+    if len(parts) < 2 or any(p is None for p in parts):
+        return []
+    common = set(parts[0]).intersection(*parts[1:])
+    return [p for p in parts[0] if p in common]
+
+
+def _differing_text(config: Any, shared: list) -> str:
+    parts = _config_parts(config) if shared else None
+    if parts is None:
+        return config_text(config)
+    rest = [p for p in parts if p not in shared]
+    return ", ".join(rest) if rest else "(only the shared values)"
 
 
 def _fmt_gbs(value: float) -> str:
