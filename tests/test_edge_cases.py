@@ -32,6 +32,24 @@ def test_tensor_subclasses_key_by_dtype_on_every_path(pm, counting_bench):
     assert launch.search_count == 2
 
 
+def test_numpy_scalar_key_values_key_by_value_in_the_store(pm, counting_bench):
+    """``N = np.prod(shape)`` is a NumPy scalar: it keys by its value, as an int does, so a winner stored
+    for N=8 is not served to N=4096 in the next process (it was keyed as an empty shape, one key for all)."""
+    np = pytest.importorskip("numpy")
+
+    @fat.autotune(configs=TWO, key=["n"], do_bench=counting_bench(), plugin_manager=pm, name="e_numpy")
+    def launch(x, n, B=None):
+        return B
+
+    small = launch.select(torch.zeros(8), np.int64(8))
+    launch.clear()  # a new process: only the store remembers
+    big = launch.select(torch.zeros(4096), np.int64(4096))
+    assert small.source == "search" and big.source in ("default", "search") and small.key != big.key
+    assert '"n":4096' in big.key
+    launch.clear()
+    assert launch.select(torch.zeros(8), 8).source == "store"  # an int 8 and np.int64(8): one key
+
+
 def test_a_callers_mistake_keeps_the_stored_winner(pm, counting_bench):
     @fat.autotune(configs=TWO, key=["n"], do_bench=counting_bench(), plugin_manager=pm, name="e_keep")
     def launch(n, B=None):

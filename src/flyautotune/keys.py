@@ -33,9 +33,12 @@ def stride_pattern(tensor: Any) -> tuple:
 
 
 def key_value(value: Any) -> Any:
-    """A key arg's contribution: a tensor gives its shape, anything else itself."""
+    """A key arg's contribution: a tensor gives its shape, a NumPy scalar (``np.int64(8)``, what
+    ``np.prod`` returns) its Python value, anything else itself."""
     if isinstance(value, (int, str, float)):
         return value
+    if _numpy_scalar(value):
+        return value.item()
     if is_tensor(value) or (hasattr(value, "dtype") and hasattr(value, "shape")):
         return tuple(value.shape)
     if isinstance(value, (list, tuple)):
@@ -43,6 +46,12 @@ def key_value(value: Any) -> Any:
     if isinstance(value, dict):
         return tuple(sorted((str(k), key_value(v)) for k, v in value.items()))
     return value
+
+
+def _numpy_scalar(value: Any) -> bool:
+    """A NumPy scalar or 0-d array: it has a dtype and an empty shape like a tensor, but it is a value
+    (keyed as a shape, every size would share one key)."""
+    return type(value).__module__ == "numpy" and getattr(value, "shape", None) == () and hasattr(value, "item")
 
 
 def canonical_json(value: Any) -> str:
