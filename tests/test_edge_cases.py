@@ -163,3 +163,43 @@ def test_hint_and_reset_arguments_are_named(pm):
                           default=lambda **a: fat.Config(B=1))(lambda n, B=None: B)
     with pytest.raises(TypeError, match=r"reset_to_zero names 'n', which is 3 \(int\) in this call"):
         launch(3)
+    launch = fat.autotune(configs=TWO, key=["n"], plugin_manager=pm, name="e_restore", restore_value=["n"],
+                          default=lambda **a: fat.Config(B=1))(lambda n, B=None: B)
+    with pytest.raises(TypeError, match=r"restore_value names 'n', which is 3 \(int\) in this call; "
+                                        r"restore_value takes tensor arguments"):
+        launch.select(3, force=True)
+
+
+def test_a_broadcast_input_is_read_as_it_is_and_never_restored_into(pm, monkeypatch):
+    """``x.expand(...)`` (stride 0) is a read-only view: the search's output checks and restores leave it
+    alone (copying into it raised), and the copies the timing rotates over keep it as it is (a dense clone
+    would be another memory pattern than the call's)."""
+    from flyautotune import timing
+    from flyautotune.measurement import Measurement
+    from flyautotune.tuning import search
+
+    class EveryCopy:  # runs the launch over every rotated copy, as the GPU timing does
+        @fat.hookimpl(tryfirst=True)
+        def flyautotune_benchmark(self, fn, setup, target, stream, warmup, rep, rotations, cutoff_ms):
+            for run in rotations or [fn]:
+                run()
+            return Measurement(1.0, spread=0.001, method="fixed", reps=rep)
+
+    monkeypatch.setattr(search, "rotates_on", lambda device: True)  # rotate on the host, as on a GPU
+    monkeypatch.setattr(timing, "rotation_count", lambda device, per_set, **_: 3)
+    pm.register(EveryCopy())
+    seen = []
+
+    @fat.autotune(configs=TWO, key=["n"], plugin_manager=pm, name="e_broadcast", restore_value=["x"])
+    def launch(x, out, n, B=None):
+        seen.append((x.stride(), x.data_ptr(), out.data_ptr()))
+        out.copy_(x * 2)
+
+    x = torch.randn(1, 8).expand(4, 8)
+    out = torch.empty(4, 8)
+    sel = launch.select(x, out, 8, force=True)
+    assert sel.source == "search" and all(t["error"] is None for t in sel.timings)
+    assert {st for st, _, _ in seen} == {(0, 1)} and {xp for _, xp, _ in seen} == {x.data_ptr()}
+    assert len({op for _, _, op in seen}) == 3  # the output still rotates
+    launch(x, out, 8)
+    assert torch.equal(out, x * 2)

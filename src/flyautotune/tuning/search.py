@@ -83,7 +83,13 @@ class Search:
         cands.sort(key=lambda c: not c.is_default)  # the default first: the reference and the bar
         self.cands = cands
         self.default = next((c for c in cands if c.is_default), None)
-        saved = [t for t in map(call.named.get, tuner.restore_value) if t is not None]
+        for n in tuner.restore_value:
+            t = call.named.get(n)
+            if t is not None and not callable(getattr(t, "clone", None)):
+                raise TypeError(f"restore_value names {n!r}, which is {t!r} ({type(t).__name__}) in this call; "
+                                f"restore_value takes tensor arguments")
+        saved = [t for t in map(call.named.get, tuner.restore_value)
+                 if t is not None and not verify.overlaps_itself(t)]  # a broadcast view is never written
         self._saved = [(t, t.clone()) for t in saved]
         self.setup = self._setup if (self._saved or tuner.reset_to_zero) else None
         self.rotations: list = []
@@ -119,7 +125,8 @@ class Search:
             return []
         from .. import timing
 
-        rotated = [(k, t) for k, t in self.call.tensors if k not in self.t.outputs]
+        # A broadcast view is kept as it is: a clone would be dense, another memory pattern than the call's.
+        rotated = [(k, t) for k, t in self.call.tensors if k not in self.t.outputs and not verify.overlaps_itself(t)]
         if not rotated:
             return []
         per_set = sum(t.numel() * t.element_size() for _, t in rotated)

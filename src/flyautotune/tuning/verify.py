@@ -13,11 +13,18 @@ TOLERANCES = {
 }
 
 
+def overlaps_itself(t: Any) -> bool:
+    """A view in which elements share memory (a broadcast, ``x.expand(...)``: stride 0 over a dimension of
+    two or more): nothing can be copied into it and no launch can write it, so it is only ever read."""
+    return any(st == 0 and n > 1 for st, n in zip(t.stride(), t.shape))
+
+
 class Snapshot:
-    """Copies of a call's tensor arguments, to restore them before each checked run."""
+    """Copies of a call's tensor arguments, to restore them before each checked run (a broadcast view is
+    read-only, so it is left out)."""
 
     def __init__(self, tensors: list) -> None:
-        self.saved = [(n, t, t.clone()) for n, t in tensors]
+        self.saved = [(n, t, t.clone()) for n, t in tensors if not overlaps_itself(t)]
 
     def restore(self) -> None:
         for _, t, s in self.saved:
