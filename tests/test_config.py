@@ -55,3 +55,14 @@ def test_unhashable_kwarg_is_a_clear_error():
     with pytest.raises(TypeError, match=r"kwarg BLOCK=\{'a': 1\} is not hashable"):
         fat.Config(BLOCK={"a": 1})
     assert fat.Config(BLOCK=[1, 2]).kwargs == {"BLOCK": (1, 2)}  # lists freeze to tuples
+
+
+def test_numpy_scalar_kwargs_become_their_python_values():
+    """``fat.Config(BLOCK=np.int64(4))`` (NumPy arithmetic's result) is ``fat.Config(BLOCK=4)``: the same config to a
+    kernel, equal to it, and one a store can keep (to_dict refused it, deep inside a search)."""
+    np = pytest.importorskip("numpy")
+    c = fat.Config(BLOCK=np.int64(4), SIZES=[np.int32(1), 2], F=np.float32(0.5))
+    assert c == fat.Config(BLOCK=4, SIZES=(1, 2), F=0.5) and type(c.kwargs["BLOCK"]) is int
+    assert c.to_dict() == {"kwargs": {"BLOCK": 4, "F": 0.5, "SIZES": [1, 2]}, "compile_hints": {}}
+    with pytest.raises(ValueError, match="not a finite number"):
+        fat.Config(F=np.float64("nan"))

@@ -123,11 +123,26 @@ def test_var_positional_launch_keeps_its_defaults(pm, counting_bench):
         ({"tolerance": (-1, 0)}, ValueError, r"tolerance=\(-1, 0\); rtol and atol must be finite numbers >= 0"),
         ({"tolerance": {"torch.float16": (1e-3, "x")}}, TypeError,
          r"tolerance\['torch.float16'\]=\(0.001, 'x'\); expected \(rtol, atol\)"),
+        ({"configs": []}, ValueError, "configs is empty; give at least one Config, or a callable that returns"),
+        ({"key": ["B"]}, ValueError, r"key argument 'B' is a knob the configs set \(B=1\); the key names call "
+                                     r"arguments that pick the winner"),
     ],
 )
 def test_decorator_arguments_are_named(kwargs, exc, message):
     with pytest.raises(exc, match=message):
-        fat.autotune(configs=TWO, **kwargs)(lambda n, B=None: B)
+        fat.autotune(**{"configs": TWO, **kwargs})(lambda n, B=None: B)
+
+
+def test_a_space_empty_for_a_call_runs_the_default_and_without_one_says_so(pm):
+    """A computed space may be empty for some calls: a forced search then settles on the default (the only
+    candidate); with no default either, the error says both are missing."""
+    launch = fat.autotune(configs=lambda **a: [], key=["n"], plugin_manager=pm, name="e_empty",
+                          default=lambda **a: fat.Config(B=3))(lambda n, B=None: B)
+    assert launch.select(3, force=True).config == fat.Config(B=3) and launch(3) == 3
+    bare = fat.autotune(configs=lambda **a: [], key=["n"], plugin_manager=pm, name="e_empty_bare")(
+        lambda n, B=None: B)
+    with pytest.raises(fat.AutotuneError, match="the config space is empty for this call, and there is no default"):
+        bare(3)
 
 
 def test_call_and_value_errors_are_named(pm):

@@ -19,6 +19,16 @@ def _freeze(value: Any) -> Any:
     return value
 
 
+def _plain(value: Any) -> Any:
+    """A NumPy scalar (``np.int64(4)``, what NumPy arithmetic gives) as its Python value, inside lists and
+    tuples too: the same config to a kernel, and one a store can keep."""
+    if isinstance(value, (list, tuple)):
+        return type(value)(_plain(v) for v in value)
+    if type(value).__module__ == "numpy" and getattr(value, "shape", None) == () and hasattr(value, "item"):
+        return value.item()
+    return value
+
+
 def _nonfinite(value: Any) -> bool:
     if isinstance(value, float):
         return not math.isfinite(value)
@@ -93,6 +103,7 @@ class Config:
                                  f"parameter names such as BLOCK or num_stages_inner")
             if _nonfinite(value):
                 raise ValueError(f"Config: kwarg {name}={value!r} is not a finite number")
+            kwargs[name] = value = _plain(value)
             try:
                 hash(_freeze(value))
             except TypeError:

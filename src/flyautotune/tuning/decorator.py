@@ -81,6 +81,9 @@ class Autotuner:
         if not (callable(configs) or isinstance(configs, (list, tuple))):
             raise TypeError(f"autotune: configs must be a list of Config or a callable, got {configs!r}")
         if not callable(configs):
+            if not configs:
+                raise ValueError(f"autotune({self.name!r}): configs is empty; give at least one Config, or a "
+                                 f"callable that returns the space for each call")
             for c in configs:
                 if not isinstance(c, Config):
                     raise TypeError(f"autotune: configs must hold flyautotune.Config objects, got {c!r}")
@@ -90,6 +93,10 @@ class Autotuner:
             if k not in self.sig.sig.parameters and not self.sig.var_kw:
                 raise ValueError(f"autotune({self.name!r}): key argument {k!r} is not a parameter of "
                                  f"{self.sig.describe()}")
+            tuned = [] if callable(configs) else [c for c in configs if k in c.kwargs]
+            if tuned:
+                raise ValueError(f"autotune({self.name!r}): key argument {k!r} is a knob the configs set "
+                                 f"({tuned[0]}); the key names call arguments that pick the winner, such as sizes")
         self.restore_value = self._check_names("restore_value", restore_value)
         self.reset_to_zero = self._check_names("reset_to_zero", reset_to_zero)
         self.outputs = self._check_names("outputs", outputs)

@@ -154,9 +154,9 @@ def _select_cold(t: Any, call: Call, target: Target, snapshot: tuple, forced: bo
 def search(t: Any, call: Call, target: Target, snapshot: tuple, kd: dict, key: str, forced: bool,
            store: Any, warming: Any = None) -> Selection:
     configs = candidates(t, call)
-    if not configs:
-        raise AutotuneError(f"{t.name}: the config space is empty for this call")
     default = default_config(t, call)
+    if not configs and default is None:
+        raise AutotuneError(f"{t.name}: the config space is empty for this call, and there is no default")
     checks.check_caller(t.name, t.sig, configs + ([default] if default is not None else []), call)
     checks.check_fits(t.name, t.sig, t.pm, configs + ([default] if default is not None else []), target, snapshot)
     distinct = list(dict.fromkeys(configs + ([default] if default is not None else [])))
