@@ -8,6 +8,7 @@ import torch
 
 import flyautotune as fat
 from flyautotune import store as fat_store
+from flyautotune.store.memory import MemoryStore
 
 SPACE = [fat.Config(BLOCK=b) for b in (64, 128)]
 
@@ -180,3 +181,28 @@ def test_select_takes_force_as_a_bool_only_and_answers_as_the_call_would(pm):
         launch.select(torch.zeros(2), 2, BLOCK=64)
     with pytest.raises(fat.IncompatibleConfigError, match="which the caller also passed"):
         launch(torch.zeros(2), 2, BLOCK=64)
+
+
+@pytest.mark.parametrize("config, why", [
+    ({"kwargs": {"BLOCK": 64, "stream": 0xDEADBEEF}, "compile_hints": {}}, "may not set the launch stream"),
+    ({"kwargs": {"BLOCK": 999999999}, "compile_hints": {}}, "not a member of the tuner's config space"),
+])
+def test_the_python_import_api_refuses_what_an_installed_adopters_tuner_would_never_run(pm, tmp_path, config, why):
+    """``plan_import`` checks each entry against its tuner, as ``flyautotune import`` does: by default the
+    tuners of the installed adopters, or those given in ``check_with``. The refused entry is skipped with
+    its reason, and ``apply_import`` writes nothing of it."""
+    launch, _ = make(pm, "u_import")
+    pm.register_adopter(fat.Adopter(name="u_import", tuner=launch))
+    key = launch.select(torch.zeros(2), 2).key
+    good = {"kwargs": {"BLOCK": 128}, "compile_hints": {}}
+    pack = fat_store.read_pack(json.dumps({"format": "flyautotune-pack", "version": 1, "entries": [
+        json.loads(fat_store.dump_pack([fat_store.StoreEntry("u_import", k, c, (), {}, 1.0, k)]))["entries"][0]
+        for k, c in ((key, config), (key.replace('"n":2', '"n":4'), good))]}))
+    store = MemoryStore()
+    for plan in (fat_store.plan_import(store, pack), fat_store.plan_import(store, pack, check_with={"u_import": launch})):
+        [refused] = plan.skipped
+        assert refused.reason.startswith("refused: ") and why in refused.reason
+        assert [i.entry.config for i in plan.added] == [good]
+    assert fat_store.apply_import(store, plan) == 1 and store.get("u_import", key) is None
+    unchecked = fat_store.plan_import(store, pack, check_with={})  # no tuner to ask: planned as given
+    assert len(unchecked.added) == 1 and not unchecked.skipped

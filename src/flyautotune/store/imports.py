@@ -3,7 +3,7 @@ skip, decided before anything is written (``flyautotune import --dry-run``)."""
 
 from __future__ import annotations
 
-from typing import Any, Iterable, Optional
+from typing import Any, Iterable, Mapping, Optional
 
 import attrs
 
@@ -65,8 +65,12 @@ def _where(entry: StoreEntry) -> str:
     return f"{entry.tuner} {ascii(entry.key)[:120]}"
 
 
+#: How a plan's ``skipped`` item begins when a tuner would never run the entry's winner.
+REFUSED = "refused: "
+
+
 def plan_import(store: Any, entries: Any, *, tuners: Optional[Iterable[str]] = None,
-                replace: bool = False) -> ImportPlan:
+                replace: bool = False, check_with: Optional[Mapping[str, Any]] = None) -> ImportPlan:
     """Decide what importing ``entries`` into ``store`` would change; writes nothing.
 
     :param store: any store (``get`` is the only method used).
@@ -75,11 +79,16 @@ def plan_import(store: Any, entries: Any, *, tuners: Optional[Iterable[str]] = N
     :param tuners: import only these tuners' entries (an import is scoped to the
         adopters it names); None imports every tuner in the pack.
     :param replace: also replace a local winner that is newer and faster.
+    :param check_with: tuner name -> tuner, to check each entry's winner against
+        (its space, the names it tunes, no ``stream``); default: the tuners of the
+        installed adopters. An entry its tuner would never run is skipped with a
+        reason starting ``refused:``.
     :returns: the ``ImportPlan``.
     """
     if isinstance(tuners, str):
         raise TypeError(f"tuners must be a list of tuner names, got the string {tuners!r}")
     wanted = None if tuners is None else frozenset(tuners)
+    checkers = _installed_tuners() if check_with is None else check_with
     added, replaced, kept, skipped = [], [], [], []
     if isinstance(entries, Pack):
         skipped += [ImportItem(where, f"malformed: {reason}") for where, reason in entries.rejected]
@@ -92,6 +101,10 @@ def plan_import(store: Any, entries: Any, *, tuners: Optional[Iterable[str]] = N
             skipped.append(ImportItem(where, f"tuner {entry.tuner!r} is not among those imported "
                                              f"({', '.join(sorted(wanted)) or 'none'})", entry))
             continue
+        refusal = _refusal(entry, checkers.get(entry.tuner))
+        if refusal:
+            skipped.append(ImportItem(where, REFUSED + refusal, entry))
+            continue
         local = store.get(entry.tuner, entry.key)
         if local is None:
             added.append(ImportItem(where, "new key", entry))
@@ -103,6 +116,25 @@ def plan_import(store: Any, entries: Any, *, tuners: Optional[Iterable[str]] = N
         else:
             replaced.append(ImportItem(where, _why_replaced(local, entry, replace), entry, local))
     return ImportPlan(tuple(added), tuple(replaced), tuple(kept), tuple(skipped))
+
+
+def _installed_tuners() -> dict:
+    from ..plugins import plugin_manager
+
+    return {a.tuner.name: a.tuner for a in plugin_manager().adopters().values()}
+
+
+def _refusal(entry: StoreEntry, tuner: Any) -> str:
+    """Why ``tuner`` would never run ``entry``'s winner, or ""."""
+    if tuner is None:
+        return ""
+    from ..tuning.checks import IncompatibleConfigError
+
+    try:
+        tuner.check_winner(entry.config, entry.key)
+    except IncompatibleConfigError as exc:
+        return str(exc)
+    return ""
 
 
 def _ms(entry: StoreEntry) -> str:

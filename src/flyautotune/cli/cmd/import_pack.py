@@ -31,7 +31,7 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> None:
     from ... import store as _store
-    from ...store.imports import check_keys
+    from ...store.imports import REFUSED, check_keys
 
     if not os.path.isfile(args.file):
         raise UsageError(f"argument FILE: {safe(args.file)!r} does not exist or is not a file")
@@ -43,10 +43,8 @@ def run(args: argparse.Namespace) -> None:
         if args.adopter:
             known = sorted({e.tuner for e in pack} | {e.tuner for e in the_store.entries()})
             tuners = sorted({t for name in args.adopter for t in tuner_names(name, known)})
-        pack, refused = _refuse_untrusted(pack)
         plan = _store.plan_import(the_store, pack, tuners=tuners, replace=args.replace)
-        if refused:
-            plan = _evolve(plan, skipped=type(plan.skipped)([*plan.skipped, *refused]))
+        refused = [item for item in plan.skipped if _reason(item).startswith(REFUSED)]
         if args.keep:  # the store's winner stays wherever both have one
             plan = _evolve(plan, replaced=type(plan.replaced)(()),
                            kept=type(plan.kept)([*plan.kept, *plan.replaced]))
@@ -62,27 +60,6 @@ def run(args: argparse.Namespace) -> None:
     except _store.StoreError as exc:
         raise CommandError(store_error_text(the_store, exc)) from exc
     out(f"imported {plural(n)} from {safe(args.file)} into {the_store.path}")
-
-
-def _refuse_untrusted(pack: list) -> tuple:
-    """Split off the entries a registered adopter's tuner would never run (a config outside its space,
-    a name it does not tune, ``stream``): ``(kept, skipped items naming the entry and why)``."""
-    from ... import IncompatibleConfigError
-    from ...plugins import plugin_manager
-    from ...store import ImportItem
-
-    tuners = {a.tuner.name: a.tuner for a in plugin_manager().adopters().values()}
-    kept, refused = [], []
-    for i, entry in enumerate(pack):
-        tuner = tuners.get(entry.tuner)
-        try:
-            if tuner is not None:
-                tuner.check_winner(entry.config, entry.key)
-        except IncompatibleConfigError as exc:
-            refused.append(ImportItem(f"entries[{i}]", f"refused: {exc}", entry))
-            continue
-        kept.append(entry)
-    return kept, refused
 
 
 def _print_plan(plan: Any, dry_run: bool) -> None:
