@@ -75,6 +75,61 @@ def test_misspelled_hookimpl_fails_at_start_up_with_a_suggestion(site):
     assert "did you mean 'flyautotune_cache_key'?" in msg
 
 
+def test_a_hookimpl_with_arguments_the_hook_lacks_fails_at_start_up_naming_them(site):
+    make_dist(site, "fatplug-badarg", "fatplug_badarg", """
+        import flyautotune as fat
+
+        @fat.hookimpl
+        def flyautotune_cache_key(tgt):
+            return {}
+    """)
+    with pytest.raises(fat.PluginLoadError) as info:
+        fat.build_plugin_manager()
+    msg = str(info.value)
+    assert msg.startswith("plugin 'fatplug_badarg': ") and "\n" not in msg
+    assert "Argument(s) {'tgt'} are declared in the hookimpl" in msg and msg.endswith("the hook's arguments: target")
+
+
+class _Axes:
+    def __init__(self, axes):
+        self.axes = axes
+
+    @fat.hookimpl
+    def flyautotune_cache_key(self, target):
+        return self.axes
+
+
+def test_a_cache_key_axis_a_later_plugin_sets_again_keeps_the_first_value_and_says_so(caplog):
+    """An axis set twice keeps the first plugin's value (the core's come first): a plugin cannot change
+    ``torch`` or ``python`` in the key, nor another plugin's axis, and a clash is a warning naming both."""
+    import torch
+
+    from flyautotune.targets import backend_axes
+
+    pm = fat.build_plugin_manager(entry_points=False, plugins=[_Axes({"toy.cc": "1.0", "torch": "x"}),
+                                                              _Axes({"toy.cc": "2.0"})])
+    with caplog.at_level("WARNING", logger="flyautotune"):
+        axes = backend_axes(fat.target_for("cpu", pm), pm)
+    assert axes["toy.cc"] == "1.0" and axes["torch"] == torch.__version__
+    assert caplog.text.count("both set the cache-key axis") == 2
+    assert "'toy.cc'" in caplog.text and "'torch'" in caplog.text
+
+
+@pytest.mark.parametrize("axes, message", [
+    ({"toy.cc": object()}, r"flyautotune_cache_key axis 'toy.cc'=<object object at .*> \(object\) is not a JSON value; accepted"),
+    ({"toy.cc": float("nan")}, r"flyautotune_cache_key axis 'toy.cc'=nan \(float\) is not a JSON value"),
+    (["toy.cc", "1.0"], r"flyautotune_cache_key returned \['toy.cc', '1.0'\] \(list\) for .*; expected a mapping"),
+])
+def test_a_cache_key_that_is_not_json_names_the_plugin(axes, message):
+    """A value written as its repr would differ in every process (no stored winner would ever be found):
+    the first key of a call says which plugin returned what."""
+    from flyautotune.targets import backend_axes
+
+    pm = fat.build_plugin_manager(entry_points=False, plugins=[_Axes(axes)])
+    with pytest.raises(TypeError, match=r"plugin '\d+': " + message):
+        backend_axes(fat.target_for("cpu", pm), pm)
+
+
 def test_plugin_that_raises_on_import_is_reported_and_others_still_load(site, caplog):
     make_dist(site, "fatplug-broken", "fatplug_broken", "raise ImportError('needs libfoo.so')\n")
     make_dist(site, "fatplug-fine", "fatplug_fine", ADOPTER.format(name="fine"))
@@ -150,3 +205,22 @@ def test_adopter_fields_are_validated():
     # declared once: the adopter reads the tuner's space, default and key
     assert ad.configs == [fat.Config(B=1)] and ad.key == ("n",) and ad.default(n=1) == fat.Config(B=1)
     assert ad.bind(3) == ((6,), {})
+
+
+def test_a_lowering_that_returns_no_option_dict_for_ir_none_is_named():
+    """With ``ir=None`` a backend's lowering gives compile options (a dict); anything else would reach the
+    launcher as options, so it is a TypeError saying what came back and which plugins implement the hook."""
+
+    class ListLowering:
+        @fat.hookimpl
+        def flyautotune_lower_compile_hints(self, ir, hints, target):
+            return ["num_warps", 4]
+
+    pm = fat.build_plugin_manager(entry_points=False, plugins=[ListLowering()])
+    old = fat.plugins.set_plugin_manager(pm)
+    try:
+        with pytest.raises(TypeError, match=r"returned \['num_warps', 4\] \(list\) for .* with ir=None; expected a "
+                                            r"dict of compile options \(plugins implementing it: "):
+            fat.lower_compile_hints(target=fat.target_for("cpu", pm), hints={"num_warps": 4})
+    finally:
+        fat.plugins.set_plugin_manager(old)

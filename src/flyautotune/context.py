@@ -217,4 +217,9 @@ def lower_compile_hints(ir: Any = None, target: Optional[Target] = None, hints: 
     result = pm.hook.flyautotune_lower_compile_hints(ir=ir, hints=snapshot, target=target)
     if result is None:
         return {} if ir is None else ir
+    if ir is None and not isinstance(result, Mapping):
+        owners = [impl.plugin_name for impl in pm.hook.flyautotune_lower_compile_hints.get_hookimpls()]
+        raise TypeError(f"flyautotune_lower_compile_hints returned {result!r} ({type(result).__name__}) for "
+                        f"{target} with ir=None; expected a dict of compile options (plugins implementing it: "
+                        f"{', '.join(owners)})")
     return result

@@ -6,6 +6,7 @@ import difflib
 import importlib.metadata
 import logging
 import os
+import re
 import threading
 from typing import Any, Iterable, Optional
 
@@ -100,7 +101,7 @@ def _load_entry_points(pm: FlyPluginManager) -> set:
             log.warning("flyautotune plugin %r from %s %s failed to load: %s",
                         ep.name, dist_name, dist.version, msg)
             continue
-        pm.register(plugin, name=ep.name)
+        _register(pm, plugin, ep.name)
         pm.plugin_infos[ep.name] = info
     return names
 
@@ -118,6 +119,21 @@ def _check_disabled(pm: FlyPluginManager, known: set) -> None:
         hint = f" (did you mean {close[0]!r}?)" if close else ""
         log.warning("%s names %r, but no plugin of that name exists, so it disables nothing%s; known plugins: %s",
                     DISABLE_ENV, name, hint, ", ".join(sorted(known)) or "none")
+
+
+def _register(pm: FlyPluginManager, plugin: Any, name: Optional[str]) -> None:
+    """``pm.register``, with pluggy's refusal of a hook implementation whose arguments the hook does not
+    have turned into a ``PluginLoadError`` that names the plugin, the hook and the hook's arguments."""
+    try:
+        pm.register(plugin, name=name)
+    except pluggy.PluginValidationError as exc:
+        found = re.search(r"for hook '(\w+)'", str(exc))
+        caller = getattr(pm.hook, found.group(1), None) if found else None
+        spec = getattr(caller, "spec", None)
+        accepted = f"; the hook's arguments: {', '.join(spec.argnames)}" if spec is not None else ""
+        detail = " ".join(str(exc).split())
+        who = name or getattr(plugin, "__name__", None) or type(plugin).__name__
+        raise PluginLoadError(f"plugin {who!r}: {detail}{accepted}") from exc
 
 
 def _check_pending(pm: FlyPluginManager) -> None:
@@ -182,7 +198,7 @@ def build_plugin_manager(
                 pm.register(plugin, name=name)
                 pm.plugin_infos[name] = PluginInfo(name, "flyautotune", _version(), plugin.__name__, builtin=True)
     for plugin in plugins:
-        pm.register(plugin)
+        _register(pm, plugin, None)
     if entry_points and builtins and disabled is None:  # only then is every name a user could mean known
         _check_disabled(pm, known)
     _check_pending(pm)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import math
 import sys
 import weakref
-from typing import Any
+from typing import Any, Mapping
 
 from .target import Target
 
@@ -70,14 +71,51 @@ def backend_axes(target: Target, pm: Any = None) -> dict:
     per_pm = _axes_cache.setdefault(pm, {})
     axes = per_pm.get(target)
     if axes is None:
-        axes = {}
-        # pluggy returns results last-registered first; merge oldest first so
-        # a later plugin's axis is visible next to, not silently over, another's
-        for part in reversed(pm.hook.flyautotune_cache_key(target=target)):
-            if part:
-                axes.update({str(k): v for k, v in part.items()})
+        axes, owners = {}, {}
+        # Oldest first (the core's built-ins, then plugins in the order they registered): an axis keeps the
+        # value of the first plugin that sets it, and a later one that disagrees is said, not taken.
+        for impl in pm.hook.flyautotune_cache_key.get_hookimpls():
+            part = impl.function(target=target)
+            if not part:
+                continue
+            if not isinstance(part, Mapping):
+                raise TypeError(f"plugin {impl.plugin_name!r}: flyautotune_cache_key returned {part!r} "
+                                f"({type(part).__name__}) for {target}; expected a mapping of axis name -> "
+                                f"JSON value, or None")
+            for k, v in part.items():
+                name = str(k)
+                if not _json_value(v):
+                    raise TypeError(f"plugin {impl.plugin_name!r}: flyautotune_cache_key axis {name!r}={v!r} "
+                                    f"({type(v).__name__}) is not a JSON value; accepted: str, int, finite "
+                                    f"float, bool, None and lists or mappings of them (a value printed as its "
+                                    f"repr would differ in every process, so no stored winner would be found)")
+                if name in axes and axes[name] != v:
+                    _warn_axis(target, name, owners[name], axes[name], impl.plugin_name, v)
+                    continue
+                axes.setdefault(name, v)
+                owners.setdefault(name, impl.plugin_name)
         per_pm[target] = axes
     return dict(axes)
+
+
+def _json_value(value: Any) -> bool:
+    if value is None or isinstance(value, (bool, int, str)):
+        return True
+    if isinstance(value, float):
+        return math.isfinite(value)
+    if isinstance(value, (list, tuple)):
+        return all(map(_json_value, value))
+    if isinstance(value, Mapping):
+        return all(isinstance(k, str) and _json_value(v) for k, v in value.items())
+    return False
+
+
+def _warn_axis(target: Target, name: str, first: str, kept: Any, later: str, value: Any) -> None:
+    import logging
+
+    logging.getLogger("flyautotune").warning(
+        "plugins %r and %r both set the cache-key axis %r for %s (%r and %r): keeping %r's; a plugin's axes "
+        "should carry its name as a prefix (rocm.hip, cuda.driver)", first, later, name, target, kept, value, first)
 
 
 def clear() -> None:
