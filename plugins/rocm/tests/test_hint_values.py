@@ -37,3 +37,34 @@ def test_the_accepted_sets_match_what_triton_declares():
     for name, choices in TRITON_HIP_CHOICES.items():
         assert fields[name].type in (int, "int")
         assert fields[name].default in choices  # Triton's own default is accepted
+
+
+def test_wgp_cu_mode_is_refused_on_chips_without_workgroup_processors(pm, gfx942, gfx950):
+    """CDNA/GCN (gfx9) has no WGP: Triton's '+cumode' feature changes nothing there, so 'wgp' and 'cu' would
+    be two candidates of one binary. RDNA targets take it."""
+    import flyautotune as fat
+
+    for target in (gfx942, gfx950):
+        with pytest.raises(ValueError, match=rf"'wgp_cu_mode': {target.arch} is a CDNA/GCN chip with no "
+                                             r"workgroup processors, so 'wgp' and 'cu' build the same binary"):
+            pm.hook.flyautotune_validate_hints(hints={"wgp_cu_mode": "cu"}, target=target)
+    pm.hook.flyautotune_validate_hints(hints={"wgp_cu_mode": "cu"}, target=fat.Target("rocm", "gfx1100", 32))
+
+
+def test_schedule_hint_is_refused_where_the_installed_triton_reads_no_such_option(pm, gfx942, monkeypatch):
+    """Newer Tritons declare ``HIPOptions.schedule_hint`` and read it nowhere (every value, one binary): the
+    hint is refused there, and taken where the HIP backend reads it."""
+    import inspect
+
+    from flyautotune_rocm import hints
+
+    compiler = pytest.importorskip("triton.backends.amd.compiler")
+    assert hints.triton_reads_option("waves_per_eu") and not hints.triton_reads_option("no_such_option")
+    reads = "options.schedule_hint" in inspect.getsource(compiler)
+    assert hints.triton_reads_option("schedule_hint") is reads
+    monkeypatch.setattr(hints, "triton_reads_option", lambda name: False)
+    with pytest.raises(ValueError, match="'schedule_hint': the installed Triton's HIP backend declares it but no "
+                                         "pass reads it, so every value builds the same binary"):
+        pm.hook.flyautotune_validate_hints(hints={"schedule_hint": "attention"}, target=gfx942)
+    monkeypatch.setattr(hints, "triton_reads_option", lambda name: True)
+    pm.hook.flyautotune_validate_hints(hints={"schedule_hint": "attention"}, target=gfx942)

@@ -7,6 +7,8 @@ Triton kernels ``num_warps``, ``num_stages`` and a few AMD-only Triton options.
 
 from __future__ import annotations
 
+import functools
+import inspect
 from typing import Any, Mapping, Optional, Tuple
 
 from flyautotune import normalize_hint
@@ -97,13 +99,44 @@ def validate_rocm_hints(hints: Mapping[str, Any], target: Any) -> None:
         elif name == "num_stages":
             if isinstance(value, bool) or not isinstance(value, int) or value < 0:
                 raise ValueError(f"compile hint 'num_stages': {value!r} is not a non-negative int")
-        elif name == "wgp_cu_mode" and value not in ("wgp", "cu"):
-            raise ValueError(f"compile hint 'wgp_cu_mode': {value!r} is not one of 'wgp', 'cu'")
+        elif name == "wgp_cu_mode":
+            if value not in ("wgp", "cu"):
+                raise ValueError(f"compile hint 'wgp_cu_mode': {value!r} is not one of 'wgp', 'cu'")
+            if _arch.base_arch(target.arch).startswith("gfx9"):
+                raise ValueError(f"compile hint 'wgp_cu_mode': {target.arch} is a CDNA/GCN chip with no "
+                                 f"workgroup processors, so 'wgp' and 'cu' build the same binary; the hint is "
+                                 f"for RDNA targets (gfx10 and later)")
+        elif name == "schedule_hint" and not triton_reads_option("schedule_hint"):
+            raise ValueError(f"compile hint 'schedule_hint': the installed Triton's HIP backend declares it but "
+                             f"no pass reads it, so every value builds the same binary; drop it from the "
+                             f"space (Triton {_triton_version()})")
         elif name in TRITON_HIP_CHOICES:
             choices = TRITON_HIP_CHOICES[name]
             if isinstance(value, bool) or not isinstance(value, int) or value not in choices:
                 raise ValueError(f"compile hint {name!r}: {value!r} is not accepted by Triton's HIP backend; "
                                  f"accepted: {', '.join(map(str, choices))}")
+
+
+@functools.lru_cache(maxsize=None)
+def triton_reads_option(name: str) -> bool:
+    """Whether the installed Triton's HIP backend reads ``options.<name>`` when it compiles (a field it only
+    declares changes nothing). True when that cannot be told (no AMD backend, no source)."""
+    try:
+        from triton.backends.amd import compiler
+
+        source = inspect.getsource(compiler)
+    except (ImportError, OSError, TypeError):
+        return True
+    return f"options.{name}" in source
+
+
+def _triton_version() -> str:
+    try:
+        import triton
+
+        return triton.__version__
+    except ImportError:
+        return "not installed"
 
 
 def _check_num_warps(value: Any, target: Any) -> None:
