@@ -120,3 +120,29 @@ def test_a_gpu_module_op_on_its_own(pm, gfx942, two_kernel_module):
     assert gpu_module.operation.name == "gpu.module"
     assert lower(pm, gpu_module, gfx942, waves_per_eu=5) is gpu_module
     assert funcs(module)["k_rocdl"][0] == {"amdgpu-waves-per-eu": "5,5"}
+
+
+def test_a_hint_that_reaches_no_kernel_is_an_error_saying_why(pm, gfx942, parse, mlir_text):
+    """A module in which no kernel takes ``waves_per_eu`` would come back unchanged and the hint would be
+    lost: only helpers, no gpu.module, or a module lowered past convert-gpu-to-rocdl each say so."""
+    helpers_only = parse(mlir_text.module(mlir_text.helper))
+    with pytest.raises(ValueError, match=r"'waves_per_eu'=2: its 1 gpu.module op\(s\) hold no gpu.func marked "
+                                         r"kernel \(only device helpers\)"):
+        lower(pm, helpers_only, gfx942, waves_per_eu=2)
+    lowered = parse("module {\n  llvm.func @k() {\n    llvm.return\n  }\n}\n")
+    with pytest.raises(ValueError, match=r"it was lowered already \(convert-gpu-to-rocdl ran\)"):
+        lower(pm, lowered, gfx942, waves_per_eu=2)
+    assert lower(pm, lowered, gfx942, waves_per_eu=0) is lowered  # no hint asked: nothing to miss
+
+
+def test_a_kernel_op_passed_alone_is_refused(pm, gfx942, two_kernel_module):
+    kernel = next(iter(kernel_funcs(two_kernel_module())))
+    assert not is_mlir_module(kernel)
+    with pytest.raises(TypeError, match=r"takes an MLIR module \(builtin.module or gpu.module\) that holds gpu.func "
+                                        r"kernels; got a gpu.func op: pass the module around it"):
+        lower(pm, kernel, gfx942, waves_per_eu=2)
+
+
+def test_a_false_hint_is_a_setting_the_mlir_module_cannot_take(pm, gfx942, two_kernel_module):
+    with pytest.raises(ValueError, match=r"'enable_fp_fusion'=False cannot be applied to an MLIR module on ROCm"):
+        lower(pm, two_kernel_module(), gfx942, waves_per_eu=2, enable_fp_fusion=False)

@@ -10,7 +10,7 @@ from . import bench as _bench  # noqa: F401  (registers the Infinity Cache probe
 from .hints import validate_rocm_hints
 from .report import flyautotune_compile_report, flyautotune_report_targets  # noqa: F401
 from .keys import cache_key_axes
-from .mlir import is_mlir_module, lower_module_hints
+from .mlir import is_mlir_module, lower_module_hints, mlir_op_name
 from .target import rocm_target
 from .triton_opts import is_triton_kernel, triton_compile_options
 
@@ -39,6 +39,9 @@ def flyautotune_lower_compile_hints(ir: Any, hints: Mapping[str, Any], target: T
     if is_mlir_module(ir):
         validate_rocm_hints(hints, target)
         return lower_module_hints(ir, hints, target.arch)
+    if mlir_op_name(ir) is not None:  # an op of the module (gpu.func, ...): lowering it alone would miss kernels
+        raise TypeError(f"lower_compile_hints on ROCm takes an MLIR module (builtin.module or gpu.module) that "
+                        f"holds gpu.func kernels; got a {mlir_op_name(ir)} op: pass the module around it")
     if ir is None or is_triton_kernel(ir):
         return triton_compile_options(hints, target)
     return None

@@ -23,14 +23,19 @@ WAVES_PER_EU_KEY = "amdgpu-waves-per-eu"
 
 def is_mlir_module(obj: Any) -> bool:
     """True for an MLIR ``Module``, or a ``builtin.module`` / ``gpu.module`` op, from any Python binding."""
+    return mlir_op_name(obj) in ("builtin.module", "gpu.module")
+
+
+def mlir_op_name(obj: Any) -> Optional[str]:
+    """The operation name of an MLIR ``Module`` or op from any binding (``"gpu.func"``), or None for
+    anything else."""
     if isinstance(obj, type) or not hasattr(obj, "operation"):
-        return False
-    if hasattr(obj, "body"):
-        return True
+        return None
     try:
-        return obj.operation.name in ("builtin.module", "gpu.module")
+        name = obj.operation.name
     except AttributeError:
-        return False
+        return None
+    return name if isinstance(name, str) else None
 
 
 def binding_ir(module: Any) -> ModuleType:
@@ -146,12 +151,28 @@ def lower_waves_per_eu(module: Any, waves_per_eu: Any, arch: Optional[str] = Non
     ir = binding_ir(module)
     value = f"{span[0]},{span[1]}"
     with module.context:
-        for func_op in kernel_funcs(module):
+        kernels = list(kernel_funcs(module))
+        if not kernels:
+            raise ValueError(f"compile hint 'waves_per_eu'={waves_per_eu!r}: {_no_kernel(module)}")
+        for func_op in kernels:
             set_passthrough(func_op, WAVES_PER_EU_KEY, value, ir)
             attrs = func_op.operation.attributes
             if ROCDL_WAVES_PER_EU in attrs:
                 del attrs[ROCDL_WAVES_PER_EU]
     return module
+
+
+def _no_kernel(module: Any) -> str:
+    """Why a module has no kernel ``gpu.func`` to put a hint on, in words for its author."""
+    gpu = list(gpu_modules(module))
+    if not gpu:
+        lowered = any(op.operation.name == "llvm.func" for op in _children(module.operation))
+        if lowered:
+            return ("the module holds llvm.func ops and no gpu.module: it was lowered already (convert-gpu-to-rocdl "
+                    "ran), so no kernel takes the hint; apply hints to the module before that pass")
+        return "the module holds no gpu.module, so no kernel takes the hint; pass the module with the kernels"
+    return (f"its {len(gpu)} gpu.module op(s) hold no gpu.func marked kernel (only device helpers), so no "
+            f"kernel takes the hint")
 
 
 def lower_module_hints(module: Any, hints: Mapping[str, Any], arch: Optional[str] = None) -> Any:
@@ -161,7 +182,8 @@ def lower_module_hints(module: Any, hints: Mapping[str, Any], arch: Optional[str
         MLIR kernel cannot take, since its launch shape is fixed in the IR.
     """
     for name, value in hints.items():
-        if name != "waves_per_eu" and value not in (None, 0):
+        unset = value is None or (value == 0 and not isinstance(value, bool))  # False is a setting, not "unset"
+        if name != "waves_per_eu" and not unset:
             raise ValueError(
                 f"compile hint {name!r}={value!r} cannot be applied to an MLIR module on ROCm: "
                 f"only waves_per_eu is lowered onto gpu.func kernels (tune launch shape as a kernel kwarg)"
