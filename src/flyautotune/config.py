@@ -9,6 +9,7 @@ from typing import Any, Callable, Mapping, Optional
 import attrs
 
 from .hints import KNOWN_HINTS, normalize_hint, normalize_hints
+from .keys import numpy_scalar
 
 _JSON_SCALARS = (bool, int, float, str, type(None))
 
@@ -24,7 +25,7 @@ def _plain(value: Any) -> Any:
     tuples too: the same config to a kernel, and one a store can keep."""
     if isinstance(value, (list, tuple)):
         return type(value)(_plain(v) for v in value)
-    if type(value).__module__ == "numpy" and getattr(value, "shape", None) == () and hasattr(value, "item"):
+    if numpy_scalar(value):
         return value.item()
     return value
 

@@ -37,7 +37,7 @@ def key_value(value: Any) -> Any:
     ``np.prod`` returns) its Python value, anything else itself."""
     if isinstance(value, (int, str, float)):
         return value
-    if _numpy_scalar(value):
+    if numpy_scalar(value):
         return value.item()
     if is_tensor(value) or (hasattr(value, "dtype") and hasattr(value, "shape")):
         return tuple(value.shape)
@@ -48,9 +48,9 @@ def key_value(value: Any) -> Any:
     return value
 
 
-def _numpy_scalar(value: Any) -> bool:
-    """A NumPy scalar or 0-d array: it has a dtype and an empty shape like a tensor, but it is a value
-    (keyed as a shape, every size would share one key)."""
+def numpy_scalar(value: Any) -> bool:
+    """A NumPy scalar or 0-d array (``np.int64(8)``, what ``np.prod`` returns): it has a dtype and an empty
+    shape like a tensor, but it is a value (keyed as a shape, every size would share one key)."""
     return type(value).__module__ == "numpy" and getattr(value, "shape", None) == () and hasattr(value, "item")
 
 
