@@ -53,6 +53,42 @@ def test_duplicate_adopter_names_name_both_distributions(site):
     assert "fatplug-one" in msg and "fatplug-two" in msg
 
 
+def test_the_process_wide_manager_registers_adopters_on_first_use(site):
+    """``plugin_manager()`` loads the plugins but asks them for adopters only when one is needed (an
+    adopter's kernels import torch and Triton; a store command or a program with its own tuners never pays
+    for that). A duplicate is then an error on every use, not once."""
+    make_dist(site, "fatplug-lazy", "fatplug_lazy", """
+        import flyautotune as fat
+
+        calls = []
+
+        @fat.hookimpl
+        def flyautotune_register_adopters(register):
+            calls.append(1)
+            register(fat.Adopter(name="lazy", tuner=fat.autotune(configs=[fat.Config(B=1)], name="lazy")(
+                lambda B=None: B)))
+    """)
+    import fatplug_lazy
+
+    pm = fat.build_plugin_manager(lazy_adopters=True)
+    assert "fatplug_lazy" in pm.plugin_infos and fatplug_lazy.calls == []
+    mine = fat.Adopter(name="mine", tuner=fat.autotune(configs=[fat.Config(B=1)], name="mine")(lambda B=None: B))
+    pm.register_adopter(mine)  # in-process first: the plugins' adopters are registered before it
+    assert {"lazy", "mine"} <= set(pm.adopters()) and fatplug_lazy.calls == [1]
+    assert pm.get_adopter("lazy").distribution.startswith("fatplug-lazy") and fatplug_lazy.calls == [1]
+    eager = fat.build_plugin_manager()
+    assert fatplug_lazy.calls == [1, 1] and "lazy" in eager.adopters() and "mine" not in eager.adopters()
+
+
+def test_a_duplicate_adopter_of_a_deferred_registration_fails_every_use(site):
+    make_dist(site, "fatplug-one", "fatplug_one", ADOPTER.format(name="clash"))
+    make_dist(site, "fatplug-two", "fatplug_two", ADOPTER.format(name="clash"))
+    pm = fat.build_plugin_manager(lazy_adopters=True)  # loading is fine: no adopter was asked for
+    for _ in range(2):
+        with pytest.raises(fat.DuplicateAdopterError, match="'clash' is registered twice"):
+            pm.adopters()
+
+
 def test_in_process_duplicate_is_an_error_too(pm):
     tuner = fat.autotune(configs=[fat.Config(B=1)], name="mine")(lambda B=None: B)
     pm.register_adopter(fat.Adopter(name="mine", tuner=tuner))

@@ -44,7 +44,12 @@ class FlyPluginManager(pluggy.PluginManager):
 
     def __init__(self) -> None:
         super().__init__(PROJECT)
-        self.adopter_registry = AdopterRegistry()
+        self._registry = AdopterRegistry()
+        #: whether the plugins' ``flyautotune_register_adopters`` hooks are still to be called (they
+        #: import the adopters' kernels: torch, Triton; a command or program that never asks for an
+        #: adopter does not pay for that)
+        self._adopters_pending = False
+        self._adopters_lock = threading.Lock()
         self.plugin_infos: dict[str, PluginInfo] = {}
         self.load_failures: dict[str, PluginInfo] = {}
         self.disabled: tuple = ()
@@ -52,6 +57,16 @@ class FlyPluginManager(pluggy.PluginManager):
         self.unknown_disabled: tuple = ()
 
     # -- adopters -----------------------------------------------------------
+    @property
+    def adopter_registry(self) -> AdopterRegistry:
+        """The registry, after the plugins' adopters are registered (on first use, when deferred)."""
+        if self._adopters_pending:
+            with self._adopters_lock:
+                if self._adopters_pending:
+                    self._registry = _register_adopters(self)  # raises (and stays pending) on a duplicate
+                    self._adopters_pending = False
+        return self._registry
+
     def adopters(self) -> dict:
         return self.adopter_registry.all()
 
@@ -154,7 +169,9 @@ def _check_pending(pm: FlyPluginManager) -> None:
         raise PluginLoadError(f"{detail}. Known hooks: {', '.join(spec_names)}") from exc
 
 
-def _register_adopters(pm: FlyPluginManager) -> None:
+def _register_adopters(pm: FlyPluginManager) -> AdopterRegistry:
+    """A registry holding ``pm``'s current in-process adopters plus every plugin's."""
+    registry = AdopterRegistry()
     hook = pm.hook.flyautotune_register_adopters
     # Call each plugin on its own, so the registry knows which distribution
     # registered which adopter (needed for the duplicate-name error).
@@ -164,9 +181,12 @@ def _register_adopters(pm: FlyPluginManager) -> None:
             f"plugin {impl.plugin_name!r}")
 
         def register(adopter: Adopter, _dist: str = dist) -> Adopter:
-            return pm.adopter_registry.register(adopter, distribution=_dist)
+            return registry.register(adopter, distribution=_dist)
 
         impl.function(register=register)
+    for adopter in pm._registry.all().values():  # registered in-process before the plugins' were asked
+        registry.register(adopter)
+    return registry
 
 
 def build_plugin_manager(
@@ -175,13 +195,16 @@ def build_plugin_manager(
     builtins: bool = True,
     disabled: Optional[Iterable[str]] = None,
     plugins: Iterable[Any] = (),
+    lazy_adopters: bool = False,
 ) -> FlyPluginManager:
-    """A fresh manager: add specs, load entry points, register built-ins, check.
+    """A fresh manager: add specs, load entry points, register built-ins, check, register adopters.
 
     :param entry_points: load installed plugins (group ``flyautotune``).
     :param builtins: register the core's CPU backend, benchmarker and key axes.
     :param disabled: plugin names to block; default: ``FLYAUTOTUNE_DISABLE_PLUGINS``.
     :param plugins: extra plugin objects to register (tests, embedding apps).
+    :param lazy_adopters: call the plugins' ``flyautotune_register_adopters`` on the first use of the
+        adopters instead of now (the process-wide manager does: adopters import their kernels).
     """
     pm = FlyPluginManager()
     pm.add_hookspecs(hookspecs)
@@ -202,7 +225,10 @@ def build_plugin_manager(
     if entry_points and builtins and disabled is None:  # only then is every name a user could mean known
         _check_disabled(pm, known)
     _check_pending(pm)
-    _register_adopters(pm)
+    if lazy_adopters:
+        pm._adopters_pending = True
+    else:
+        pm._registry = _register_adopters(pm)
     return pm
 
 
@@ -223,7 +249,7 @@ def plugin_manager() -> FlyPluginManager:
     if pm is None:
         with _pm_lock:
             if _pm is None:
-                _pm = build_plugin_manager()
+                _pm = build_plugin_manager(lazy_adopters=True)
             pm = _pm
     return pm
 

@@ -4,11 +4,11 @@ from __future__ import annotations
 
 import flyautotune as fat
 
-from . import api
-
 
 @fat.hookimpl
 def flyautotune_register_adopters(register):
+    from . import api  # torch and Triton: imported when an adopter is first asked for, not when plugins load
+
     register(
         fat.Adopter(
             name="rmsnorm",
