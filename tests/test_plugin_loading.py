@@ -80,6 +80,34 @@ def test_the_process_wide_manager_registers_adopters_on_first_use(site):
     assert fatplug_lazy.calls == [1, 1] and "lazy" in eager.adopters() and "mine" not in eager.adopters()
 
 
+def test_an_adopter_module_that_registers_in_process_while_a_deferred_registration_imports_it(site):
+    """A plugin's register hook imports a module that calls ``fat.register`` at import (the in-process way
+    of docs/write_adopter.md): the deferred registration does not run again (or wait on itself), and both
+    adopters end up registered."""
+    (site / "fatplug_inproc_mod.py").write_text(textwrap.dedent("""
+        import flyautotune as fat
+
+        fat.register(fat.Adopter(name="inproc", tuner=fat.autotune(configs=[fat.Config(B=1)], name="inproc")(
+            lambda B=None: B)))
+    """))
+    make_dist(site, "fatplug-inproc", "fatplug_inproc", """
+        import flyautotune as fat
+
+        @fat.hookimpl
+        def flyautotune_register_adopters(register):
+            import fatplug_inproc_mod  # noqa: F401
+            register(fat.Adopter(name="viahook", tuner=fat.autotune(configs=[fat.Config(B=1)], name="viahook")(
+                lambda B=None: B)))
+    """)
+    pm = fat.build_plugin_manager(lazy_adopters=True)
+    old = fat.plugins.set_plugin_manager(pm)
+    try:
+        assert {"inproc", "viahook"} <= set(pm.adopters())
+    finally:
+        fat.plugins.set_plugin_manager(old)
+        sys.modules.pop("fatplug_inproc_mod", None)
+
+
 def test_a_duplicate_adopter_of_a_deferred_registration_fails_every_use(site):
     make_dist(site, "fatplug-one", "fatplug_one", ADOPTER.format(name="clash"))
     make_dist(site, "fatplug-two", "fatplug_two", ADOPTER.format(name="clash"))

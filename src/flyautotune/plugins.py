@@ -50,6 +50,7 @@ class FlyPluginManager(pluggy.PluginManager):
         #: adopter does not pay for that)
         self._adopters_pending = False
         self._adopters_lock = threading.Lock()
+        self._loading_thread: Optional[int] = None
         self.plugin_infos: dict[str, PluginInfo] = {}
         self.load_failures: dict[str, PluginInfo] = {}
         self.disabled: tuple = ()
@@ -60,11 +61,17 @@ class FlyPluginManager(pluggy.PluginManager):
     @property
     def adopter_registry(self) -> AdopterRegistry:
         """The registry, after the plugins' adopters are registered (on first use, when deferred)."""
-        if self._adopters_pending:
+        if self._adopters_pending and self._loading_thread != threading.get_ident():
             with self._adopters_lock:
                 if self._adopters_pending:
-                    self._registry = _register_adopters(self)  # raises (and stays pending) on a duplicate
-                    self._adopters_pending = False
+                    # An adopter module that registers in-process while it is imported comes back here on
+                    # this thread: it gets the registry being filled, not a second round of hooks.
+                    self._loading_thread = threading.get_ident()
+                    try:
+                        self._registry = _register_adopters(self)  # raises (and stays pending) on a duplicate
+                        self._adopters_pending = False
+                    finally:
+                        self._loading_thread = None
         return self._registry
 
     def adopters(self) -> dict:
