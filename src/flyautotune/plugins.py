@@ -191,7 +191,9 @@ def _register_adopters(pm: FlyPluginManager) -> AdopterRegistry:
             return registry.register(adopter, distribution=_dist)
 
         impl.function(register=register)
-    for adopter in pm._registry.all().values():  # registered in-process before the plugins' were asked
+    # Registered in-process while the hooks ran (an adopter module that registers itself when a hook
+    # imports it lands in the old registry: see ``adopter_registry``); in eager builds there are none.
+    for adopter in pm._registry.all().values():
         registry.register(adopter)
     return registry
 

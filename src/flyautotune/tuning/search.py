@@ -83,13 +83,16 @@ class Search:
         cands.sort(key=lambda c: not c.is_default)  # the default first: the reference and the bar
         self.cands = cands
         self.default = next((c for c in cands if c.is_default), None)
+        saved = []
         for n in tuner.restore_value:
             t = call.named.get(n)
-            if t is not None and not callable(getattr(t, "clone", None)):
+            if t is None:
+                continue
+            if not callable(getattr(t, "clone", None)):
                 raise TypeError(f"restore_value names {n!r}, which is {t!r} ({type(t).__name__}) in this call; "
                                 f"restore_value takes tensor arguments")
-        saved = [t for t in map(call.named.get, tuner.restore_value)
-                 if t is not None and not verify.overlaps_itself(t)]  # a broadcast view is never written
+            if not verify.overlaps_itself(t):  # a broadcast view is never written
+                saved.append(t)
         self._saved = [(t, t.clone()) for t in saved]
         self.setup = self._setup if (self._saved or tuner.reset_to_zero) else None
         self.rotations: list = []

@@ -14,6 +14,7 @@ from typing import Any, Mapping, Optional, Tuple
 from flyautotune import normalize_hint
 
 from . import arch as _arch
+from .keys import dist_version
 
 #: Triton HIP options (``HIPOptions``) that make sense to tune per config.
 TRITON_HIP_HINTS = (
@@ -109,7 +110,7 @@ def validate_rocm_hints(hints: Mapping[str, Any], target: Any) -> None:
         elif name == "schedule_hint" and not triton_reads_option("schedule_hint"):
             raise ValueError(f"compile hint 'schedule_hint': the installed Triton's HIP backend declares it but "
                              f"no pass reads it, so every value builds the same binary; drop it from the "
-                             f"space (Triton {_triton_version()})")
+                             f"space (Triton {dist_version('triton') or 'not installed'})")
         elif name in TRITON_HIP_CHOICES:
             choices = TRITON_HIP_CHOICES[name]
             if isinstance(value, bool) or not isinstance(value, int) or value not in choices:
@@ -128,15 +129,6 @@ def triton_reads_option(name: str) -> bool:
     except (ImportError, OSError, TypeError):
         return True
     return f"options.{name}" in source
-
-
-def _triton_version() -> str:
-    try:
-        import triton
-
-        return triton.__version__
-    except ImportError:
-        return "not installed"
 
 
 def _check_num_warps(value: Any, target: Any) -> None:

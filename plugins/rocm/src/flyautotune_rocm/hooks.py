@@ -39,9 +39,10 @@ def flyautotune_lower_compile_hints(ir: Any, hints: Mapping[str, Any], target: T
     if is_mlir_module(ir):
         validate_rocm_hints(hints, target)
         return lower_module_hints(ir, hints, target.arch)
-    if mlir_op_name(ir) is not None:  # an op of the module (gpu.func, ...): lowering it alone would miss kernels
+    op = mlir_op_name(ir)
+    if op is not None:  # an op of the module (gpu.func, ...): lowering it alone would miss kernels
         raise TypeError(f"lower_compile_hints on ROCm takes an MLIR module (builtin.module or gpu.module) that "
-                        f"holds gpu.func kernels; got a {mlir_op_name(ir)} op: pass the module around it")
+                        f"holds gpu.func kernels; got a {op} op: pass the module around it")
     if ir is None or is_triton_kernel(ir):
         return triton_compile_options(hints, target)
     return None

@@ -41,7 +41,7 @@ CODEGEN_ENV_VARS = (
 )
 
 
-def _dist_version(name: str) -> Optional[str]:
+def dist_version(name: str) -> Optional[str]:
     try:
         return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
@@ -62,7 +62,7 @@ def cache_key_axes(target: Any, environ: Optional[dict] = None) -> dict:
         "rocm.warp_size": target.warp_size,
         "rocm.hip": hip_version(),
         # Each wheel pins the LLVM it generates AMDGCN with.
-        "rocm.triton": _dist_version("triton"),
-        "rocm.flydsl": _dist_version("flydsl"),
+        "rocm.triton": dist_version("triton"),
+        "rocm.flydsl": dist_version("flydsl"),
         "rocm.env": {name: env[name] for name in CODEGEN_ENV_VARS if name in env},
     }
