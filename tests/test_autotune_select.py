@@ -333,3 +333,24 @@ def test_list_and_dict_key_values_key_winners(pm, counting_bench):
     launch([4, 16], {"mode": "a"})
     launch([4, 8], {"mode": "b"})
     assert launch.search_count == 3
+
+
+@pytest.mark.parametrize("typo, meant", [("num_warp", "num_warps"), ("maxreg", "maxnreg"), ("waves_per_cu", "waves_per_eu")])
+def test_a_misspelled_hint_is_refused_on_the_cpu_too(pm, counting_bench, typo, meant):
+    # the CPU ignores hints, so a typo would pass every laptop run and fail first on a GPU
+    bench = counting_bench()
+    launch, _ = make_tuner(pm, bench, configs=[fat.Config(BLOCK=1), fat.Config(BLOCK=2, compile_hints={typo: 4})],
+                           name=f"t_typo_{typo}")
+    with pytest.raises(fat.IncompatibleConfigError, match=f"cpu: unknown compile hint {typo}=4 "
+                                                          rf"\(did you mean '{meant}'\?\)"):
+        launch(torch.zeros(2), 2)
+    assert bench.calls == []
+
+
+def test_backend_specific_hints_pass_the_cpu(pm, counting_bench):
+    # names only another backend knows (AMD's kpack, NVIDIA's num_ctas) run on the CPU as before
+    bench = counting_bench()
+    launch, _ = make_tuner(pm, bench, configs=[fat.Config(BLOCK=1, compile_hints={"kpack": 2}),
+                                                 fat.Config(BLOCK=2, compile_hints={"num_ctas": 1})],
+                           name="t_backend_names")
+    assert launch(torch.zeros(2), 2) in (1, 2)

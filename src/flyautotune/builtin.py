@@ -3,12 +3,14 @@ so a third-party plugin can replace any of it."""
 
 from __future__ import annotations
 
+import difflib
 import platform
 import sys
 from typing import Any, Callable, Optional
 
 from . import timing
 from ._markers import hookimpl
+from .hints import KNOWN_HINTS
 from .measurement import Measurement
 from .target import Target
 
@@ -28,7 +30,17 @@ class CpuBackend:
     @staticmethod
     @hookimpl(trylast=True)
     def flyautotune_validate_hints(hints, target) -> None:
-        # The CPU backend ignores compile hints: every candidate runs the same code.
+        # The CPU backend ignores compile hints: every candidate runs the same code. A name
+        # spelled close to a hint the core knows is a typo, silent here and refused on a GPU.
+        if target.backend != "cpu":
+            return None
+        for name in hints:
+            if name in KNOWN_HINTS:
+                continue
+            close = difflib.get_close_matches(name, KNOWN_HINTS, n=1, cutoff=0.85)
+            if close:
+                raise ValueError(f"cpu: unknown compile hint {name}={hints[name]!r} (did you mean {close[0]!r}?); "
+                                 f"the hints the core knows are {', '.join(KNOWN_HINTS)}")
         return None
 
 
