@@ -360,6 +360,33 @@ def test_database_from_a_newer_schema_is_read_but_not_written(store, warnings_):
     assert "it was written by a newer flyautotune (schema v99; this one writes v1)" in messages(warnings_)
 
 
+@pytest.mark.parametrize("addition", ["CREATE INDEX by_created ON entries(created)",
+                                      "CREATE TABLE notes (key TEXT PRIMARY KEY, text TEXT)"])
+def test_a_newer_schema_with_tables_of_its_own_is_read_not_moved_aside(store, warnings_, addition):
+    store.put("rms", "k", "t", cfg(1), [], {})
+    store.close()
+    raw = sqlite3.connect(store.path)
+    raw.execute(addition)
+    raw.execute("PRAGMA user_version = 99")
+    raw.commit()
+    raw.close()
+    assert store.get("rms", "k").config == cfg(1)
+    assert store.put("rms", "k2", "t", cfg(2), [], {}) is False
+    assert "schema v99" in messages(warnings_) and "moved" not in messages(warnings_)
+    assert not list(store.path.parent.glob("*corrupt*"))  # nothing moved aside: the newer version keeps it all
+
+
+def test_an_unknown_table_in_a_store_of_this_schema_is_still_refused(store, warnings_):
+    store.put("rms", "k", "t", cfg(1), [], {})
+    store.close()
+    raw = sqlite3.connect(store.path)
+    raw.execute("CREATE TABLE notes (key TEXT)")
+    raw.commit()
+    raw.close()
+    assert store.get("rms", "k") is None
+    assert "which flyautotune never creates" in messages(warnings_)
+
+
 def test_full_disk_returns_false_and_keeps_earlier_entries(store, warnings_):
     store.put("rms", "small", "t", cfg(1), [], {})
     conn = store._conn()

@@ -93,11 +93,16 @@ def schema_problem(conn: sqlite3.Connection) -> str:
     """Why the file behind ``conn`` is not a store flyautotune wrote ('' if it is, or is empty).
 
     Reads only ``sqlite_master`` and table metadata: nothing of the file's own SQL
-    (a view, a trigger) runs, so a hostile file cannot hang or steer the check."""
+    (a view, a trigger) runs, so a hostile file cannot hang or steer the check. A file from a
+    newer schema may hold tables and indexes of its own: it is only ever read, through the
+    tables this version knows."""
+    newer = conn.execute("PRAGMA user_version").fetchone()[0] > SCHEMA_VERSION
     for kind, name, table, sql in conn.execute("SELECT type, name, tbl_name, sql FROM sqlite_master"):
         if kind == "index" and name.startswith("sqlite_autoindex_") and table in COLUMNS:
             continue
         if kind == "table" and name in COLUMNS and (sql or "").lstrip().upper().startswith("CREATE TABLE"):
+            continue
+        if newer and name not in COLUMNS and (kind == "index" or kind == "table"):
             continue
         return f"it holds a {kind} named {name!r}, which flyautotune never creates"
     for table, want in COLUMNS.items():
