@@ -13,6 +13,7 @@ import json
 import os
 import re
 import select
+import sqlite3
 import struct
 import subprocess
 import sys
@@ -294,6 +295,21 @@ def test_tune_without_a_usable_store_still_tunes_and_says_nothing_was_stored(cli
     warning = result.stderr.split("warning: ", 1)[1].splitlines()[0]  # said before the search began
     assert f"FLYAUTOTUNE_CACHE_DIR='{blocker / 'cache'}' cannot be created: {blocker} is a file" in warning
     assert result.stderr.index("warning: ") < result.stderr.index("searching 4 candidates")
+
+
+def test_tune_with_the_store_locked_throughout_says_the_winner_was_not_stored(cli):
+    ok(cli("tune", "clidemo", "--shape", "2x8", "--device", "cpu"))  # creates the store
+    holder = sqlite3.connect(cli.cache / "tuning.sqlite3", timeout=0)
+    holder.execute("BEGIN EXCLUSIVE")  # another process writing for the whole command
+    try:
+        result = cli("tune", "clidemo", "--shape", "4x8", "--device", "cpu")
+    finally:
+        holder.rollback()
+        holder.close()
+    out = ok(result)
+    assert "* winner: BLOCK=" in out and "winner stored in" not in out  # kept in memory only, then lost
+    assert out.splitlines()[-1].startswith("winner not stored: the store cannot take it")
+    assert "4x8" not in ok(cli("show", "clidemo"))
 
 
 def test_tune_several_shapes_and_the_console_script(cli):

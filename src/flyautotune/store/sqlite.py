@@ -359,6 +359,11 @@ class TuningStore(TimingRows):
         """Write the winners kept in memory now; True when none is left."""
         return self._deferred.flush()
 
+    def kept_in_memory(self, tuner: str, key: str) -> bool:
+        """True while the winner for ``(tuner, key)`` waits in memory for the store to take it
+        (``get`` returns it, but a new process would not find it)."""
+        return bool(self._deferred) and self._deferred.get(tuner, key) is not None
+
     def check_writable(self) -> None:
         """Open the store for writing now (creating its folder and file where needed); raise ``StoreError``
         naming why a winner could not be written (a read-only folder or file, a newer schema, another

@@ -209,8 +209,7 @@ def tune_shape(adopter: Any, shape: tuple, dtype: str, device: str, force: bool,
     decision = (selection.margin, selection.noise) if source == "search" else (None, None)
     if source == "search" and selection.timings:
         rows = [dict(t) for t in selection.timings]
-        the_store = store()
-        stored_in = the_store.path if the_store.get(tuner.name, selection.key) is not None else False
+        stored_in = _stored_in(store(), tuner.name, selection.key)
         note = f"searched {len(rows)} candidates in {elapsed:.1f} s"
     elif source in ("store", "memory"):
         entry = store().get(tuner.name, selection.key)
@@ -229,8 +228,8 @@ def tune_shape(adopter: Any, shape: tuple, dtype: str, device: str, force: bool,
         the_store = store()
         entry = the_store.get(tuner.name, selection.key) if selection.key else None
         if entry is not None and _same(entry.config, winner):
-            kept = "stored as the key's winner"
-            stored_in = the_store.path
+            stored_in = _stored_in(the_store, tuner.name, selection.key)
+            kept = "stored as the key's winner" if stored_in else "not stored"
         else:
             kept = "nothing stored"
         note = (f"only one candidate fits this shape on this backend: nothing to search, {kept}; "
@@ -371,6 +370,19 @@ def _config_parts(config: Any) -> Optional[list]:
     except (TypeError, ValueError):
         return None
     return [f"{k}={v}" for k, v in c.kwargs.items()] + [f"{k}={v}" for k, v in c.hints.items()]
+
+
+def _stored_in(the_store: Any, tuner: str, key: str) -> Any:
+    """The store's path when it holds the key's winner on disk; False when the winner only waits
+    in memory (a read-only or locked store) or is missing."""
+    if the_store.get(tuner, key) is None:
+        return False
+    waiting = getattr(the_store, "kept_in_memory", None)  # the SQLite store's; a plugin's store may lack it
+    if waiting is not None and waiting(tuner, key):
+        the_store.flush()  # one more try now: the command ends soon
+        if waiting(tuner, key):
+            return False
+    return getattr(the_store, "path", None) or f"the {type(the_store).__name__} of a store plugin"
 
 
 def _shared_parts(configs: list) -> list:
