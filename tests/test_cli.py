@@ -501,6 +501,16 @@ def test_show_export_clear_import_round_trip(cli, tmp_path):
     assert ok(cli("clear", "--all")).startswith("removed 2 entries from ")
 
 
+@pytest.mark.parametrize("suffix", ["", "-wal"])
+def test_export_onto_the_store_itself_is_refused_and_keeps_the_winners(cli, suffix):
+    ok(cli("tune", "clidemo", "--shape", "2x8", "--device", "cpu"))
+    target = cli.cache / ("tuning.sqlite3" + suffix)
+    result = cli("export", target)
+    assert result.returncode == 2
+    assert f"argument FILE: '{target}' is the store's own file" in result.stderr
+    assert "n=16" in ok(cli("show", "clidemo"))  # the store was not overwritten by a pack
+
+
 # -- telemetry ---------------------------------------------------------------------------------
 
 

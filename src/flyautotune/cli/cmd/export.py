@@ -5,7 +5,7 @@ from __future__ import annotations
 import argparse
 import os
 
-from ..common import CommandError, UsageError, entries, out, plural, safe
+from ..common import CommandError, UsageError, entries, out, plural, safe, store
 
 
 def add_parser(sub) -> None:
@@ -24,6 +24,11 @@ def run(args: argparse.Namespace) -> None:
     if os.path.isdir(args.file):
         raise UsageError(f"argument FILE: {safe(args.file)!r} is a folder; give a file to write, such as "
                          f"{safe(os.path.join(args.file, 'winners.json'))!r}")
+    own = getattr(store(), "path", None)
+    if own is not None and os.path.realpath(args.file).startswith(os.path.realpath(own)):
+        # the store's file or one of its journals: the pack would replace the winners it holds
+        raise UsageError(f"argument FILE: {safe(args.file)!r} is the store's own file ({safe(str(own))}); "
+                         f"give a new file for the pack, such as 'winners.json'")
     try:
         write_atomic(args.file, dump_pack(found))
     except OSError as exc:
