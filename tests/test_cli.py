@@ -192,6 +192,14 @@ def test_an_unknown_adopter_names_the_plugins_that_failed_to_load(cli, site, bro
                          "fat-cli-broken (ImportError: fat_cli_broken needs missing_dependency_xyz)")
 
 
+def test_an_unknown_adopter_names_the_plugins_the_environment_disables(cli):
+    result = cli("tune", "clidemo", "--shape", "2x8", "--device", "cpu",
+                 env={"FLYAUTOTUNE_DISABLE_PLUGINS": "clidemo"})
+    assert result.returncode == 2
+    assert result.stderr.strip().splitlines()[-1].endswith(
+        "; FLYAUTOTUNE_DISABLE_PLUGINS disables 'clidemo', which may register it")
+
+
 def test_plugins_json_and_disabled_plugins(cli, site, broken_site):
     env = {"PYTHONPATH": os.pathsep.join([str(site), str(broken_site)]), "FLYAUTOTUNE_DISABLE_PLUGINS": "clibroken"}
     data = json.loads(ok(cli("plugins", "--json", env=env)))

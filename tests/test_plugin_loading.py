@@ -1,5 +1,7 @@
 """Plugin discovery through real entry points (dist-info on sys.path), and its failures."""
 
+import os
+import subprocess
 import sys
 import textwrap
 
@@ -8,13 +10,13 @@ import pytest
 import flyautotune as fat
 
 
-def make_dist(root, dist, module, source, ep_name=None, version="1.0"):
+def make_dist(root, dist, module, source, ep_name=None, version="1.0", ep_value=None):
     """A minimal installed distribution: module + dist-info with an entry point."""
     (root / f"{module}.py").write_text(textwrap.dedent(source))
     info = root / f"{dist.replace('-', '_')}-{version}.dist-info"
     info.mkdir()
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {dist}\nVersion: {version}\n")
-    (info / "entry_points.txt").write_text(f"[flyautotune]\n{ep_name or module} = {module}\n")
+    (info / "entry_points.txt").write_text(f"[flyautotune]\n{ep_name or module} = {ep_value or module}\n")
 
 
 ADOPTER = """
@@ -108,6 +110,40 @@ def test_an_adopter_module_that_registers_in_process_while_a_deferred_registrati
         sys.modules.pop("fatplug_inproc_mod", None)
 
 
+def test_a_plugin_module_that_registers_at_import_does_not_hang_the_first_use(site):
+    """docs/write_adopter.md's package imports its kernel module, which may call ``fat.register`` at module
+    level, while the process-wide manager loads the entry point: that registration is kept (it used to wait
+    forever on the manager being built). Any other call into flyautotune at that time fails that plugin's
+    load with a reason, instead of hanging every command."""
+    make_dist(site, "fatplug-early", "fatplug_early", """
+        import flyautotune as fat
+
+        fat.register(fat.Adopter(name="early", tuner=fat.autotune(configs=[fat.Config(B=1)], name="early")(
+            lambda B=None: B)))
+
+        @fat.hookimpl
+        def flyautotune_register_adopters(register):
+            register(fat.Adopter(name="hooked", tuner=fat.autotune(configs=[fat.Config(B=1)], name="hooked")(
+                lambda B=None: B)))
+    """)
+    make_dist(site, "fatplug-asks", "fatplug_asks", """
+        import flyautotune as fat
+        import torch
+
+        TARGET = fat.target_for(torch.device("cpu"))
+    """)
+    code = ("import flyautotune as fat; pm = fat.plugin_manager(); print(sorted(fat.adopters()));"
+            "print(pm.load_failures['fatplug_asks'].error)")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join([str(site), os.environ.get("PYTHONPATH", "")])}
+    env.pop("FLYAUTOTUNE_DISABLE_PLUGINS", None)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, env=env)
+    assert done.returncode == 0, done.stderr
+    names, failure = done.stdout.splitlines()
+    assert {"early", "hooked"} <= set(eval(names))
+    assert failure.startswith("PluginLoadError: flyautotune's plugins are still loading: a module imported by "
+                              "a plugin's entry point called into flyautotune at import time")
+
+
 def test_a_duplicate_adopter_of_a_deferred_registration_fails_every_use(site):
     make_dist(site, "fatplug-one", "fatplug_one", ADOPTER.format(name="clash"))
     make_dist(site, "fatplug-two", "fatplug_two", ADOPTER.format(name="clash"))
@@ -184,6 +220,21 @@ def test_a_cache_key_that_is_not_json_names_the_plugin(axes, message):
     pm = fat.build_plugin_manager(entry_points=False, plugins=[_Axes(axes)])
     with pytest.raises(TypeError, match=r"plugin '\d+': " + message):
         backend_axes(fat.target_for("cpu", pm), pm)
+
+
+@pytest.mark.parametrize("value, fragment", [
+    ("fatplug_fn:flyautotune_register_adopters", "it names the function 'flyautotune_register_adopters': "
+                                                 "name the module that holds the hooks, 'fatplug_fn'"),
+    ("fatplug_fn:helper", "no flyautotune hook"),
+], ids=["the_hook_function", "a_module_without_hooks"])
+def test_an_entry_point_that_gives_no_hook_is_a_load_failure_not_a_silent_plugin(site, caplog, value, fragment):
+    make_dist(site, "fatplug-fn", "fatplug_fn", ADOPTER.format(name="fn") + "\nhelper = object()\n",
+              ep_value=value)
+    with caplog.at_level("WARNING", logger="flyautotune"):
+        pm = fat.build_plugin_manager()
+    assert "fatplug_fn" not in pm.plugin_infos and "fn" not in pm.adopters()
+    assert fragment in pm.load_failures["fatplug_fn"].error
+    assert "plugin 'fatplug_fn' from fatplug-fn 1.0 failed to load" in caplog.text
 
 
 def test_plugin_that_raises_on_import_is_reported_and_others_still_load(site, caplog):

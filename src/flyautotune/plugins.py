@@ -124,8 +124,24 @@ def _load_entry_points(pm: FlyPluginManager) -> set:
                         ep.name, dist_name, dist.version, msg)
             continue
         _register(pm, plugin, ep.name)
+        if not pm.get_hookcallers(plugin):
+            pm.unregister(plugin)  # it would sit in `flyautotune plugins` doing nothing
+            msg = _no_hooks(ep.value, plugin)
+            pm.load_failures[ep.name] = attrs.evolve(info, error=msg)
+            log.warning("flyautotune plugin %r from %s %s failed to load: %s", ep.name, dist_name, dist.version, msg)
+            continue
         pm.plugin_infos[ep.name] = info
     return names
+
+
+def _no_hooks(value: str, plugin: Any) -> str:
+    """Why an entry point's object registered no hook, for ``load_failures``."""
+    why = f"its entry point {value!r} gives an object with no flyautotune hook (a function named like a hook " \
+          f"and marked @flyautotune.hookimpl)"
+    module, _, attr = value.partition(":")
+    if attr and callable(plugin) and not isinstance(plugin, type):
+        why += f"; it names the function {attr.strip()!r}: name the module that holds the hooks, {module.strip()!r}"
+    return why
 
 
 _WARNED_UNKNOWN: set = set()
@@ -249,6 +265,9 @@ def _version() -> str:
 
 _pm: Optional[FlyPluginManager] = None
 _pm_lock = threading.Lock()
+#: ``.registry``: on the thread building the process-wide manager, the adopters that plugin modules
+#: register in-process while they are imported (the manager they would ask does not exist yet)
+_building = threading.local()
 
 
 def plugin_manager() -> FlyPluginManager:
@@ -256,9 +275,21 @@ def plugin_manager() -> FlyPluginManager:
     global _pm
     pm = _pm
     if pm is None:
+        if getattr(_building, "registry", None) is not None:
+            raise PluginLoadError(
+                "flyautotune's plugins are still loading: a module imported by a plugin's entry point called "
+                "into flyautotune at import time; only fat.register(...) works there. Make the call inside a "
+                "function (the plugin's hook, or the first launch)")
         with _pm_lock:
             if _pm is None:
-                _pm = build_plugin_manager(lazy_adopters=True)
+                _building.registry = AdopterRegistry()
+                try:
+                    built = build_plugin_manager(lazy_adopters=True)
+                    for adopter in _building.registry.all().values():
+                        built._registry.register(adopter)
+                finally:
+                    _building.registry = None
+                _pm = built
             pm = _pm
     return pm
 
@@ -283,4 +314,7 @@ def get_adopter(name: str) -> Adopter:
 
 def register(adopter: Adopter) -> Adopter:
     """Register an adopter in-process, without an entry point."""
+    early = getattr(_building, "registry", None)
+    if early is not None and _pm is None:  # a plugin module registering while the manager loads it
+        return early.register(adopter)
     return plugin_manager().register_adopter(adopter)

@@ -183,6 +183,11 @@ def get_adopter(name: str):
         failed = "; ".join(f"{safe(f.name)!r} from {safe(f.distribution or '?')} ({safe(first_line(f.error))})"
                            for f in pm.load_failures.values())
         hint = f"; plugins that failed to load, one of which may register it: {failed}" if failed else ""
+        off = [n for n in pm.disabled if n not in pm.unknown_disabled]
+        if off:
+            from ..plugins import DISABLE_ENV
+
+            hint += f"; {DISABLE_ENV} disables {', '.join(repr(safe(n)) for n in off)}, which may register it"
         raise UsageError(f"unknown adopter {safe(name)!r}; registered adopters: {known}{hint}") from None
 
 
