@@ -67,6 +67,20 @@ def test_installed_template_is_listed_by_flyautotune_plugins(venv):
     assert "my-flyautotune-adopter" in adopter["distribution"]
 
 
+def test_loading_the_template_imports_neither_its_kernel_nor_triton(venv):
+    """docs/write_adopter.md: a command that needs no adopter never pays for the kernels."""
+    probe = textwrap.dedent("""
+        import sys
+        import flyautotune as fat
+        fat.plugin_manager()
+        print(sorted(m for m in ("triton", "torch", "my_flyautotune_adopter.kernel") if m in sys.modules))
+        import my_flyautotune_adopter
+        print(my_flyautotune_adopter.vscale.__name__)  # the public name still works, imported on use
+    """)
+    imported, name = run(venv, code=probe).splitlines()
+    assert imported == "[]" and name == "vscale"
+
+
 def test_installed_template_tunes_and_its_entry_uses_the_winner(venv):
     out = run(venv, "tune", "vscale", "--shape", "4x64", "--device", "cpu")
     assert "vscale 4x64 bf16 on cpu (Triton interpreter): searched 4 candidates" in out

@@ -4,8 +4,6 @@ from __future__ import annotations
 
 import flyautotune as fat
 
-from . import kernel
-
 _DTYPES = {"bf16": "bfloat16", "fp16": "float16", "fp32": "float32"}
 
 
@@ -31,6 +29,8 @@ def compile_spec(shape, dtype, config):
     runtime integers of a launch of this shape, which Triton specializes on (``n``
     divisible by 16 compiles to wider loads).
     """
+    from . import kernel
+
     n = 1
     for d in shape:
         n *= int(d)
@@ -40,6 +40,8 @@ def compile_spec(shape, dtype, config):
 
 @fat.hookimpl
 def flyautotune_register_adopters(register):
+    from . import kernel  # here, not at the top: a command that needs no adopter never imports torch or Triton
+
     register(fat.Adopter(
         name="vscale",
         tuner=kernel.tuned,
