@@ -65,6 +65,15 @@ class MemoryStore:
                 failures[cj] = row["error"]
         return True
 
+    def drop_timing(self, tuner: str, timing_key: str, config: Mapping[str, Any], error: str) -> bool:
+        with self._lock:
+            cj = canonical_config_json(config)
+            failures = self._failures.get((tuner, timing_key), {})
+            if failures.get(cj) == error:
+                del failures[cj]
+                self._timings.get((tuner, timing_key), {}).pop(cj, None)
+        return True
+
     def get_failures(self, tuner: str, timing_key: str) -> dict:
         return dict(self._failures.get((tuner, timing_key), {}))
 

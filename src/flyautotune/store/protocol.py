@@ -18,7 +18,10 @@ class Store(Protocol):
     Optional: ``put_timing(tuner, timing_key, timing)`` and ``get_failures(tuner,
     timing_key) -> {config json: error}``; with them a search records each candidate as
     it runs, so a restart after a crash keeps what was measured and skips the
-    candidate that brought the process down."""
+    candidate that brought the process down. And ``drop_timing(tuner, timing_key,
+    config, error)``, which deletes a config's row if its error is still ``error``: a
+    search stopped by an exception (Ctrl-C) takes its crash marker back with it
+    (without it, the marker is replaced by a failure the next search retries)."""
 
     def get(self, tuner: str, key: str) -> Optional[StoreEntry]:
         """The winner for ``(tuner, key)``, or None."""

@@ -1,5 +1,6 @@
 """Per-candidate timing rows of the SQLite store: read them for reuse, record one as soon as it is known,
-and list the failures (a crash marker among them tells a restarted search which candidate to skip)."""
+take back a crash marker, and list the failures (a crash marker among them tells a restarted search which
+candidate to skip)."""
 
 from __future__ import annotations
 
@@ -59,6 +60,25 @@ class TimingRows:
 
         return bool(self._do("save a timing", write, write=True, strict=False, default=False))
 
+    def drop_timing(self, tuner: str, timing_key: str, config: Mapping[str, Any], error: str) -> bool:
+        """Delete ``config``'s timing row if its error is still ``error``: a search stopped by an exception
+        (Ctrl-C) takes back the crash marker of the candidate it was running; a row another process wrote
+        since stays.
+
+        :returns: True when committed; False (no retry) when the store is busy or unusable.
+        """
+        check_text("tuner", tuner)
+        check_text("timing_key", timing_key)
+        check_text("error", error)
+        item = (tuner, timing_key, canonical_config_json(config), error)
+
+        def write(conn: sqlite3.Connection) -> bool:
+            with recovery.transaction(conn):
+                conn.execute("DELETE FROM timings WHERE tuner = ? AND timing_key = ? AND config_json = ? "
+                             "AND error = ?", item)
+            return True
+
+        return bool(self._do("take back a crash marker", write, write=True, strict=False, default=False))
 
     def get_failures(self, tuner: str, timing_key: str) -> dict:
         """Stored failures for ``(tuner, timing_key)``: canonical config JSON -> error text."""
