@@ -232,6 +232,147 @@ def test_a_candidate_that_kills_the_process_is_skipped_when_the_search_restarts(
     assert winner == "3"  # B=2 would have won, but it crashed a search: skipped and recorded as failed
     assert "skipped: it crashed an earlier search" in errors
     assert "B=2" in second.stderr and "crashed an earlier search" in second.stderr
+    assert "flyautotune clear d_crash retries it" in second.stderr  # the skip names the command that retries it
+    cleared = subprocess.run([sys.executable, "-m", "flyautotune", "clear", "d_crash"], env=env, capture_output=True,
+                             text=True, timeout=120)
+    assert cleared.returncode == 0, cleared.stderr
+    env.pop("CRASH")
+    third = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert third.returncode == 0, third.stderr
+    assert third.stdout.split(" ", 1) == ["2", "[None, None, None]\n"]  # retried, and it wins
+
+
+class _NoDropStore:
+    """A replacement store that records timings and failures but cannot delete a row (no ``drop_timing``)."""
+
+    def __init__(self):
+        from flyautotune.store import MemoryStore
+
+        self.store = MemoryStore()
+        self.store.drop_timing = None
+
+    @fat.hookimpl
+    def flyautotune_store(self):
+        return self.store
+
+
+class _MemoryStore(_NoDropStore):
+    def __init__(self):
+        from flyautotune.store import MemoryStore
+
+        self.store = MemoryStore()
+
+
+def _failures(store, tuner_name):
+    """Every failure text ``store`` keeps for ``tuner_name`` (a crash marker among them)."""
+    if hasattr(store, "_failures"):
+        return [e for (t, _), rows in store._failures.items() if t == tuner_name for e in rows.values()]
+    import sqlite3
+
+    with sqlite3.connect(store.path) as conn:
+        return [e for (e,) in conn.execute("SELECT error FROM timings WHERE tuner = ? AND error IS NOT NULL",
+                                           (tuner_name,))]
+
+
+@pytest.mark.parametrize("stop, store", [
+    (KeyboardInterrupt, "sqlite"), (SystemExit, "sqlite"), (GeneratorExit, "sqlite"),
+    (KeyboardInterrupt, "memory"), (KeyboardInterrupt, "no drop_timing"),
+])
+def test_an_interrupted_search_is_no_crash_the_next_search_times_the_candidate(pm, monkeypatch, stop, store):
+    """Ctrl-C (or ``sys.exit``) while a candidate is timed stops the search, not the process: the candidate's
+    crash marker goes before the exception does, so the next search, forced (``FLYAUTOTUNE=1``) or not, times
+    it instead of skipping it, and what was measured before it stays."""
+    import socket
+
+    from flyautotune.tuning import resume
+
+    # This process's markers read as those of a process that is gone: what the next process would find.
+    gone = f"{resume.CRASHED} [pid {2**31 - 1} on {socket.gethostname()}]"
+    monkeypatch.setattr(resume, "running_marker", lambda: gone)
+    plugin = {"sqlite": None, "memory": _MemoryStore, "no drop_timing": _NoDropStore}[store]
+    if plugin is not None:
+        pm.register(plugin := plugin())
+    stopping = {"on": True}
+    timed = []
+
+    def bench(fn, setup=None):
+        b = fn()
+        timed.append(b)
+        if b == 2 and stopping["on"]:
+            raise stop()
+        return {1: 3.0, 2: 1.0, 3: 2.0}[b]
+
+    launch = tuner(pm, "d_interrupt", do_bench=bench)
+    with pytest.raises(stop):
+        launch.select(torch.zeros(2), 2, force=True)
+    assert timed == [1, 2]
+    kept = _failures(plugin.store if plugin is not None else launch.store(), "d_interrupt")
+    assert not [e for e in kept if e.startswith("crashed:")]
+    assert kept == ([resume.INTERRUPTED] if store == "no drop_timing" else [])  # nothing else recorded as failed
+    stopping["on"] = False
+    sel = launch.select(torch.zeros(2), 2, force=True)
+    assert sel.config == fat.Config(B=2) and [r["error"] for r in sel.timings] == [None] * 3
+
+
+def test_an_interrupt_in_the_untimed_reference_run_leaves_no_crash_marker(pm, monkeypatch):
+    import socket
+
+    from flyautotune.tuning import resume
+
+    gone = f"{resume.CRASHED} [pid {2**31 - 1} on {socket.gethostname()}]"
+    monkeypatch.setattr(resume, "running_marker", lambda: gone)
+    stopping = {"on": True}
+
+    @fat.autotune(configs=[fat.Config(B=b) for b in (1, 2)], key=["n"], plugin_manager=pm, name="d_probe_stop",
+                  do_bench=lambda fn, setup=None: {1: 2.0, 2: 1.0}[fn()])
+    def launch(x, n, B=None):
+        if stopping["on"]:
+            raise KeyboardInterrupt  # Ctrl-C in the first run, the one whose outputs are the reference
+        return B
+
+    with pytest.raises(KeyboardInterrupt):
+        launch.select(torch.zeros(2), 2)
+    assert _failures(launch.store(), "d_probe_stop") == []
+    stopping["on"] = False
+    assert launch.select(torch.zeros(2), 2).config == fat.Config(B=2)
+
+
+INTERRUPTED_CHILD = """
+import os, signal, time, torch
+import flyautotune as fat
+
+def bench(fn, setup=None):
+    b = fn()
+    if b == 2 and os.environ.get("STOP"):
+        os.kill(os.getpid(), signal.SIGINT)  # Ctrl-C while this candidate is timed
+        time.sleep(30)
+    return {1: 3.0, 2: 1.0, 3: 2.0}[b]
+
+@fat.autotune(configs=[fat.Config(B=b) for b in (1, 2, 3)], key=["n"], name="d_sigint", do_bench=bench,
+              default=lambda **a: fat.Config(B=1))
+def launch(x, n, B=None):
+    return B
+
+launch(torch.zeros(2), 2)  # FLYAUTOTUNE=1: a forced search
+print(launch.select(torch.zeros(2), 2).config.kwargs["B"])
+"""
+
+
+@pytest.mark.slow
+def test_a_search_stopped_by_sigint_is_searched_again_in_full(tmp_path, isolated_store):
+    import os
+    import subprocess
+    import sys
+
+    script = tmp_path / "child.py"
+    script.write_text(INTERRUPTED_CHILD)
+    env = dict(os.environ, FLYAUTOTUNE_CACHE_DIR=str(isolated_store), FLYAUTOTUNE="1", STOP="1")
+    first = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert first.returncode != 0 and "KeyboardInterrupt" in first.stderr
+    env.pop("STOP")
+    second = subprocess.run([sys.executable, str(script)], env=env, capture_output=True, text=True, timeout=120)
+    assert second.returncode == 0, second.stderr
+    assert "crashed" not in second.stderr and second.stdout == "2\n"  # B=2 timed again, and it wins
 
 
 def test_candidates_compile_ahead_in_a_pool_with_their_hints_and_target(pm, counting_bench):

@@ -74,6 +74,7 @@ class Search:
         self.store = store if callable(getattr(store, "put_timing", None)) else None
         failures = store.get_failures(tuner.name, key) if callable(getattr(store, "get_failures", None)) else {}
         self.crashed = {cj for cj, err in failures.items() if resume.crashed(str(err))}
+        self._running: dict = {}  # config JSON -> the crash-marker row recorded for it and not yet replaced
         self.precompiler: Optional[Precompiler] = None
         self.built: dict = {}  # what precompile named a build -> the first candidate of that build (the one run)
         self.t0 = time.perf_counter()
@@ -224,10 +225,32 @@ class Search:
                "error": resume.running_marker() if running else cand.error}
         if row["ms"] is None and row["error"] is None:
             return
+        cj = self._cjson(cand)
+        if running:
+            self._running[cj] = row  # kept first: an interrupt inside the write may still commit the marker
         try:
-            self.store.put_timing(self.t.name, self.key, row)
+            stored = self.store.put_timing(self.t.name, self.key, row)
         except Exception as exc:  # persistence is a convenience: never fail the search on it
             log.debug("%s: could not record a timing: %s", self.t.name, exc)
+            return
+        if (running and stored is False) or (not running and stored is not False):
+            self._running.pop(cj, None)  # a marker that was not written, or one the result replaced
+
+    def _take_back_markers(self) -> None:
+        """The search stops by an exception (Ctrl-C, ``SystemExit``, an error), not by the process dying: no
+        candidate it was running crashed it, so their crash markers go, and nothing is recorded as failed."""
+        running, self._running = self._running, {}
+        if self.store is None:
+            return
+        drop = getattr(self.store, "drop_timing", None)
+        for row in running.values():
+            try:
+                if callable(drop):  # only the marker: a row another process wrote meanwhile stays
+                    drop(self.t.name, self.key, row["config"], row["error"])
+                else:  # a store that cannot delete a row: a failure the next search retries, not a crash
+                    self.store.put_timing(self.t.name, self.key, dict(row, error=resume.INTERRUPTED))
+            except Exception as exc:
+                log.debug("%s: could not take back a crash marker: %s", self.t.name, exc)
 
     def _prior(self, cand: Candidate) -> Optional[float]:
         """The stored time of an earlier search for ``cand`` (never for the default: it is always re-timed)."""
@@ -274,7 +297,7 @@ class Search:
                 continue
             prior = self._prior(cand)
             if self._cjson(cand) in self.crashed:
-                cand.error = resume.CRASHED.replace("crashed:", "skipped: it crashed an earlier search:", 1)
+                cand.error = resume.skipped(self.t.name)
                 log.warning("%s: candidate %d/%d %s %s", self.t.name, i, total, cand.config, cand.error)
                 continue
             twin = None if prior is not None else self.wait_compiled(cand)
@@ -442,6 +465,9 @@ class Search:
                 self.settle()
                 self.first_pass()
                 self.rerank()
+        except BaseException:
+            self._take_back_markers()  # before the exception goes on: the process is not dying
+            raise
         finally:
             self.settle()
             timing_events.release_flush_buffers()  # the cache-flush buffers are the search's, not the caller's
