@@ -261,6 +261,88 @@ def test_a_locked_store_costs_about_a_second_and_the_winner_is_written_later(tmp
     assert [e.key for e in TuningStore(tmp_path).entries()] == ["a", "b", "c"]
 
 
+def test_a_locked_store_stalls_a_search_once_not_per_candidate(tmp_path, pm, warnings_, monkeypatch):
+    """A search records two timing rows per candidate: once a write found the store locked, the later ones
+    (and the winner's) do not wait for the lock again; the winner is written once the lock is gone."""
+    import torch
+
+    import flyautotune as fat
+
+    s = TuningStore(tmp_path, call_timeout=0.25)
+    s.put("other", "k", "t", cfg(1), [], {})
+    waits = []
+    do = s._do
+
+    def timed_do(what, fn, **kw):
+        t0 = time.monotonic()
+        try:
+            return do(what, fn, **kw)
+        finally:
+            if time.monotonic() - t0 >= 0.2:
+                waits.append(what)
+
+    monkeypatch.setattr(s, "_do", timed_do)
+
+    class Plugin:
+        @fat.hookimpl
+        def flyautotune_store(self):
+            return s
+
+    pm.register(Plugin())
+
+    @fat.autotune(configs=[fat.Config(B=b) for b in range(1, 11)], key=["n"], plugin_manager=pm, name="locked",
+                  do_bench=lambda fn, setup=None: 1.0 + abs(fn() - 3))
+    def launch(x, n, B=None):
+        return B
+
+    won = {"kwargs": {"B": 3}, "compile_hints": {}}
+    holder = sqlite3.connect(s.path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:
+        t0 = time.monotonic()
+        sel = launch.select(torch.zeros(2), 2)
+        elapsed = time.monotonic() - t0
+        assert sel.config == fat.Config(B=3) and s.get("locked", sel.key).config == won  # kept in memory
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert waits == ["save a timing"]  # the first write waited; the 21 others, and the winner, did not
+    assert elapsed < 2.0  # was 5.5 s (22 waits of 0.25 s; 22 s with the default second)
+    assert messages(warnings_).count("cannot save a timing") == 1
+    assert s.put_timing("locked", "t", {"config": cfg(5), "ms": 1.0, "error": None}) is True  # the lock is gone
+    assert s.flush() is True
+    fresh = TuningStore(tmp_path)
+    assert fresh.get("locked", sel.key).config == won and len(fresh.get_timings("locked", sel.key)) == 10
+    waits.clear()
+    holder = sqlite3.connect(s.path, isolation_level=None)
+    holder.execute("BEGIN EXCLUSIVE")
+    try:  # a write went through since: the next lock is waited for again
+        assert s.put_timing("locked", "t", {"config": cfg(5), "ms": 1.0, "error": None}) is False
+    finally:
+        holder.execute("ROLLBACK")
+        holder.close()
+    assert waits == ["save a timing"]
+
+
+def test_a_flush_off_the_call_path_still_waits_for_the_lock(tmp_path):
+    """Writes on a tuned call stop waiting once the store was found locked; ``flush`` (and the background
+    writer, and the last try at exit) still waits for it, so a winner kept in memory lands when it can."""
+    s = TuningStore(tmp_path, call_timeout=0.5)
+    assert s.get("rms", "k") is None  # creates the file
+    holder = sqlite3.connect(s.path, isolation_level=None, check_same_thread=False)
+    holder.execute("BEGIN EXCLUSIVE")
+    assert s.put("rms", "k", "t", cfg(1), [], {}) is False
+    t0 = time.monotonic()
+    assert s.put("rms", "j", "t", cfg(2), [], {}) is False and time.monotonic() - t0 < 0.25  # did not wait
+    threading.Timer(0.1, holder.execute, ("ROLLBACK",)).start()
+    try:
+        assert s.flush() is True
+    finally:
+        time.sleep(0.1)
+        holder.close()
+    assert [e.key for e in TuningStore(tmp_path).entries()] == ["j", "k"]
+
+
 def test_a_store_read_only_at_first_open_is_retried_later(tmp_path, monkeypatch, warnings_):
     TuningStore(tmp_path).put("rms", "a", "t", cfg(1), [], {})
     monkeypatch.setattr(sqlite_mod, "READ_ONLY_RETRY_S", (0.05, 0.05))

@@ -17,9 +17,12 @@ MAX_RETRY_S = 60.0
 class DeferredWrites:
     """Pending winner rows of one store, keyed by ``(tuner, key)`` (a later winner
     replaces an earlier one). ``flush`` is the store's function that writes a list
-    of pending items in one transaction and returns True when they committed."""
+    of pending items in one transaction and returns True when they committed;
+    ``flush(items, patient)``: a patient write (the background writer's, the one at
+    exit) waits for a lock, as a tuned call's write does not once the store was found
+    locked."""
 
-    def __init__(self, flush: Callable[[list], bool]) -> None:
+    def __init__(self, flush: Callable[[list, bool], bool]) -> None:
         self._flush = flush
         self._items: dict = {}
         self._lock = threading.Lock()
@@ -63,13 +66,14 @@ class DeferredWrites:
     def due(self) -> bool:
         return bool(self._items) and time.monotonic() >= self._retry_at
 
-    def flush(self) -> bool:
-        """Try to write every pending item now; True when none is left."""
+    def flush(self, patient: bool = False) -> bool:
+        """Try to write every pending item now; True when none is left. ``patient``: off the
+        tuned call's path (the background writer, the exit), the write may wait for a lock."""
         with self._lock:
             batch = dict(self._items)
         if not batch:
             return True
-        if not self._flush(list(batch.values())):
+        if not self._flush(list(batch.values()), patient):
             with self._lock:
                 self._pause = min(self._pause * 2, MAX_RETRY_S)
                 self._retry_at = time.monotonic() + self._pause
@@ -93,7 +97,7 @@ def _writer(ref: "weakref.ref[DeferredWrites]") -> None:
         time.sleep(min(wait, 1.0))
         queue = ref()
         if queue is not None and queue.due():
-            queue.flush()
+            queue.flush(patient=True)
         del queue
 
 
@@ -109,4 +113,4 @@ def register(queue: DeferredWrites) -> None:
 def _flush_at_exit() -> None:
     for queue in list(_QUEUES):
         if queue:
-            queue.flush()
+            queue.flush(patient=True)

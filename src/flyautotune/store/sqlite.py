@@ -3,8 +3,11 @@ file per cache directory, shared safely by every process of the user.
 
 The methods a tune calls (``get``, ``get_timings``, ``put``, ``delete``) never
 raise on I/O trouble and never wait long: a lock is waited for at most
-``CALL_TIMEOUT_S``; a winner the store cannot take yet (locked, full, read-only)
-stays in memory and is written later. Maintenance methods raise ``StoreError``.
+``CALL_TIMEOUT_S``, and once a write found the store locked, the process's
+later writes try once without waiting until one goes through (a search writes
+two timing rows per candidate); a winner the store cannot take yet (locked,
+full, read-only) stays in memory and is written later. Maintenance methods
+raise ``StoreError``.
 """
 
 from __future__ import annotations
@@ -76,6 +79,7 @@ class TuningStore(TimingRows):
         self._warned: set = set()
         self._read_only_pause = READ_ONLY_RETRY_S[0]
         self._read_only_retry_at = 0.0
+        self._locked = False  # a write found the store locked and none went through since: writes do not wait
         self._deferred = DeferredWrites(self._write_late)
         register(self._deferred)
 
@@ -203,13 +207,17 @@ class TuningStore(TimingRows):
         raise (_Unavailable if newer else _ReadOnly)(f"the store is read-only: {reason}")
 
     def _do(self, what: str, fn: Callable[[sqlite3.Connection], Any], *, write: bool, strict: bool,
-            default: Any = None) -> Any:
+            default: Any = None, patient: bool = False) -> Any:
         """Run ``fn(conn)``; recover once from a corrupt file; warn (or raise if strict) otherwise.
 
-        Strict (maintenance) calls wait up to ``timeout`` for a lock, others up to ``call_timeout``.
+        Strict (maintenance) calls wait up to ``timeout`` for a lock, others up to ``call_timeout``; a
+        write that is neither strict nor ``patient`` (off the tuned call's path) does not wait at all
+        while the last write found the store locked (a search's timing rows would each wait again: a
+        second per row).
         :returns: ``fn``'s result, or ``default`` after a warning; ``self._problem`` says why.
         """
-        limit = self.timeout if strict else self.call_timeout
+        no_wait = write and not strict and not patient and self._locked
+        limit = self.timeout if strict else 0.0 if no_wait else self.call_timeout
         start = time.monotonic()
         recovered = False
         pause = 0.002
@@ -221,15 +229,18 @@ class TuningStore(TimingRows):
                     self._writable()
                     conn = self._local.conn
                 self._local.deadline[0] = time.monotonic() + QUERY_LIMIT_S
-                if strict:
+                if strict or no_wait:
                     conn.execute(f"PRAGMA busy_timeout = {int(limit * 1000)}")
                 try:
-                    return fn(conn)
+                    result = fn(conn)
                 finally:
                     self._local.deadline[0] = float("inf")
-                    if strict and self._local.conn is conn:
+                    if (strict or no_wait) and self._local.conn is conn:
                         with contextlib.suppress(sqlite3.Error):
                             conn.execute(f"PRAGMA busy_timeout = {int(self.call_timeout * 1000)}")
+                if write:
+                    self._locked = False
+                return result
             except sqlite3.DatabaseError as exc:
                 if recovery.is_corrupt(exc) and not recovered:
                     recovered = True
@@ -245,6 +256,8 @@ class TuningStore(TimingRows):
                 problem = exc
             break
         self._local.problem = problem
+        if write and isinstance(problem, sqlite3.DatabaseError) and recovery.is_busy(problem):
+            self._locked = True
         if strict:
             raise StoreError(f"flyautotune store {self.path}: cannot {what}: {problem}") from problem
         reason = str(problem) if isinstance(problem, _Unavailable) else f"{type(problem).__name__}: {problem}"
@@ -332,7 +345,7 @@ class TuningStore(TimingRows):
             self._warn_once(f"flyautotune store {self.path} is busy, full or read-only; new winners are kept "
                             f"in memory and written when it accepts them")
 
-    def _write_late(self, items: list) -> bool:
+    def _write_late(self, items: list, patient: bool = False) -> bool:
         def write(conn: sqlite3.Connection) -> bool:
             with recovery.transaction(conn):
                 for entry, timing_rows in items:
@@ -340,7 +353,8 @@ class TuningStore(TimingRows):
                     conn.executemany(_TIMING_SQL, timing_rows)
             return True
 
-        return bool(self._do("save the winners kept in memory", write, write=True, strict=False, default=False))
+        return bool(self._do("save the winners kept in memory", write, write=True, strict=False, default=False,
+                             patient=patient))
 
     def delete(self, tuner: str, key: str) -> None:
         """Drop the winner for ``(tuner, key)`` (a stale entry); its timings stay reusable."""
@@ -357,7 +371,7 @@ class TuningStore(TimingRows):
     # -- maintenance (raise StoreError on I/O) ------------------------------------------
     def flush(self) -> bool:
         """Write the winners kept in memory now; True when none is left."""
-        return self._deferred.flush()
+        return self._deferred.flush(patient=True)
 
     def kept_in_memory(self, tuner: str, key: str) -> bool:
         """True while the winner for ``(tuner, key)`` waits in memory for the store to take it
