@@ -82,9 +82,20 @@ def is_number(value: Any) -> bool:
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
+def is_finite(value: Any) -> bool:
+    """A number (not a bool) that a float holds finitely: an integer too large for one (10**400) is
+    refused like ``inf``, never an ``OverflowError``."""
+    if not is_number(value):
+        return False
+    try:
+        return math.isfinite(value)
+    except OverflowError:
+        return False
+
+
 def is_time(value: Any) -> bool:
     """A usable time: a finite number of milliseconds above zero (not a bool, not text)."""
-    return is_number(value) and math.isfinite(value) and value > 0
+    return is_finite(value) and value > 0
 
 
 def check_text(name: str, value: Any) -> None:
@@ -109,8 +120,8 @@ def _check_stats(where: str, t: Mapping) -> dict:
     out = {}
     spread, method, reps = (t.get(name) for name in TIMING_STATS)
     if spread is not None:
-        if not (is_number(spread) and math.isfinite(spread) and spread >= 0):
-            raise ValueError(f"{where}['spread'] must be a finite number of milliseconds >= 0, got {spread!r}")
+        if not (is_finite(spread) and spread >= 0):
+            raise ValueError(f"{where}['spread'] must be a finite number of milliseconds >= 0, got {_short(spread)}")
         out["spread"] = float(spread)
     if method is not None:
         if not isinstance(method, str) or not method or text_problem(method):
@@ -118,7 +129,7 @@ def _check_stats(where: str, t: Mapping) -> dict:
         out["method"] = method
     if reps is not None:
         if type(reps) is not int or reps < 1:
-            raise ValueError(f"{where}['reps'] must be an integer >= 1, got {reps!r}")
+            raise ValueError(f"{where}['reps'] must be an integer >= 1, got {_short(reps)}")
         out["reps"] = reps
     return out
 
@@ -149,7 +160,7 @@ def normalize_timings(timings: Any, where: str = "timings") -> list:
             raise TypeError(f"{here}['error'] must be a string or None, got {error!r}")
         if ms is not None and not is_time(ms):
             # Only finite times above zero are times; anything else is recorded as a failure.
-            ms, error = None, error or f"rejected time {ms!r} ms (times must be finite and > 0)"
+            ms, error = None, error or f"rejected time {_short(ms)} ms (times must be finite and > 0)"
         row = {"config": dict(t["config"]), "ms": None if ms is None else float(ms), "error": error}
         row.update(_check_stats(here, t))
         rows.append(row)
@@ -168,8 +179,8 @@ def _check_json_timing(where: str, t: Any) -> None:
         raise TypeError(f"{where}['config'] must be a Config.to_dict() mapping, got {t['config']!r}")
     if ms is not None and type(ms) is not float and type(ms) is not int:
         raise TypeError(f"{where}['ms'] must be a number of milliseconds or None, got {ms!r}")
-    if ms is not None and not ms > 0:
-        raise ValueError(f"{where}['ms'] must be a time above zero or None, got {ms!r}")
+    if ms is not None and not is_time(ms):
+        raise ValueError(f"{where}['ms'] must be a finite time above zero or None, got {_short(ms)}")
     if error is not None and type(error) is not str:
         raise TypeError(f"{where}['error'] must be a string or None, got {error!r}")
     _check_stats(where, t)

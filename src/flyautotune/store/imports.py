@@ -7,7 +7,7 @@ from typing import Any, Iterable, Mapping, Optional
 
 import attrs
 
-from .entries import PackError, StoreEntry, key_problem
+from .entries import PackError, StoreEntry, is_finite, key_problem
 from .packs import Pack
 
 
@@ -139,7 +139,7 @@ def _refusal(entry: StoreEntry, tuner: Any) -> str:
 
 def _ms(entry: StoreEntry) -> str:
     best = entry.best_ms()
-    return "unmeasured" if best is None else f"{best:.4g} ms"
+    return f"{best:.4g} ms" if is_finite(best) else "unmeasured"
 
 
 def _newer_and_faster(local: StoreEntry, entry: StoreEntry) -> bool:

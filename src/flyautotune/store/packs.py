@@ -16,7 +16,7 @@ import attrs
 
 from .entries import PackError, StoreEntry, entry_from_json
 from .files import read_regular_file
-from .jsontext import MAX_PACK_BYTES, loads
+from .jsontext import MAX_PACK_BYTES, find_out_of_range, loads
 
 log = logging.getLogger("flyautotune.store")
 
@@ -98,8 +98,9 @@ def read_pack(path_or_text: Any) -> Pack:
         wrong format or version).
     """
     name, text = _read_source(path_or_text)
+    out_of_range: list = []  # numbers no float holds: each refuses the entry that holds it
     try:
-        doc = loads(text, limit=MAX_PACK_BYTES, what="the pack")
+        doc = loads(text, limit=MAX_PACK_BYTES, what="the pack", out_of_range=out_of_range)
     except ValueError as exc:
         raise PackError(name, f"not valid JSON ({exc})") from None
     if not isinstance(doc, dict):
@@ -123,9 +124,13 @@ def read_pack(path_or_text: Any) -> Pack:
     entries, rejected, seen = [], [], set()
     for i, item in enumerate(raw):
         where = f"entries[{i}]"
+        bad_number = find_out_of_range(item) if out_of_range else None
+        if bad_number is not None:
+            rejected.append((where, f"{where}: {bad_number.problem}"))
+            continue
         try:
             entry = entry_from_json(where, item, name)
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, OverflowError) as exc:
             rejected.append((where, str(exc)))
             continue
         if (entry.tuner, entry.key) in seen:

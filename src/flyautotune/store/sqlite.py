@@ -297,7 +297,7 @@ class TuningStore(TimingRows):
     def _row_entry(self, row: Sequence) -> Optional[StoreEntry]:
         try:
             return entry_from_row(row, str(self.path))
-        except (TypeError, ValueError) as exc:
+        except (TypeError, ValueError, OverflowError) as exc:
             log.warning("flyautotune store %s: skipping malformed entry tuner=%s key=%s: %s",
                         self.path, ascii(row[0])[:80], ascii(row[1])[:200], exc)
             return None

@@ -108,30 +108,44 @@ def _digest(key: str) -> str:
     return "#" + hashlib.sha256(str(key).encode("utf-8", "backslashreplace")).hexdigest()[:8]
 
 
+def _number(value: Any) -> Any:
+    """``value`` as a finite float, or None: a bool, text, ``inf`` or an integer beyond any float (an odd
+    pack's) costs its cell, never an ``OverflowError``."""
+    if not isinstance(value, (int, float)) or isinstance(value, bool):
+        return None
+    try:
+        value = float(value)
+    except OverflowError:
+        return None
+    return value if math.isfinite(value) else None
+
+
 def _best(timings: Any) -> str:
-    times = [t.get("ms") for t in timings or () if isinstance(t, dict)]
-    times = [t for t in times if isinstance(t, (int, float)) and not isinstance(t, bool) and math.isfinite(t)]
+    times = [_number(t.get("ms")) for t in timings or () if isinstance(t, dict)]
+    times = [t for t in times if t is not None]
     return f"{min(times):.4f}" if times else "-"
 
 
 def _winner_ms(entry: Any) -> str:
     """The winner's stored time, with its relative spread and how it was timed when known."""
     row = next((t for t in entry.timings or () if isinstance(t, dict) and t.get("config") == entry.config), None)
-    if row is None or not isinstance(row.get("ms"), (int, float)):
+    ms = None if row is None else _number(row.get("ms"))
+    if ms is None:
         return _best(entry.timings)
-    extra = [f"±{row['spread']:.1%}"] if isinstance(row.get("spread"), (int, float)) else []
+    spread = _number(row.get("spread"))
+    extra = [f"±{spread:.1%}"] if spread is not None else []
     if isinstance(row.get("method"), str):
         extra.append(safe(row["method"]))
-    return f"{row['ms']:.4f}" + (f" ({', '.join(extra)})" if extra else "")
+    return f"{ms:.4f}" + (f" ({', '.join(extra)})" if extra else "")
 
 
 def _decision(entry: Any) -> str:
     """What the search decided against the default: the winner's gain, and the tie band it had to beat."""
     prov = entry.provenance if isinstance(entry.provenance, dict) else {}
-    margin, noise = prov.get("margin"), prov.get("noise")
-    if not isinstance(margin, (int, float)) or isinstance(margin, bool):
+    margin, noise = _number(prov.get("margin")), _number(prov.get("noise"))
+    if margin is None:
         return "-"
-    band = f", band {noise:.1%}" if isinstance(noise, (int, float)) and not isinstance(noise, bool) else ""
+    band = f", band {noise:.1%}" if noise is not None else ""
     return f"default kept{band}" if margin == 0 else f"+{margin:.1%}{band}"
 
 

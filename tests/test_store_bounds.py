@@ -1,0 +1,151 @@
+"""What the store and packs accept is bounded so that it can always be read back: integers that no float
+holds, error texts and rows too long to read, times in the future; and the messages that name a refused
+entry, or a kept one, say which it is. Each test failed before the change that added it."""
+
+from __future__ import annotations
+
+import json
+import logging
+import sqlite3
+import time
+
+import pytest
+import torch
+
+import flyautotune as fat
+from flyautotune import store as st
+from flyautotune.cli import main
+from flyautotune.cli.cmd import show
+from flyautotune.store import (MAX_ENTRY_BYTES, PackError, PackIndex, StoreEntry, TuningStore, apply_import,
+                               load_pack, plan_import, read_pack)
+
+HUGE = "1" + "0" * 400  # a 401-digit integer: valid JSON, valid Python, no float holds it
+MAX_INT_DIGITS = 308  # jsontext.MAX_INT_DIGITS: every integer this long still converts to a float
+MAX_ERROR_CHARS = 1000  # entries.MAX_ERROR_CHARS
+CREATED_SLACK_S = 24 * 3600.0  # entries.CREATED_SLACK_S
+
+
+def cfg(block: int) -> dict:
+    return {"kwargs": {"BLOCK": block}, "compile_hints": {}}
+
+
+def item(**over) -> dict:
+    e = {"tuner": "rms", "key": "k", "timing_key": "t", "config": cfg(1),
+         "timings": [{"config": cfg(1), "ms": 1.0, "error": None}], "provenance": {}, "created": 1.5}
+    e.update(over)
+    return e
+
+
+def pack_text(entries) -> str:
+    return json.dumps({"format": "flyautotune-pack", "version": 1, "entries": entries})
+
+
+def messages(caplog) -> str:
+    return "\n".join(r.getMessage() for r in caplog.records if r.name == "flyautotune.store")
+
+
+@pytest.fixture
+def warnings_(caplog):
+    caplog.set_level(logging.WARNING, logger="flyautotune.store")
+    return caplog
+
+
+def run(capsys, *argv):
+    status = main([str(a) for a in argv])
+    captured = capsys.readouterr()
+    return status, captured.out, captured.err
+
+
+def _bench(fn, setup=None):
+    fn()
+    return 1.0
+
+# -- integers no float holds -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("field", ["spread", "ms", "created", "config", "provenance"])
+def test_an_integer_of_hundreds_of_digits_is_refused_like_1e999(field):
+    timing = {"config": cfg(1), "ms": 1.0, "error": None}
+    if field in ("spread", "ms"):
+        timing[field] = 7777
+    entry = item(timings=[timing])
+    if field == "created":
+        entry["created"] = 7777
+    elif field == "config":
+        entry["config"] = {"kwargs": {"BLOCK": 7777}, "compile_hints": {}}
+    elif field == "provenance":
+        entry["provenance"] = {"margin": 7777}
+    text = pack_text([entry, item(key="innocent")])
+    pack = read_pack(text.replace("7777", HUGE))  # was: accepted, then OverflowError wherever it was used
+    assert [e.key for e in pack.entries] == ["innocent"]  # refused on its own, like any malformed entry
+    (where, reason), = pack.rejected
+    assert where == "entries[0]" and reason.startswith("entries[0]: the number 10000000000000000000... (401 digits) "
+                                                       "is out of range")
+    with pytest.raises(PackError, match=r"\(401 digits\) is out of range"):
+        load_pack(text.replace("7777", HUGE))
+    # The longest integer accepted still converts to a float (as created, it is then a time too far ahead).
+    pack = read_pack(text.replace("7777", "9" * MAX_INT_DIGITS))
+    assert len(pack.entries) == 1 + (field != "created") and len(pack.rejected) == (field == "created")
+
+
+def test_a_shipped_pack_with_a_huge_integer_costs_a_warning_not_the_call(pm, tmp_path, warnings_):
+    def launch(x, n, BLOCK=None):
+        return BLOCK
+
+    first = fat.autotune(configs=[fat.Config(BLOCK=b) for b in (1, 2)], key=["n"], do_bench=_bench,
+                         plugin_manager=pm, name="t_huge")(launch)
+    first(torch.zeros(2), 2)
+    (entry,) = st.get_store().entries("t_huge")
+    data = entry.to_pack_dict()
+    data["timings"] = [{"config": entry.config, "ms": 1.0, "error": None, "spread": 7777}]
+    path = tmp_path / "huge.json"
+    path.write_text(pack_text([data]).replace("7777", HUGE))
+    st.get_store().clear()
+    fat.clear_caches()
+    shipped = fat.autotune(configs=[fat.Config(BLOCK=b) for b in (1, 2)], key=["n"], do_bench=_bench,
+                           plugin_manager=pm, name="t_huge", packs=[path])(launch)
+    assert shipped(torch.zeros(2), 2) in (1, 2)  # was: OverflowError from the call itself
+    assert shipped.last_source == "search"
+    assert "skipping a malformed entry: entries[0]: the number 10000000000000000000... (401 digits)" in \
+        messages(warnings_)
+
+
+def test_a_huge_integer_in_a_store_row_skips_that_row_and_show_lists_the_rest(tmp_path, capsys, warnings_):
+    s = st.get_store()
+    for key in ('{"n":1}', '{"n":2}'):
+        s.put("rms", key, "t", cfg(1), [{"config": cfg(1), "ms": 1.0, "error": None}], {})
+    raw = sqlite3.connect(s.path)
+    timings = json.dumps([{"config": cfg(1), "ms": 1.0, "error": None, "spread": 7777}]).replace("7777", HUGE)
+    raw.execute("UPDATE entries SET timings_json = ? WHERE key = ?", (timings, '{"n":1}'))
+    raw.execute("UPDATE entries SET provenance_json = ? WHERE key = ?", (f'{{"margin":{HUGE}}}', '{"n":2}'))
+    raw.commit()
+    raw.close()
+    assert s.get("rms", '{"n":1}') is None and s.get("rms", '{"n":2}') is None
+    assert messages(warnings_).count("(401 digits) is out of range") == 2
+    status, out, err = run(capsys, "show")
+    assert status == 0 and "No tuned entries" in out, err  # was: OverflowError, exit 1
+
+
+def test_import_of_a_pack_with_a_huge_time_says_why_and_writes_nothing(tmp_path, capsys):
+    path = tmp_path / "p.json"
+    path.write_text(pack_text([item(key='{"n":1}', timings=[{"config": cfg(1), "ms": 7777, "error": None}])])
+                    .replace("7777", HUGE))
+    status, _, err = run(capsys, "import", path)
+    assert status == 1 and "(401 digits) is out of range" in err  # was: a traceback
+    assert st.get_store().entries() == []
+
+
+def test_number_checks_refuse_huge_integers_instead_of_overflowing():
+    s = st.MemoryStore()
+    big = 10 ** 400
+    # A caller's time that is not a finite number above zero is recorded as a failure, as inf is.
+    assert s.put("rms", "k", "t", cfg(1), [{"config": cfg(1), "ms": big, "error": None}], {})
+    (row,) = s.get("rms", "k").timings
+    assert row["ms"] is None and "rejected time an integer of 401 digits ms" in row["error"]
+    with pytest.raises(ValueError, match=r"\['spread'\] must be a finite number .*an integer of 401 digits"):
+        s.put("rms", "k", "t", cfg(1), [{"config": cfg(1), "ms": 1.0, "error": None, "spread": big}], {})
+    # show and import format whatever an entry holds: a number no float holds costs its cell.
+    odd = StoreEntry(tuner="rms", key="k", config=cfg(1), provenance={"margin": big, "noise": big},
+                     timings=({"config": cfg(1), "ms": big, "error": None, "spread": big},))
+    assert show._winner_ms(odd) == "-" and show._decision(odd) == "-"
+    assert st.imports._ms(odd) == "unmeasured"
