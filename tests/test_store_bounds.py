@@ -149,3 +149,32 @@ def test_number_checks_refuse_huge_integers_instead_of_overflowing():
                      timings=({"config": cfg(1), "ms": big, "error": None, "spread": big},))
     assert show._winner_ms(odd) == "-" and show._decision(odd) == "-"
     assert st.imports._ms(odd) == "unmeasured"
+
+# -- what the messages say -----------------------------------------------------------------
+
+
+def test_a_malformed_row_warning_keeps_the_end_of_a_long_key(tmp_path, warnings_):
+    s = TuningStore(tmp_path)
+    keys = [json.dumps({"args": {"pad": "p" * 300}, "strides": {"x": list(st_)}}) for st_ in ((2, 1), (1, 1))]
+    for k in keys:
+        s.put("rms", k, "t", cfg(1), [], {})
+    raw = sqlite3.connect(s.path)
+    raw.execute("UPDATE entries SET config_json = 'not json'")
+    raw.commit()
+    raw.close()
+    assert s.entries() == []
+    lines = [r.getMessage() for r in warnings_.records if "skipping malformed entry" in r.getMessage()]
+    assert len(lines) == 2 and lines[0] != lines[1]  # was: both cut at 200 characters, before the strides
+    assert any('"strides": {"x": [2, 1]}' in line for line in lines)
+    clipped = st.jsontext.clip("a" * 5000 + "TAIL", 200)
+    assert clipped.startswith("'aaa") and clipped.endswith("aTAIL'") and "characters]" in clipped
+    assert len(clipped) <= 200
+
+
+def test_a_pack_with_a_utf8_byte_order_mark_is_read(tmp_path):
+    path = tmp_path / "bom.json"
+    path.write_bytes(pack_text([item()]).encode("utf-8-sig"))  # as Notepad saves it
+    assert [e.key for e in load_pack(path)] == ["k"]  # was: "Expecting value: line 1 column 1"
+    assert [e.key for e in load_pack("\ufeff" + pack_text([item()]))] == ["k"]
+    assert PackIndex().find([path], "rms", "k").config == cfg(1)
+    assert apply_import(st.get_store(), plan_import(st.get_store(), read_pack(path))) == 1

@@ -125,6 +125,7 @@ def nesting_depth(text: str) -> int:
 def loads(text: Any, *, limit: int = MAX_ENTRY_BYTES, what: str = "JSON", out_of_range: Optional[list] = None) -> Any:
     """Strict, bounded JSON: at most ``limit`` characters and ``MAX_DEPTH`` levels,
     finite numbers only (no NaN, Infinity, 1e999 or integers of more than ``MAX_INT_DIGITS`` digits).
+    A leading UTF-8 byte order mark (a file saved by Notepad) is skipped.
 
     :param out_of_range: a list: a number out of range does not raise; an ``OutOfRange`` takes its place
         and is appended to the list (the caller refuses what holds it).
@@ -132,11 +133,13 @@ def loads(text: Any, *, limit: int = MAX_ENTRY_BYTES, what: str = "JSON", out_of
     """
     if isinstance(text, (bytes, bytearray)):
         try:
-            text = bytes(text).decode("utf-8")
+            text = bytes(text).decode("utf-8-sig")  # a byte order mark is not part of the JSON
         except UnicodeDecodeError as exc:
             raise ValueError(f"{what} is not UTF-8 text ({exc})") from None
     if not isinstance(text, str):
         raise TypeError(f"expected JSON text, got {type(text).__name__}")
+    if text.startswith("\ufeff"):
+        text = text[1:]
     if len(text) > limit:
         raise ValueError(f"{what} is {len(text)} characters; at most {limit} are accepted")
     depth = nesting_depth(text)
@@ -148,6 +151,16 @@ def loads(text: Any, *, limit: int = MAX_ENTRY_BYTES, what: str = "JSON", out_of
         return (_DECODER if len(text) > MAX_INT_DIGITS else _SHORT_DECODER).decode(text)
     except RecursionError:  # pragma: no cover - the depth check runs first
         raise ValueError(f"{what} nests too deeply") from None
+
+
+def clip(value: Any, limit: int = 1000) -> str:
+    """``ascii(value)`` for a message, in full up to ``limit`` characters; longer, its head and its tail
+    around a count of what was left out (the end of a key, its strides or target, tells keys apart)."""
+    text = ascii(value)
+    if len(text) <= limit:
+        return text
+    half = max((limit - 40) // 2, 1)
+    return f"{text[:half]}...[{len(text) - 2 * half} characters]...{text[-half:]}"
 
 
 def text_problem(value: str) -> str:

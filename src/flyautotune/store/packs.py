@@ -66,7 +66,7 @@ def _sorted_keys(value: Any) -> Any:
 def _read_source(path_or_text: Any) -> tuple:
     if isinstance(path_or_text, (bytes, bytearray)):
         return "<text>", bytes(path_or_text)
-    if isinstance(path_or_text, str) and path_or_text.lstrip().startswith("{"):
+    if isinstance(path_or_text, str) and path_or_text.lstrip("\ufeff").lstrip().startswith("{"):
         return "<text>", path_or_text
     if isinstance(path_or_text, (str, os.PathLike)):
         name = os.fspath(path_or_text)
@@ -92,7 +92,7 @@ def read_pack(path_or_text: Any) -> Pack:
     valid entry and listing the refused ones with their reasons.
 
     Bounded: at most ``MAX_PACK_BYTES``, ``MAX_DEPTH`` levels of nesting, finite
-    numbers; a path must be a regular file.
+    numbers; a path must be a regular file. A leading UTF-8 byte order mark is skipped.
 
     :raises PackError: the pack as a whole is unusable (unreadable, not JSON,
         wrong format or version).

@@ -25,7 +25,7 @@ from . import recovery
 from .deferred import DeferredWrites, register
 from .entries import StoreEntry, StoreError, check_put, check_text, entry_from_row
 from .files import PathLike, ownership_problem
-from .jsontext import canonical_config_json, compact_json, jsonable
+from .jsontext import canonical_config_json, clip, compact_json, jsonable
 from .timing_rows import TimingRows
 
 log = logging.getLogger("flyautotune.store")
@@ -298,8 +298,10 @@ class TuningStore(TimingRows):
         try:
             return entry_from_row(row, str(self.path))
         except (TypeError, ValueError, OverflowError) as exc:
+            # The whole key up to a bound, else its head and tail: keys differing only in their strides
+            # (near the end) must not read the same.
             log.warning("flyautotune store %s: skipping malformed entry tuner=%s key=%s: %s",
-                        self.path, ascii(row[0])[:80], ascii(row[1])[:200], exc)
+                        self.path, clip(row[0], 200), clip(row[1], 2000), exc)
             return None
 
     def put(self, tuner: str, key: str, timing_key: str, config: Mapping[str, Any],
