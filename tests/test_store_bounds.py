@@ -178,3 +178,65 @@ def test_a_pack_with_a_utf8_byte_order_mark_is_read(tmp_path):
     assert [e.key for e in load_pack("\ufeff" + pack_text([item()]))] == ["k"]
     assert PackIndex().find([path], "rms", "k").config == cfg(1)
     assert apply_import(st.get_store(), plan_import(st.get_store(), read_pack(path))) == 1
+
+
+# -- rows too large to read back ---------------------------------------------------------
+
+
+def test_long_error_texts_are_cut_so_a_winner_of_many_failures_is_read_back(pm, monkeypatch):
+    def launch(x, n, BLOCK=None):
+        if BLOCK:
+            raise RuntimeError("no good: " + "x" * 8000)
+        return BLOCK
+
+    configs = [fat.Config(BLOCK=b) for b in range(600)]
+    first = fat.autotune(configs=configs, key=["n"], do_bench=_bench, plugin_manager=pm, name="t_errors")(launch)
+    with monkeypatch.context() as m:
+        m.setattr(logging.getLogger("flyautotune"), "disabled", True)  # 599 failure warnings
+        assert first(torch.zeros(2), 2) == 0 and first.last_source == "search"
+    fat.clear_caches()  # as another process: only the store remembers
+    again = fat.autotune(configs=configs, key=["n"], do_bench=_bench, plugin_manager=pm, name="t_errors")(launch)
+    assert again(torch.zeros(2), 2) == 0
+    assert again.last_source == "store"  # was: "search" (the row was over 4 MiB and skipped)
+    (entry,) = st.get_store().entries("t_errors")
+    error = entry.timings[-1]["error"]
+    assert error.startswith("RuntimeError: no good: xxx") and error.endswith("more characters not stored]")
+    assert len(error) < MAX_ERROR_CHARS + 60
+    failures = st.get_store().get_failures("t_errors", entry.timing_key)  # put_timing's rows are cut alike
+    assert len(failures) == 599 and all(len(e) < MAX_ERROR_CHARS + 60 for e in failures.values())
+
+
+def _too_large(key="k"):
+    return StoreEntry(tuner="rms", key=key, config=cfg(1), timing_key="t", created=time.time() - 60,
+                      provenance={"log": "x" * (MAX_ENTRY_BYTES + 10)},
+                      timings=({"config": cfg(1), "ms": 1.0, "error": None},))
+
+
+def test_a_winner_too_large_to_read_back_is_not_written(tmp_path, warnings_):
+    s = TuningStore(tmp_path)
+    big = _too_large()
+    assert s.put("rms", "k", "t", big.config, list(big.timings), big.provenance) is False
+    assert "not saving the winner for tuner='rms' key='k': its provenance is" in messages(warnings_)
+    assert "it could never be read back" in messages(warnings_)
+    assert s.flush() is True and s.get("rms", "k") is None  # nothing kept to retry either
+    with pytest.raises(ValueError, match="its provenance is .* characters of JSON, .* nothing was written"):
+        s.put_entries([StoreEntry(tuner="rms", key="fine", config=cfg(1)), big])
+    assert s.entries() == []
+    text = st.dump_pack([big])
+    with pytest.raises(PackError, match=r"entries\[0\] is too large for the store: its provenance is"):
+        s.import_pack(text)
+    assert s.entries() == []
+
+
+def test_import_skips_an_entry_too_large_for_the_store(tmp_path, capsys):
+    path = tmp_path / "p.json"
+    path.write_text(st.dump_pack([_too_large('{"n":1}'), StoreEntry(tuner="rms", key='{"n":2}', config=cfg(2),
+                                                                     created=1.0, timing_key="t")]))
+    plan = plan_import(st.get_store(), read_pack(path))
+    (skipped,) = plan.skipped
+    assert skipped.reason.startswith("too large for the store: its provenance is")
+    assert [i.entry.key for i in plan.added] == ['{"n":2}']
+    status, out, _ = run(capsys, "import", path)
+    assert status == 0 and "add 1, replace 0, keep 0 local, skip 1" in out  # was: "add 2", one unreadable
+    assert "too large for the store" in out
+    assert [e.key for e in st.get_store().entries()] == ['{"n":2}']

@@ -8,10 +8,12 @@ from typing import Any, Iterable, Mapping
 
 import attrs
 
-from .jsontext import canonical_config_json, loads, text_problem
+from .jsontext import MAX_ENTRY_BYTES, canonical_config_json, compact_json, loads, text_problem
 
 # Latest accepted ``created``: year 5138. Larger values (10**400, 1e300) reject the entry.
 MAX_CREATED = 1e11
+#: The most characters of an error text a timing row keeps; the rest is cut, with a marker saying so.
+MAX_ERROR_CHARS = 1000
 
 ENTRY_FIELDS = frozenset({"tuner", "key", "timing_key", "config", "timings", "provenance", "created"})
 TIMING_REQUIRED = frozenset({"config", "ms", "error"})
@@ -98,6 +100,14 @@ def is_time(value: Any) -> bool:
     return is_finite(value) and value > 0
 
 
+def cap_error(error: str) -> str:
+    """``error`` as a timing row keeps it: its first ``MAX_ERROR_CHARS`` characters and a marker
+    when longer (a failure's text, one of thousands, must not make its winner's row unreadable)."""
+    if len(error) <= MAX_ERROR_CHARS:
+        return error
+    return f"{error[:MAX_ERROR_CHARS]}... [{len(error) - MAX_ERROR_CHARS} more characters not stored]"
+
+
 def check_text(name: str, value: Any) -> None:
     """Raise naming ``name`` unless ``value`` is a non-empty string of valid, printable text."""
     if not isinstance(value, str) or not value:
@@ -161,7 +171,8 @@ def normalize_timings(timings: Any, where: str = "timings") -> list:
         if ms is not None and not is_time(ms):
             # Only finite times above zero are times; anything else is recorded as a failure.
             ms, error = None, error or f"rejected time {_short(ms)} ms (times must be finite and > 0)"
-        row = {"config": dict(t["config"]), "ms": None if ms is None else float(ms), "error": error}
+        row = {"config": dict(t["config"]), "ms": None if ms is None else float(ms),
+               "error": None if error is None else cap_error(error)}
         row.update(_check_stats(here, t))
         rows.append(row)
     rows.sort(key=lambda r: (r["ms"] is None, r["ms"] or 0.0, canonical_config_json(r["config"])))
@@ -257,6 +268,28 @@ def entry_from_row(row: Any, origin: str) -> StoreEntry:
         "provenance": loads(provenance_json, what="provenance_json"), "created": created,
     }
     return entry_from_json("entry", data, origin)
+
+
+def entry_row(entry: StoreEntry) -> tuple:
+    """The store row of a whole entry: ``(tuner, key, timing_key, config_json, timings_json,
+    provenance_json, created)``."""
+    return (entry.tuner, entry.key, entry.timing_key, canonical_config_json(entry.config),
+            compact_json(list(entry.timings)), compact_json(entry.provenance), entry.created)
+
+
+def row_size_problem(config_json: str, timings_json: str, provenance_json: str) -> str:
+    """Why a winner row with these JSON columns could never be read back ('' when it can): the store
+    reads each of them with at most ``MAX_ENTRY_BYTES`` characters (``jsontext.loads``)."""
+    for name, text in (("config", config_json), ("timings", timings_json), ("provenance", provenance_json)):
+        if len(text) > MAX_ENTRY_BYTES:
+            return (f"its {name} is {len(text)} characters of JSON, and the store reads at most {MAX_ENTRY_BYTES} "
+                    f"per field: it could never be read back")
+    return ""
+
+
+def entry_size_problem(entry: StoreEntry) -> str:
+    """``row_size_problem`` of a whole entry (an import)."""
+    return row_size_problem(*entry_row(entry)[3:6])
 
 
 def _short(value: Any) -> str:

@@ -7,7 +7,7 @@ from typing import Any, Iterable, Mapping, Optional
 
 import attrs
 
-from .entries import PackError, StoreEntry, is_finite, key_problem
+from .entries import PackError, StoreEntry, entry_size_problem, is_finite, key_problem
 from .packs import Pack
 
 
@@ -35,8 +35,10 @@ class ImportPlan:
     :param replaced: entries that replace the store's winner.
     :param kept: the store's winner stays: it is newer and faster than the pack's
         (kept unless ``replace=True``), or identical.
-    :param skipped: entries of tuners the import does not name, or entries the
-        pack could not give (malformed), each with its reason.
+    :param skipped: entries of tuners the import does not name, entries the
+        pack could not give (malformed), entries their tuner would never run
+        (``refused: ...``) and entries too large for the store's rows
+        (``too large for the store: ...``), each with its reason.
     """
 
     added: tuple = ()
@@ -67,6 +69,8 @@ def _where(entry: StoreEntry) -> str:
 
 #: How a plan's ``skipped`` item begins when a tuner would never run the entry's winner.
 REFUSED = "refused: "
+#: How a plan's ``skipped`` item begins when the entry's row could never be read back from the store.
+TOO_LARGE = "too large for the store: "
 
 
 def plan_import(store: Any, entries: Any, *, tuners: Optional[Iterable[str]] = None,
@@ -104,6 +108,10 @@ def plan_import(store: Any, entries: Any, *, tuners: Optional[Iterable[str]] = N
         refusal = _refusal(entry, checkers.get(entry.tuner))
         if refusal:
             skipped.append(ImportItem(where, REFUSED + refusal, entry))
+            continue
+        too_large = entry_size_problem(entry)
+        if too_large:  # written, every reader would skip it as malformed: "added", then never found
+            skipped.append(ImportItem(where, TOO_LARGE + too_large, entry))
             continue
         local = store.get(entry.tuner, entry.key)
         if local is None:

@@ -23,7 +23,7 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from . import recovery
 from .deferred import DeferredWrites, register
-from .entries import StoreEntry, StoreError, check_put, check_text, entry_from_row
+from .entries import StoreEntry, StoreError, check_put, check_text, entry_from_row, entry_row, row_size_problem
 from .files import PathLike, ownership_problem
 from .jsontext import canonical_config_json, clip, compact_json, jsonable
 from .timing_rows import TimingRows
@@ -315,13 +315,19 @@ class TuningStore(TimingRows):
         :param provenance: stored verbatim as JSON (values JSON cannot hold become their repr).
         :returns: True when committed. False (with one warning) when the store is
             locked, full or read-only: the winner is then kept in memory (``get``
-            returns it) and written later; or when the store is unusable.
+            returns it) and written later; or when the store is unusable; or when
+            the row would be too large to read back (``MAX_ENTRY_BYTES`` per JSON field).
         :raises TypeError, ValueError: malformed arguments (a caller bug, not an I/O problem).
         """
         rows = check_put(tuner, key, timing_key, config, timings, provenance)
         now = time.time()
         entry = (tuner, key, timing_key, canonical_config_json(config), compact_json(rows),
                  compact_json(jsonable(provenance)), now)
+        too_large = row_size_problem(*entry[3:6])
+        if too_large:  # written, it would be skipped as malformed by every reader: every process would search
+            log.warning("flyautotune store %s: not saving the winner for tuner=%s key=%s: %s",
+                        self.path, clip(tuner, 200), clip(key, 2000), too_large)
+            return False
         timing_rows = [(tuner, timing_key, canonical_config_json(r["config"]), r["ms"], r["error"], now)
                        for r in rows]
         self._deferred.discard(tuner, key)
@@ -416,9 +422,15 @@ class TuningStore(TimingRows):
 
         :param overwrite: replace an existing winner for the same (tuner, key); False keeps it.
         :returns: the number of entries written.
+        :raises ValueError: an entry's row would be too large to read back (``entries.entry_size_problem``;
+            ``plan_import`` skips such entries); nothing is written.
         """
-        rows = [(e.tuner, e.key, e.timing_key, canonical_config_json(e.config), compact_json(list(e.timings)),
-                 compact_json(e.provenance), e.created) for e in entries]
+        rows = [entry_row(e) for e in entries]
+        for row in rows:
+            too_large = row_size_problem(*row[3:6])
+            if too_large:
+                raise ValueError(f"cannot write the entry tuner={clip(row[0], 200)} key={clip(row[1], 2000)}: "
+                                 f"{too_large}; nothing was written")
         verb = "REPLACE" if overwrite else "IGNORE"
 
         def merge(conn: sqlite3.Connection) -> int:
@@ -445,8 +457,17 @@ class TuningStore(TimingRows):
         :param overwrite: replace an existing winner for the same (tuner, key)
             (default); False keeps the store's own.
         :returns: the number of entries written.
-        :raises PackError: the pack is malformed (nothing is written).
+        :raises PackError: the pack is malformed, or an entry is too large for the store
+            (nothing is written).
         """
-        from .packs import load_pack
+        from .entries import PackError, entry_size_problem
+        from .packs import read_pack
 
-        return self.put_entries(load_pack(path), overwrite=overwrite)
+        pack = read_pack(path)
+        if pack.rejected:
+            raise PackError(pack.source, pack.rejected[0][1])
+        for i, e in enumerate(pack.entries):
+            too_large = entry_size_problem(e)
+            if too_large:
+                raise PackError(pack.source, f"entries[{i}] is too large for the store: {too_large}")
+        return self.put_entries(pack.entries, overwrite=overwrite)
