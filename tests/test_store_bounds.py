@@ -240,3 +240,45 @@ def test_import_skips_an_entry_too_large_for_the_store(tmp_path, capsys):
     assert status == 0 and "add 1, replace 0, keep 0 local, skip 1" in out  # was: "add 2", one unreadable
     assert "too large for the store" in out
     assert [e.key for e in st.get_store().entries()] == ['{"n":2}']
+
+# -- times in the future -----------------------------------------------------------------
+
+
+def test_an_entry_dated_in_the_future_is_refused_with_its_value():
+    soon = time.time() + CREATED_SLACK_S / 2  # another machine's clock a little ahead: accepted
+    pack = read_pack(pack_text([item(key="future", created=9e10), item(key="soon", created=soon)]))
+    assert [e.key for e in pack.entries] == ["soon"]
+    (where, reason), = pack.rejected
+    assert where == "entries[0]"
+    assert "created must be epoch seconds from 0 to at most a day ahead" in reason
+    assert "got 90000000000.0 (the year 4821)" in reason
+
+
+def test_a_future_dated_pack_entry_does_not_replace_a_local_winner(tmp_path):
+    s = TuningStore(tmp_path)
+    s.put("rms", "k", "t", cfg(64), [{"config": cfg(64), "ms": 1.0, "error": None}], {})
+    plan = plan_import(s, read_pack(pack_text([item(config=cfg(16), created=9e10)])))
+    assert plan.replaced == () and plan.added == ()  # was: replaced, "the pack's winner is newer"
+    assert "the year 4821" in plan.skipped[0].reason
+    with pytest.raises(ValueError, match="the year 4821"):
+        s.put_entries([StoreEntry(tuner="rms", key="k", config=cfg(16), created=9e10, timing_key="t")])
+    assert s.get("rms", "k").config == cfg(64)
+
+
+def test_a_future_dated_store_row_is_skipped_and_a_late_write_replaces_it(tmp_path, warnings_):
+    s = TuningStore(tmp_path)
+    s.put("rms", "k", "t", cfg(16), [], {})
+    raw = sqlite3.connect(s.path)
+    raw.execute("UPDATE entries SET created = 9e10")  # as an import of a future-dated pack left it
+    raw.commit()
+    raw.close()
+    assert s.get("rms", "k") is None
+    assert "got 90000000000.0 (the year 4821)" in messages(warnings_)
+    holder = sqlite3.connect(s.path, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # a forced tune's winner deferred by a lock
+    assert s.put("rms", "k", "t", cfg(64), [], {}) is False
+    holder.execute("ROLLBACK")
+    holder.close()
+    assert s.flush() is True
+    entry = TuningStore(tmp_path).get("rms", "k")
+    assert entry is not None and entry.config == cfg(64)  # was: silently dropped as "older"

@@ -4,16 +4,19 @@ entries and timings, whether a caller passes them or untrusted JSON holds them."
 from __future__ import annotations
 
 import math
-from typing import Any, Iterable, Mapping
+import time
+from typing import Any, Iterable, Mapping, Optional
 
 import attrs
 
 from .jsontext import MAX_ENTRY_BYTES, canonical_config_json, compact_json, loads, text_problem
 
-# Latest accepted ``created``: year 5138. Larger values (10**400, 1e300) reject the entry.
-MAX_CREATED = 1e11
+#: How far ahead of this machine's clock an entry's ``created`` may be (clock skew between machines).
+#: One further ahead would pass for newer than every winner tuned here: it is refused.
+CREATED_SLACK_S = 24 * 3600.0
 #: The most characters of an error text a timing row keeps; the rest is cut, with a marker saying so.
 MAX_ERROR_CHARS = 1000
+_SECONDS_PER_YEAR = 365.2425 * 24 * 3600
 
 ENTRY_FIELDS = frozenset({"tuner", "key", "timing_key", "config", "timings", "provenance", "created"})
 TIMING_REQUIRED = frozenset({"config", "ms", "error"})
@@ -98,6 +101,22 @@ def is_finite(value: Any) -> bool:
 def is_time(value: Any) -> bool:
     """A usable time: a finite number of milliseconds above zero (not a bool, not text)."""
     return is_finite(value) and value > 0
+
+
+def latest_created(now: Optional[float] = None) -> float:
+    """The latest ``created`` accepted now: this machine's clock plus ``CREATED_SLACK_S``."""
+    return (time.time() if now is None else now) + CREATED_SLACK_S
+
+
+def created_problem(created: Any, now: Optional[float] = None) -> str:
+    """Why ``created`` cannot be an entry's time ('' when it can): epoch seconds from 0 to at most
+    ``CREATED_SLACK_S`` ahead of now. A time in the future would rank the entry newer than every local
+    winner (an import replacing them, a later write of a winner dropped as older)."""
+    if is_finite(created) and 0 <= created <= latest_created(now):
+        return ""
+    year = f" (the year {int(1970 + created // _SECONDS_PER_YEAR)})" if is_finite(created) and created > 0 else ""
+    return (f"must be epoch seconds from 0 to at most a day ahead of this machine's clock, "
+            f"got {_short(created)}{year}")
 
 
 def cap_error(error: str) -> str:
@@ -239,8 +258,9 @@ def entry_from_json(where: str, data: Any, origin: str) -> StoreEntry:
     created = data["created"]
     if type(created) is not float and type(created) is not int:
         raise TypeError(f"{where}.created must be a number (epoch seconds), got {_short(created)}")
-    if not 0 <= created <= MAX_CREATED:
-        raise ValueError(f"{where}.created must be epoch seconds from 0 to {MAX_CREATED:.0e}, got {_short(created)}")
+    problem = created_problem(created)
+    if problem:
+        raise ValueError(f"{where}.created {problem}")
     timings = data["timings"]
     if type(timings) is not list:
         raise TypeError(f"{where}.timings must be a list of timing dicts, got {_short(timings)}")

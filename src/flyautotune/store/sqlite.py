@@ -23,7 +23,8 @@ from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from . import recovery
 from .deferred import DeferredWrites, register
-from .entries import StoreEntry, StoreError, check_put, check_text, entry_from_row, entry_row, row_size_problem
+from .entries import (CREATED_SLACK_S, StoreEntry, StoreError, check_put, check_text, created_problem,
+                      entry_from_row, entry_row, row_size_problem)
 from .files import PathLike, ownership_problem
 from .jsontext import canonical_config_json, clip, compact_json, jsonable
 from .timing_rows import TimingRows
@@ -38,11 +39,14 @@ READ_ONLY_RETRY_S = (1.0, 60.0)  # first and longest pause before writing to a r
 
 _ENTRY_SQL = recovery.ENTRY_SQL
 _TIMING_SQL = recovery.TIMING_SQL
-# A late write of a deferred winner never replaces a newer one another process wrote meanwhile.
+# A late write of a deferred winner never replaces a newer one another process wrote meanwhile; a row dated
+# further in the future than clocks can disagree (the 8th parameter: now plus the slack) is not newer, only
+# wrong (a reader refuses it), and is replaced.
 _LATE_ENTRY_SQL = (
     "INSERT INTO entries VALUES (?,?,?,?,?,?,?) ON CONFLICT (tuner, key) DO UPDATE SET "
     "timing_key = excluded.timing_key, config_json = excluded.config_json, timings_json = excluded.timings_json, "
-    "provenance_json = excluded.provenance_json, created = excluded.created WHERE excluded.created >= created"
+    "provenance_json = excluded.provenance_json, created = excluded.created "
+    "WHERE excluded.created >= created OR created > ?"
 )
 _SELECT = "SELECT tuner, key, timing_key, config_json, timings_json, provenance_json, created FROM entries"
 
@@ -356,8 +360,9 @@ class TuningStore(TimingRows):
     def _write_late(self, items: list, patient: bool = False) -> bool:
         def write(conn: sqlite3.Connection) -> bool:
             with recovery.transaction(conn):
+                future = time.time() + CREATED_SLACK_S
                 for entry, timing_rows in items:
-                    conn.execute(_LATE_ENTRY_SQL, entry)
+                    conn.execute(_LATE_ENTRY_SQL, (*entry, future))
                     conn.executemany(_TIMING_SQL, timing_rows)
             return True
 
@@ -422,15 +427,17 @@ class TuningStore(TimingRows):
 
         :param overwrite: replace an existing winner for the same (tuner, key); False keeps it.
         :returns: the number of entries written.
-        :raises ValueError: an entry's row would be too large to read back (``entries.entry_size_problem``;
-            ``plan_import`` skips such entries); nothing is written.
+        :raises ValueError: an entry could never be read back: its row is too large
+            (``entries.entry_size_problem``) or its ``created`` is in the future
+            (``entries.created_problem``); ``plan_import`` skips such entries. Nothing is written.
         """
         rows = [entry_row(e) for e in entries]
         for row in rows:
-            too_large = row_size_problem(*row[3:6])
-            if too_large:
+            problem = row_size_problem(*row[3:6])
+            when = created_problem(row[6])
+            if problem or when:
                 raise ValueError(f"cannot write the entry tuner={clip(row[0], 200)} key={clip(row[1], 2000)}: "
-                                 f"{too_large}; nothing was written")
+                                 f"{problem or 'its created ' + when}; nothing was written")
         verb = "REPLACE" if overwrite else "IGNORE"
 
         def merge(conn: sqlite3.Connection) -> int:
