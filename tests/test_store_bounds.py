@@ -282,3 +282,23 @@ def test_a_future_dated_store_row_is_skipped_and_a_late_write_replaces_it(tmp_pa
     assert s.flush() is True
     entry = TuningStore(tmp_path).get("rms", "k")
     assert entry is not None and entry.config == cfg(64)  # was: silently dropped as "older"
+
+# -- the import's plan, as printed -------------------------------------------------------
+
+
+def test_import_keep_line_names_the_local_winner_and_tells_keys_apart(pm, capsys, tmp_path):
+    def key(strides):
+        return json.dumps({"args": {"n": 16}, "strides": {"x": strides}}, sort_keys=True, separators=(",", ":"))
+
+    old, slow = time.time() - 3600, 9.0
+    pack = [StoreEntry(tuner="demo", key=key([2, 1]), config=cfg(16), created=old, timing_key="t",
+                       timings=({"config": cfg(16), "ms": slow, "error": None},)),
+            StoreEntry(tuner="demo", key=key([1, 1]), config=cfg(16), created=old, timing_key="t",
+                       timings=({"config": cfg(16), "ms": slow, "error": None},))]
+    path = tmp_path / "p.json"
+    path.write_text(st.dump_pack(pack))
+    st.get_store().put("demo", key([2, 1]), "t", cfg(64), [{"config": cfg(64), "ms": 1.0, "error": None}], {})
+    status, out, _ = run(capsys, "import", path)
+    assert status == 0 and "add 1, replace 0, keep 1 local, skip 0" in out
+    (line,) = [x for x in out.splitlines() if x.startswith("  keep")]
+    assert line.startswith("  keep the local winner for demo n=16 strides=x:2x1 on -: BLOCK=64 ")  # was: BLOCK=16

@@ -69,14 +69,24 @@ def _print_plan(plan: Any, dry_run: bool) -> None:
     lead = "would " if dry_run else ""
     out(f"{'dry run: ' if dry_run else ''}{lead}add {counts['added']}, {lead}replace {counts['replaced']}, "
         f"{lead}keep {counts['kept']} local, {lead}skip {counts['skipped']}")
+    # The key texts of the whole plan at once: two keys told apart only by their strides read apart on
+    # every line, whichever of them is listed (not just when both land in one group).
+    every = [item for name, _ in verbs for item in getattr(plan, name) if _entry(item) is not None]
+    texts = dict(zip(map(id, every), key_texts([(_entry(i).tuner, _entry(i).key) for i in every])))
     for name, verb in verbs:
         items = list(getattr(plan, name))
         if not items or (name in ("added", "replaced") and not dry_run):
             continue
-        shown = key_texts([(_entry(i).tuner, _entry(i).key) for i in items])
-        for item, (key, where) in zip(items, shown):
+        for item in items:
             e, reason = _entry(item), _reason(item)
-            out(f"  {verb} {safe(e.tuner)} {safe(key)} on {safe(where)}: {safe(config_text(e.config))}"
+            if e is None:  # an entry the pack could not give: its place and why
+                out(f"  {verb} {safe(getattr(item, 'where', '?'))}" + (f" ({safe(reason)})" if reason else ""))
+                continue
+            key, where = texts[id(item)]
+            # A kept line names the winner that stays: the store's own, not the pack's.
+            shown = _local(item) if name == "kept" else None
+            config = (shown if shown is not None else e).config
+            out(f"  {verb} {safe(e.tuner)} {safe(key)} on {safe(where)}: {safe(config_text(config))}"
                 + (f" ({safe(reason)})" if reason else ""))
 
 
@@ -91,6 +101,11 @@ def _evolve(plan: Any, **changes: Any) -> Any:
 def _entry(item: Any) -> Any:
     """A plan item is an entry, or ``(entry, reason)`` for a skipped or kept one."""
     return item[0] if isinstance(item, tuple) else getattr(item, "entry", item)
+
+
+def _local(item: Any) -> Any:
+    """The store's winner a plan item was weighed against (None when unknown)."""
+    return getattr(item, "local", None)
 
 
 def _reason(item: Any) -> str:
