@@ -79,6 +79,28 @@ def test_single_path_strings_are_paths_not_characters(pm, counting_bench, tmp_pa
     assert a._packs == (str(tmp_path / "p.json"),)
 
 
+def test_source_fingerprint_does_not_depend_on_where_the_files_are_installed(tmp_path):
+    """A kernel and a shared file kept in another folder: the same two files installed under ``a`` and
+    under ``d`` (one sorts before the shared folder ``c``, the other after it) give one fingerprint, so a
+    pack tuned from one install is found by the other."""
+    from flyautotune import keys
+
+    shared = tmp_path / "c" / "alpha.py"
+    shared.parent.mkdir()
+    shared.write_text("SHARED = 1\n")
+    installs = []
+    for root in ("a", "d"):
+        kernel = tmp_path / root / "pkg" / "zeta.py"
+        kernel.parent.mkdir(parents=True)
+        kernel.write_text("def launch(): pass\n")
+        installs.append([str(kernel), str(shared)])
+    before = keys.file_fingerprint(installs[0])
+    assert before == keys.file_fingerprint(installs[1])
+    assert before == keys.file_fingerprint(installs[0][::-1])  # given in any order
+    shared.write_text("SHARED = 2\n")  # the contents still count
+    assert keys.file_fingerprint(installs[0]) != before
+
+
 def test_a_launcher_refusing_a_stored_winner_falls_back_to_the_default(pm, counting_bench, caplog):
     tuned = fat.autotune(configs=TWO, key=["n"], do_bench=counting_bench(cost=lambda i: float(3 - i)),
                          plugin_manager=pm, name="e_refuse")(lambda n, B=None: B)

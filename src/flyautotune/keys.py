@@ -62,15 +62,26 @@ def canonical_json(value: Any) -> str:
 
 
 def file_fingerprint(paths: Iterable[str]) -> str:
-    """sha256 over the contents of source files (missing files count by name)."""
-    h = hashlib.sha256()
-    for path in sorted(set(paths)):
-        h.update(path.encode() if not os.path.isabs(path) else os.path.basename(path).encode())
+    """sha256 over the contents of source files (missing files count by name).
+
+    Each file counts by its name (the basename of an absolute path, a relative path as given) and its
+    contents, in the order of those two: where the files are installed never changes the fingerprint, so a
+    pack tuned from one install is found by another (sorting by the full path would order files kept under
+    different folders by where those folders are)."""
+    parts = []
+    for path in set(paths):
+        path = os.fspath(path)
+        name = path if not os.path.isabs(path) else os.path.basename(path)
         try:
             with open(path, "rb") as f:
-                h.update(f.read())
+                data = f.read()
         except OSError:
-            h.update(b"<missing>")
+            data = b"<missing>"
+        parts.append((name.encode(), data))
+    h = hashlib.sha256()
+    for name, data in sorted(parts):
+        h.update(name)
+        h.update(data)
     return h.hexdigest()[:16]
 
 
