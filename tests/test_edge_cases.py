@@ -240,3 +240,33 @@ def test_a_broadcast_input_is_read_as_it_is_and_never_restored_into(pm, monkeypa
     assert len({op for _, _, op in seen}) == 3  # the output still rotates
     launch(x, out, 8)
     assert torch.equal(out, x * 2)
+
+
+def test_a_name_used_by_a_tuner_of_another_function_is_warned_about_once(pm, caplog):
+    """A copy-pasted tuner that kept the first one's name= would run its winners (one store entry per
+    name and key; in one file even the key is the same): said when the second tuner is made, naming both
+    functions. Decorating the same function again (a notebook cell run twice) is not warned about."""
+    def forward(x, n, B=None):
+        return B
+
+    def backward(x, n, B=None):
+        return B
+
+    with caplog.at_level("WARNING", logger="flyautotune"):
+        for _ in range(2):  # the same cell run twice: a new function object, the same module and qualname
+            def again(x, n, B=None):
+                return B
+            fat.autotune(configs=TWO, key=["n"], plugin_manager=pm, name="e_shared_again")(again)
+        assert caplog.records == []
+        fwd = fat.autotune(configs=TWO, key=["n"], plugin_manager=pm, name="e_shared")(forward)
+        fat.autotune(configs=TWO, key=["n"], plugin_manager=pm, name="e_shared")(forward)
+        assert caplog.records == []
+        bwd = fat.autotune(configs=TWO, key=["n"], plugin_manager=pm, name="e_shared")(backward)
+        assert len(caplog.records) == 1
+        said = caplog.records[0].getMessage()
+        assert said.startswith("e_shared: two tuners of different functions have this name=")
+        assert f"{__name__}.{forward.__qualname__}" in said and f"{__name__}.{backward.__qualname__}" in said
+        assert "Winners are shared by name" in said
+        fat.autotune(configs=TWO, key=["n"], plugin_manager=pm, name="e_shared")(backward)
+        assert len(caplog.records) == 1  # once
+    assert fwd.name == bwd.name == "e_shared"  # a warning, not an error: sharing may be meant

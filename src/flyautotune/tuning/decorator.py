@@ -139,6 +139,7 @@ class Autotuner:
         self.search_count = 0
         self._fast_ok = not (self.sig.var_pos or self.sig.var_kw)
         self.clear()
+        _warn_shared_name(self)
         _TUNERS.add(self)
 
     def _check_names(self, what: str, names: Iterable[str]) -> tuple:
@@ -381,6 +382,36 @@ class Autotuner:
 
 #: Every live tuner, so ``flyautotune.clear_caches()`` reaches their memories.
 _TUNERS: "weakref.WeakSet" = weakref.WeakSet()
+
+
+#: (name, function, other function) pairs already warned about: said once a process.
+_SHARED_NAME_WARNED: set = set()
+
+
+def _function_name(fn: Any) -> str:
+    """``module.qualname`` of a launch callable (of its type, for a callable object without one)."""
+    owner = fn if hasattr(fn, "__qualname__") else type(fn)
+    return f"{getattr(owner, '__module__', None) or '?'}.{getattr(owner, '__qualname__', None) or repr(owner)}"
+
+
+def _warn_shared_name(tuner: "Autotuner") -> None:
+    """Warn (once) when a live tuner of another function already has this tuner's name: the store files
+    winners by name and key, and the key does not tell the two apart where they share a source file, so
+    each would run the other's winners. The same function decorated again (a notebook cell re-run, a
+    module imported again) is the same tuner renewed, and is not warned about."""
+    mine = _function_name(tuner.fn)
+    for other in list(_TUNERS):
+        if other.name != tuner.name:
+            continue
+        theirs = _function_name(other.fn)
+        if theirs == mine or (tuner.name, mine, theirs) in _SHARED_NAME_WARNED:
+            continue
+        _SHARED_NAME_WARNED.add((tuner.name, mine, theirs))
+        log.warning("%s: two tuners of different functions have this name=: %s and %s. Winners are shared by "
+                    "name: the store files them by name and key, so each launch runs the configs tuned for the "
+                    "other (and show, export and clear take them as one). Give each launch its own name= "
+                    "unless both run the same kernel", tuner.name, theirs, mine)
+        return
 
 
 def clear_all() -> None:
