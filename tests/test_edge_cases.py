@@ -270,3 +270,74 @@ def test_a_name_used_by_a_tuner_of_another_function_is_warned_about_once(pm, cap
         fat.autotune(configs=TWO, key=["n"], plugin_manager=pm, name="e_shared")(backward)
         assert len(caplog.records) == 1  # once
     assert fwd.name == bwd.name == "e_shared"  # a warning, not an error: sharing may be meant
+
+
+def test_the_tuners_callables_get_the_calls_arguments_not_the_knobs(pm, counting_bench):
+    """``default``, ``configs``, ``prune_configs_by`` and ``validate`` get the call's arguments by name:
+    written for them alone (no ``**kwargs``), they are not handed the knob a config sets as the launch's
+    default (``B=None``), with a static space and with a computed one."""
+    seen = {}
+
+    def default(x, n):
+        seen["default"] = n
+        return fat.Config(B=2)
+
+    def space(x, n):
+        seen["configs"] = n
+        return TWO
+
+    def prune(configs, x, n):
+        seen["prune"] = n
+        return configs
+
+    def validate(config, x, n):
+        seen["validate"] = n
+        return True
+
+    for name, configs in (("e_args_static", TWO), ("e_args_computed", space)):
+        launch = fat.autotune(configs=configs, key=["n"], plugin_manager=pm, name=name, default=default,
+                              prune_configs_by=prune, validate=validate, do_bench=counting_bench())(
+            lambda x, n, B=None: B)
+        assert launch(torch.zeros(2), 2) == 2 and launch.last_source == "default"
+        assert launch.select(torch.zeros(2), 2, force=True).source == "search"
+        launch.clear()  # a new process: the store's winner, checked by validate
+        launch(torch.zeros(2), 2)
+        assert launch.last_source == "store"
+        assert seen == {"default": 2, "configs": 2, "prune": 2, "validate": 2} if configs is space else \
+            seen == {"default": 2, "prune": 2, "validate": 2}, seen
+        seen.clear()
+
+    got = []  # with **kwargs: a static space's knob is not among them either; other defaults are
+    launch = fat.autotune(configs=TWO, key=["n"], plugin_manager=pm, name="e_args_kwargs",
+                          default=lambda **named: got.append(named) or fat.Config(B=1))(
+        lambda x, n, scale=1.0, B=None: B)
+    launch(torch.zeros(2), 2)
+    assert sorted(got[0]) == ["n", "scale", "x"]
+
+
+class _TwoArgError(Exception):
+    def __init__(self, code, why):
+        super().__init__(code, why)
+
+
+@pytest.mark.parametrize("what", ["default", "configs", "prune_configs_by"])
+def test_what_the_tuners_callables_raise_names_the_callable(pm, counting_bench, what):
+    def broken(*args, **named):
+        raise RuntimeError("factory exploded")
+
+    options = {"configs": TWO, "default": lambda **a: fat.Config(B=1), what: broken}
+    launch = fat.autotune(key=["n"], plugin_manager=pm, name=f"e_raise_{what}", do_bench=counting_bench(),
+                          **options)(lambda n, B=None: B)
+    with pytest.raises(RuntimeError, match=rf"^e_raise_{what}: {what}\(...\) raised RuntimeError: factory "
+                                           r"exploded$") as info:
+        launch.select(3, force=what != "default")
+    assert str(info.value.__cause__) == "factory exploded"  # the original, as the cause
+
+    def odd(**named):  # a type that cannot be made from a message propagates as it is, with a note
+        raise _TwoArgError(7, "no")
+
+    launch = fat.autotune(configs=TWO, key=["n"], plugin_manager=pm, name="e_raise_odd", default=odd)(
+        lambda n, B=None: B)
+    with pytest.raises(_TwoArgError) as info:
+        launch(3)
+    assert info.value.args == (7, "no") and "e_raise_odd's default(...)" in info.value.__notes__[0]

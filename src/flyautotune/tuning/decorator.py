@@ -132,6 +132,9 @@ class Autotuner:
         self.source_fingerprint = keys.file_fingerprint(self._source_files)
         self._pm = plugin_manager
         self._space_fp: Optional[str] = None
+        #: the knobs of a static space: its callables get them only where the caller passed them
+        self._knobs = frozenset() if callable(configs) else frozenset(k for c in configs for k in c.kwargs)
+        self._takes: dict = {}  # id(callable) -> (callable, the keyword names it takes or None): lookup.named_for
         if not callable(configs):
             self._space_fp = keys.canonical_json([c.to_dict() if c.pre_hook is None else repr(c) for c in configs])
         self._locks_guard = threading.Lock()
