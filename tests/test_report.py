@@ -196,3 +196,65 @@ def test_candidate_configs_names_devices_that_are_not_device_names(adopter, devi
     with pytest.raises(ValueError, match=r"candidate_configs: devices=.* is not a non-empty list or tuple of "
                                          r"device names; expected e.g. \('meta', 'cpu'\)"):
         candidate_configs(adopter, (4, 8), "bf16", FAKE, devices=devices)
+
+
+def _searched_adopter(pm, name, configs, **options):
+    """An adopter over torch tensors whose launch returns what it ran (BLOCK and num_warps), so a search's
+    do_bench can record every config it times."""
+    import torch
+
+    timed = []
+
+    def bench(fn, setup=None):
+        timed.append(fn())
+        return 1.0
+
+    def launch(x, n, BLOCK=None):
+        return BLOCK, fat.current_hints().get("num_warps")
+
+    tuned = fat.autotune(configs=configs, key=["n"], name=name, do_bench=bench, plugin_manager=pm, **options)(launch)
+    adopter = fat.Adopter(
+        name=name, tuner=tuned,
+        example=lambda shape, dtype, device: ((torch.zeros(shape, device=device), shape[0]), {}),
+        compile_spec=lambda shape, dtype, config: ("kernel", {"X": "*fp32"}, {"SIZE": 32}, {}))
+    pm.register_adopter(adopter)
+    return adopter, timed
+
+
+@pytest.mark.parametrize("case", ["default outside", "pruned", "computed"])
+def test_report_lists_exactly_what_a_search_times(pm, backend, capsys, case):
+    """A default outside a static space is timed by every search (it is what most calls run), and a
+    prune_configs_by narrows a static space too: the report compiles what the search times, in its order."""
+    import torch
+
+    from flyautotune.report import candidate_configs
+
+    space = [fat.Config(BLOCK=b, num_warps=w) for b in (64, 128, 256) for w in (1, 4)]
+    options = {
+        "default outside": dict(default=lambda x, n: fat.Config(BLOCK=512, num_warps=2)),
+        "pruned": dict(prune_configs_by=lambda configs, x, n: [c for c in configs if c.kwargs["BLOCK"] <= n]),
+        "computed": dict(default=lambda x, n: fat.Config(BLOCK=128, num_warps=4),
+                         prune_configs_by=lambda configs, x, n: configs[1:]),
+    }[case]
+    configs = (lambda x, n: space[::-1]) if case == "computed" else space
+    name = "rsearch_" + case.replace(" ", "_")
+    adopter, timed = _searched_adopter(pm, name, configs, **options)
+    listed = candidate_configs(adopter, (128,), "fp32", FAKE)
+    adopter.tuner.select(torch.zeros(128), 128, force=True)
+    assert [(c.kwargs["BLOCK"], c.hints["num_warps"]) for c in listed] == timed[:len(listed)]
+    assert len(set(timed)) == len(listed)  # the first pass times each once; the re-timing rounds only repeat
+    want = {"default outside": 7, "pruned": 4, "computed": 5}[case]
+    assert len(listed) == want
+    assert main(["report", name, "--target", "fk1", "--shape", "128", "--dtype", "fp32"]) == 0
+    assert f"({want} candidates, no GPU used)" in capsys.readouterr().out
+
+
+def test_a_default_without_an_example_to_evaluate_it_is_named(pm, backend):
+    from flyautotune.report import candidate_configs
+
+    tuned = fat.autotune(configs=[fat.Config(BLOCK=1), fat.Config(BLOCK=2)], key=["n"], name="rnoexample",
+                         default=lambda x, n: fat.Config(BLOCK=4))(_launch)
+    a = fat.Adopter(name="rnoexample", tuner=tuned,
+                    compile_spec=lambda shape, dtype, config: ("kernel", {"X": "*fp32"}, {"SIZE": 32}, {}))
+    with pytest.raises(ReportError, match="adopter 'rnoexample' has default= but no example"):
+        candidate_configs(a, (4,), "fp32", FAKE)

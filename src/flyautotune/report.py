@@ -115,40 +115,29 @@ def parse_target(text: str, pm: Any = None) -> Target:
 # -- which configs ----------------------------------------------------------------------
 
 
-def named_arguments(tuner: Any, args: Sequence, kwargs: Mapping) -> dict:
-    """A tuned launch's arguments by name, defaults filled in (what ``configs(**named)`` receives)."""
-    bound = inspect.signature(tuner.fn).bind(*args, **kwargs)
-    bound.apply_defaults()
-    named = {}
-    for name, value in bound.arguments.items():
-        param = bound.signature.parameters[name]
-        if param.kind is param.VAR_KEYWORD:
-            named.update(value)
-        else:
-            named[name] = value
-    return named
-
-
-#: Where a computed config space is evaluated: torch's ``meta`` device first (shapes, strides and dtypes,
-#: no memory, so any shape), then the CPU, for an adopter whose ``example``, ``bind`` or ``configs`` needs
-#: real data (a ``.item()``, say). Neither is the report's target: a target-dependent space asks
-#: ``current_target()``, which is the report's target while the space is evaluated.
+#: Where a computed config space (or a default, a pruning) is evaluated: torch's ``meta`` device first
+#: (shapes, strides and dtypes, no memory, so any shape), then the CPU, for an adopter whose ``example``,
+#: ``bind`` or callables need real data (a ``.item()``, say). Neither is the report's target: a
+#: target-dependent space asks ``current_target()``, which is the report's target while it is evaluated.
 SPACE_DEVICES = ("meta", "cpu")
 
 
 def candidate_configs(adopter: Any, shape: tuple, dtype: str, target: Target,
                       devices: Sequence[str] = SPACE_DEVICES) -> list:
-    """The configs a search of ``adopter`` would try for ``shape``/``dtype`` on ``target``, evaluated on
-    the first of ``devices`` where the adopter's example inputs, ``bind`` and ``configs`` all run; the last
-    device's error is raised when none does."""
+    """The configs a search of ``adopter`` would time for ``shape``/``dtype`` on ``target``, in its order
+    (the search's own :func:`~flyautotune.tuning.lookup.search_configs`: the default first, also where the
+    space lacks it, then the space, evaluated and pruned), evaluated on the first of ``devices`` where the
+    adopter's example inputs, ``bind`` and the tuner's callables all run; the last device's error is raised
+    when none does."""
     if not isinstance(devices, (list, tuple)) or not devices or not all(isinstance(d, str) for d in devices):
         raise ValueError(f"candidate_configs: devices={devices!r} is not a non-empty list or tuple of device names; "
                          f"expected e.g. {SPACE_DEVICES!r} or ('meta',)")
     tuner = adopter.tuner
-    if not callable(tuner.configs):
+    needs = needs_inputs(tuner)
+    if not needs:
         return list(tuner.configs)
     if adopter.example is None:
-        raise ReportError(f"adopter {adopter.name!r} has a computed config space but no example() to evaluate it")
+        raise ReportError(f"adopter {adopter.name!r} has {needs} but no example() to evaluate it for a shape")
     for device in devices[:-1]:
         try:
             return _space_on(adopter, shape, dtype, target, device)
@@ -157,19 +146,27 @@ def candidate_configs(adopter: Any, shape: tuple, dtype: str, target: Target,
     return _space_on(adopter, shape, dtype, target, devices[-1])
 
 
+def needs_inputs(tuner: Any) -> str:
+    """What makes the configs a search times depend on the call's arguments (a computed space, a default,
+    a pruning), in words; ``""`` where they are the static space as it is."""
+    pruned = tuner.prune_configs_by is not None and (callable(tuner.configs) or len(tuner.configs) > 1)
+    what = [f"{name}=" for name, present in (("configs", callable(tuner.configs)),
+                                             ("default", tuner.default is not None),
+                                             ("prune_configs_by", pruned)) if present]
+    return " and ".join(what)
+
+
 def _space_on(adopter: Any, shape: tuple, dtype: str, target: Target, device: str) -> list:
     from . import target_context
+    from .tuning.lookup import search_configs
 
     tuner = adopter.tuner
     args, kwargs = adopter.example(shape, dtype, device)
     targs, tkwargs = adopter.bind(*args, **kwargs)
-    named = named_arguments(tuner, targs, tkwargs)
-    # A target-dependent space is evaluated for the report's target, not this machine.
+    call = tuner.sig.bind(tuple(targs), dict(tkwargs))
+    # A target-dependent space (and default) is evaluated for the report's target, not this machine.
     with target_context(target):
-        configs = list(tuner.configs(**named))
-        if tuner.prune_configs_by is not None and len(configs) > 1:
-            configs = list(tuner.prune_configs_by(configs, **named))
-    return configs
+        return search_configs(tuner, call)
 
 
 # -- compiling --------------------------------------------------------------------------

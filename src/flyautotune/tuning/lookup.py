@@ -36,6 +36,23 @@ def candidates(t: Any, call: Call) -> list:
     return configs
 
 
+def search_space(t: Any, call: Call) -> tuple:
+    """``(configs, default)`` of a search of this call: the space evaluated and pruned (:func:`candidates`),
+    and the default, which a search times also where the space lacks it."""
+    return candidates(t, call), default_config(t, call)
+
+
+def search_configs(t: Any, call: Call) -> list:
+    """Every config a search of this call times, in its order: the default first (the reference and the
+    bar), then the rest of the space (what ``flyautotune report`` compiles)."""
+    configs, default = search_space(t, call)
+    cands = [(c, c == default) for c in configs]
+    if default is not None and not any(is_default for _, is_default in cands):
+        cands.insert(0, (default, True))
+    cands.sort(key=lambda c: not c[1])  # as Search orders its candidates
+    return [c for c, _ in cands]
+
+
 def named_for(t: Any, fn: Callable[..., Any], call: Call) -> dict:
     """The call's arguments as the tuner's callable ``fn`` receives them (``fn(..., **named)``): those the
     caller passed, and the launch's defaults for the others, except the knobs a config sets (the tuner
@@ -221,8 +238,7 @@ def _select_cold(t: Any, call: Call, target: Target, snapshot: tuple, forced: bo
 
 def search(t: Any, call: Call, target: Target, snapshot: tuple, kd: dict, key: str, forced: bool,
            store: Any, warming: Any = None) -> Selection:
-    configs = candidates(t, call)
-    default = default_config(t, call)
+    configs, default = search_space(t, call)
     if not configs and default is None:
         raise AutotuneError(f"{t.name}: the config space is empty for this call, and there is no default")
     checks.check_caller(t.name, t.sig, configs + ([default] if default is not None else []), call)
@@ -268,8 +284,7 @@ def agreed(t: Any, call: Call, target: Target, snapshot: tuple, kd: dict, key: s
         entry = store.get(t.name, key)
         entry = entry if entry is not None else t.find_in_packs(key)
         stored = entry.config if entry is not None else None
-    configs = candidates(t, call)
-    default = default_config(t, call)
+    configs, default = search_space(t, call)
     every = configs + ([default] if default is not None else [])
     checks.check_caller(t.name, t.sig, every, call)
     checks.check_fits(t.name, t.sig, t.pm, every, target, snapshot)

@@ -152,7 +152,9 @@ def _check_host_memory(adopter: Any, shape: tuple, dtype: str) -> None:
     """A report compiles, it runs nothing; but an adopter whose config space is computed from its inputs
     and cannot be evaluated on ``meta`` has them built on the CPU (``report.candidate_configs``), so a
     shape whose inputs cannot fit this machine's memory is refused before that allocation is tried."""
-    if not callable(getattr(adopter.tuner, "configs", None)) or adopter.example is None:
+    from ...report import needs_inputs
+
+    if not needs_inputs(adopter.tuner) or adopter.example is None:
         return
     need, have = _input_bytes(adopter, shape, dtype), _host_memory()
     if need is not None and have is not None and need > have:
