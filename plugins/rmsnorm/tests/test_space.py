@@ -88,6 +88,7 @@ def test_rocm_space_is_seven_block_threads_by_waves_per_eu(N):
     space = rocm_space(4096, N, "bf16")
     pairs = {(c.kwargs["BLOCK_THREADS"], c.hints.get("waves_per_eu", 0)) for c in space}
     assert len(space) == 7 and len(pairs) == 7
+    assert default_config(4096, N, "bf16", "rocm") in space  # the default is one of the seven, timed once
 
 
 def test_rows_too_long_for_registers_stream_in_chunks_and_short_ones_may():

@@ -530,7 +530,9 @@ def rocm_space(M: int, N: int, dtype_str: str) -> list:
     if npad <= SMALL_N:
         return short_row_space(N, dtype_str, WAVEFRONT["rocm"])
     chunk = 8192 if npad > MAX_REGISTER_ROW else 0
-    out = [_cfg(bt, 1, chunk, waves_per_eu=w) for bt, w in ROCM_COMBOS]
+    # waves_per_eu 0 (the compiler's own choice) is left unset: that is the default's config, so a search
+    # times it once, and a compile_hints block around the call still reaches it.
+    out = [_cfg(bt, 1, chunk, **({"waves_per_eu": w} if w else {})) for bt, w in ROCM_COMBOS]
     # Split rows only for rows of 16 K and more: unmeasured on ROCm, so offered where the need is plainest.
     return out + (split_configs(M, N, dtype_str) if npad >= 16384 else [])
 
