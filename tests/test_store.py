@@ -348,6 +348,20 @@ def test_warnings_for_an_unusable_store_are_not_repeated(tmp_path, monkeypatch, 
     assert messages(warnings_).count("cannot save the winner") == 1
 
 
+def test_one_cause_is_warned_once_across_operations_and_the_lost_winner_always(tmp_path, monkeypatch, warnings_):
+    monkeypatch.setattr(sqlite_mod.sqlite3, "connect", lambda *a, **k: (_ for _ in ()).throw(
+        sqlite3.OperationalError("attempt to write a readonly database")))
+    s = TuningStore(tmp_path)
+    assert s.get("rms", "k") is None  # "cannot read (...)": the cause, said once
+    assert s.put("rms", "k", "t", cfg(1), [], {}) is False  # a lost winner is said even so
+    s.flush()
+    s.delete("rms", "k")
+    said = messages(warnings_)
+    assert said.count("attempt to write a readonly database") == 2
+    assert "cannot read (" in said and "cannot save the winner (" in said
+    assert "cannot save the winners kept in memory" not in said and "cannot delete" not in said
+
+
 def test_database_from_a_newer_schema_is_read_but_not_written(store, warnings_):
     store.put("rms", "k", "t", cfg(1), [], {})
     store.close()

@@ -304,16 +304,15 @@ def test_a_locked_store_stalls_a_search_once_not_per_candidate(tmp_path, pm, war
     holder = sqlite3.connect(s.path, isolation_level=None)
     holder.execute("BEGIN EXCLUSIVE")
     try:
-        t0 = time.monotonic()
         sel = launch.select(torch.zeros(2), 2)
-        elapsed = time.monotonic() - t0
         assert sel.config == fat.Config(B=3) and s.get("locked", sel.key).config == won  # kept in memory
     finally:
         holder.execute("ROLLBACK")
         holder.close()
     assert waits == ["save a timing"]  # the first write waited; the 21 others, and the winner, did not
-    assert elapsed < 2.0  # was 5.5 s (22 waits of 0.25 s; 22 s with the default second)
-    assert messages(warnings_).count("cannot save a timing") == 1
+    # timing rows are for resuming a crashed search: their loss is logged at debug level; the winner's warns
+    assert "cannot save a timing" not in messages(warnings_)
+    assert messages(warnings_).count("cannot save the winner") == 1
     assert s.put_timing("locked", "t", {"config": cfg(5), "ms": 1.0, "error": None}) is True  # the lock is gone
     assert s.flush() is True
     fresh = TuningStore(tmp_path)

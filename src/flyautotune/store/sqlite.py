@@ -62,6 +62,10 @@ class _ReadOnly(_Unavailable):
     """Writes are refused for now (permissions, a read-only mount): retried with back-off."""
 
 
+#: Writes a search makes per candidate, for resuming after a crash: their failure loses nothing a user tuned.
+_QUIET = frozenset({"save a timing", "take back a crash marker"})
+
+
 class TuningStore(TimingRows):
     """The SQLite tuning store of one cache directory.
 
@@ -265,14 +269,27 @@ class TuningStore(TimingRows):
         if strict:
             raise StoreError(f"flyautotune store {self.path}: cannot {what}: {problem}") from problem
         reason = str(problem) if isinstance(problem, _Unavailable) else f"{type(problem).__name__}: {problem}"
-        self._warn_once(f"flyautotune store {self.path}: cannot {what} ({reason}); continuing without the store")
+        if what in _QUIET:  # the winner's own write says it, with what it means for the user
+            log.debug("flyautotune store %s: cannot %s (%s)", self.path, what, reason)
+            return default
+        # One cause is said once: the other operations it stops are logged at debug level, except a lost
+        # winner, which a user must hear of on its own.
+        self._warn_once(f"flyautotune store {self.path}: cannot {what} ({reason}); continuing without the store",
+                        cause=reason, always=what == "save the winner")
         return default
 
-    def _warn_once(self, message: str) -> None:
+    def _warn_once(self, message: str, cause: Optional[str] = None, always: bool = False) -> None:
+        """Warn with ``message`` once; with ``cause``, only where no warning gave that cause yet, unless
+        ``always``."""
         with self._lock:
-            if message in self._warned:
-                return
+            repeated = message in self._warned or (
+                cause is not None and not always and ("cause", cause) in self._warned)
             self._warned.add(message)
+            if cause is not None:
+                self._warned.add(("cause", cause))
+        if repeated:
+            log.debug("%s", message)
+            return
         log.warning("%s", message)
 
     def _recover(self, exc: BaseException) -> bool:
