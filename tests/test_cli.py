@@ -519,6 +519,31 @@ def test_export_onto_the_store_itself_is_refused_and_keeps_the_winners(cli, suff
     assert "n=16" in ok(cli("show", "clidemo"))  # the store was not overwritten by a pack
 
 
+def test_import_says_which_entries_this_installation_will_never_look_up(cli, tmp_path):
+    ok(cli("tune", "clidemo", "--shape", "2x8", "--shape", "4x8", "--device", "cpu"))
+    pack = tmp_path / "winners.json"
+    ok(cli("export", pack))
+    doc = json.loads(pack.read_text())
+    key = json.loads(doc["entries"][0]["key"])  # one entry from a machine with another torch and source
+    key["backend"]["torch"] = "1.0.0+other"
+    key["source"] = "0123456789abcdef"
+    doc["entries"][0]["key"] = json.dumps(key, sort_keys=True, separators=(",", ":"))
+    pack.write_text(json.dumps(doc))
+    ok(cli("clear", "--all"))
+    out = ok(cli("import", pack))
+    lines = out.splitlines()
+    note = lines.index("note: 1 entry written that this installation's lookups will not find (kept for the "
+                       "machines they match; tune here to get winners for this one):")
+    assert "n=16" in lines[note + 1] or "n=32" in lines[note + 1]
+    assert "tuned with another version of its kernel's source (fingerprint 0123456789abcdef, installed " \
+        in lines[note + 1]
+    assert "; torch 1.0.0+other (here " in lines[note + 1]
+    assert lines[-1].startswith("imported 2 entries")
+    ok(cli("clear", "--all"))
+    dry = ok(cli("import", pack, "--dry-run"))
+    assert "note: 1 entry would be written that" in dry
+
+
 # -- telemetry ---------------------------------------------------------------------------------
 
 

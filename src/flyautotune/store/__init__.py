@@ -16,7 +16,7 @@ salvage), ``deferred`` (winners kept in memory while the store is busy),
 
 from .entries import PackError, StoreEntry, StoreError
 from .files import write_atomic
-from .imports import ImportItem, ImportPlan, apply_import, plan_import
+from .imports import ImportItem, ImportPlan, apply_import, plan_import, unmatched
 from .jsontext import MAX_DEPTH, MAX_ENTRY_BYTES, MAX_PACK_BYTES, canonical_config_json
 from .location import CACHE_DIR_ENV, cache_dir, get_store
 from .memory import MemoryStore
@@ -62,5 +62,6 @@ __all__ = [
     "package_packs",
     "plan_import",
     "read_pack",
+    "unmatched",
     "write_atomic",
 ]

@@ -3,6 +3,7 @@ skip, decided before anything is written (``flyautotune import --dry-run``)."""
 
 from __future__ import annotations
 
+import sys
 from typing import Any, Iterable, Mapping, Optional
 
 import attrs
@@ -161,6 +162,54 @@ def _why_replaced(local: StoreEntry, entry: StoreEntry, replace: bool) -> str:
     if local.created <= entry.created:
         return "the pack's winner is newer"
     return "the local winner is newer but not measured faster"
+
+
+def unmatched(entries: Iterable[StoreEntry], check_with: Optional[Mapping[str, Any]] = None) -> list:
+    """``(entry, why)`` for each entry whose key this installation never makes, so no lookup here finds it:
+    the key holds another fingerprint of the kernel's source than the installed tuner's, or another
+    Python, flyautotune or torch version than this environment's. Such an entry is still worth keeping
+    (for the machines it was tuned on, or for a later export); this says it will not serve here."""
+    import json
+
+    from .. import __version__
+
+    tuners = _installed_tuners() if check_with is None else check_with
+    here = {"python": "%d.%d" % sys.version_info[:2], "flyautotune": __version__, "torch": _torch_version()}
+    out = []
+    for entry in entries:
+        try:
+            key = json.loads(entry.key)
+        except ValueError:
+            continue
+        if not isinstance(key, dict):
+            continue
+        why = []
+        tuner = tuners.get(entry.tuner)
+        source = getattr(tuner, "source_fingerprint", None)
+        if source and key.get("source") not in (None, source):
+            why.append(f"another version of its kernel's source (fingerprint {key.get('source')}, "
+                       f"installed {source})")
+        axes = key.get("backend") if isinstance(key.get("backend"), dict) else {}
+        for name, mine in here.items():
+            theirs = axes.get(name)
+            if theirs is not None and mine is not None and theirs != mine:
+                why.append(f"{name} {theirs} (here {mine})")
+        if why:
+            out.append((entry, "; ".join(why)))
+    return out
+
+
+def _torch_version() -> Optional[str]:
+    """torch's version as a key holds it (``torch.__version__``), without importing torch where it is not."""
+    torch = sys.modules.get("torch")
+    if torch is not None:
+        return str(torch.__version__)
+    import importlib.metadata
+
+    try:
+        return importlib.metadata.version("torch")
+    except importlib.metadata.PackageNotFoundError:
+        return None
 
 
 def apply_import(store: Any, plan: ImportPlan) -> int:

@@ -49,6 +49,7 @@ def run(args: argparse.Namespace) -> None:
             plan = _evolve(plan, replaced=type(plan.replaced)(()),
                            kept=type(plan.kept)([*plan.kept, *plan.replaced]))
         _print_plan(plan, dry_run=args.dry_run)
+        _print_unmatched(_store.unmatched(plan.to_write), dry_run=args.dry_run)
         if refused and args.strict:
             raise CommandError(f"--strict: {plural(len(refused))} of {safe(args.file)} refused (listed above); "
                                f"nothing imported")
@@ -88,6 +89,25 @@ def _print_plan(plan: Any, dry_run: bool) -> None:
             config = (shown if shown is not None else e).config
             out(f"  {verb} {safe(e.tuner)} {safe(key)} on {safe(where)}: {safe(config_text(config))}"
                 + (f" ({safe(reason)})" if reason else ""))
+
+
+#: At most this many unmatched entries are listed one by one.
+UNMATCHED_SHOWN = 10
+
+
+def _print_unmatched(found: list, dry_run: bool) -> None:
+    """Entries written that no lookup in this installation finds (another source or toolchain): said, since an
+    import is usually meant to spare a search here."""
+    if not found:
+        return
+    verb = "would be written" if dry_run else "written"
+    out(f"note: {plural(len(found))} {verb} that this installation's lookups will not find (kept for the "
+        f"machines they match; tune here to get winners for this one):")
+    texts = key_texts([(e.tuner, e.key) for e, _ in found[:UNMATCHED_SHOWN]])
+    for (e, why), (key, where) in zip(found, texts):
+        out(f"  {safe(e.tuner)} {safe(key)} on {safe(where)}: tuned with {safe(why)}")
+    if len(found) > UNMATCHED_SHOWN:
+        out(f"  and {len(found) - UNMATCHED_SHOWN} more")
 
 
 def _evolve(plan: Any, **changes: Any) -> Any:
