@@ -435,6 +435,26 @@ def test_locked_database_times_out_into_a_warning(tmp_path, warnings_):
 # -- schema -----------------------------------------------------------------------------
 
 
+@pytest.mark.parametrize("create, why", [
+    ("CREATE TABLE entries (tuner TEXT, key TEXT, timing_key TEXT, config_json TEXT, timings_json TEXT, "
+     "provenance_json TEXT, created REAL)", "its entries table's primary key is []; expected ['tuner', 'key']"),
+    ("CREATE TABLE entries (tuner TEXT, key TEXT, timing_key TEXT, config_json TEXT, timings_json TEXT, "
+     "provenance_json TEXT, created REAL, extra TEXT, PRIMARY KEY (tuner, key))", "its entries table has the columns"),
+], ids=["no_primary_key", "an_extra_column"])
+def test_a_file_of_this_schema_whose_tables_differ_is_moved_aside_not_used(tmp_path, warnings_, create, why):
+    # without the key, rows pile up and crash markers count forever; with an extra column every write fails
+    raw = sqlite3.connect(tmp_path / "tuning.sqlite3")
+    raw.execute(create)
+    raw.execute("PRAGMA user_version = 1")
+    raw.commit()
+    raw.close()
+    s = TuningStore(tmp_path)
+    assert s.put("rms", "k", "t", cfg(1), [], {}) is True  # a fresh store took the place of the file
+    assert s.get("rms", "k").config == cfg(1)
+    assert why in messages(warnings_)
+    assert list(tmp_path.glob("*corrupt*"))  # the file is kept aside, not deleted
+
+
 def test_new_file_gets_the_current_schema_in_wal_mode(store):
     store.get("rms", "k")
     raw = sqlite3.connect(store.path)

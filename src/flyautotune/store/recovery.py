@@ -22,6 +22,8 @@ COLUMNS = {
     "timings": ("tuner", "timing_key", "config_json", "ms", "error", "created"),
 }
 
+PRIMARY_KEYS = {"entries": ("tuner", "key"), "timings": ("tuner", "timing_key", "config_json")}
+
 # SQLite primary result codes.
 _SQLITE_BUSY, _SQLITE_LOCKED, _SQLITE_CORRUPT, _SQLITE_FULL, _SQLITE_NOTADB = 5, 6, 11, 13, 26
 _CORRUPT_TEXT = ("file is not a database", "database disk image is malformed", "file is encrypted")
@@ -106,9 +108,16 @@ def schema_problem(conn: sqlite3.Connection) -> str:
             continue
         return f"it holds a {kind} named {name!r}, which flyautotune never creates"
     for table, want in COLUMNS.items():
-        have = tuple(row[1] for row in conn.execute(f"PRAGMA table_info({table})"))
-        if have and have[: len(want)] != want:  # migrations only ever add columns
+        info = list(conn.execute(f"PRAGMA table_info({table})"))
+        have = tuple(row[1] for row in info)
+        if not have:
+            continue
+        # a newer schema may have added columns (migrations only ever add them); this one has exactly these
+        if (have[: len(want)] if newer else have) != want:
             return f"its {table} table has the columns {list(have)}; expected {list(want)}"
+        key = tuple(row[1] for row in sorted((r for r in info if r[5]), key=lambda r: r[5]))
+        if key != PRIMARY_KEYS[table]:  # without it, rows pile up instead of replacing each other
+            return f"its {table} table's primary key is {list(key)}; expected {list(PRIMARY_KEYS[table])}"
     return ""
 
 
