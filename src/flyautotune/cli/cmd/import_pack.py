@@ -49,7 +49,7 @@ def run(args: argparse.Namespace) -> None:
             plan = _evolve(plan, replaced=type(plan.replaced)(()),
                            kept=type(plan.kept)([*plan.kept, *plan.replaced]))
         _print_plan(plan, dry_run=args.dry_run)
-        _print_unmatched(_store.unmatched(plan.to_write), dry_run=args.dry_run)
+        _print_unmatched(_store.unmatched([_entry(i) for i in (*plan.added, *plan.replaced)]), dry_run=args.dry_run)
         if refused and args.strict:
             raise CommandError(f"--strict: {plural(len(refused))} of {safe(args.file)} refused (listed above); "
                                f"nothing imported")
