@@ -66,7 +66,7 @@ def test_cache_key_only_for_rocm_targets(pm, gfx942):
 
 
 def test_cache_key_changes_with_codegen_env_and_hip(monkeypatch, gfx942):
-    for name in keys.CODEGEN_ENV_VARS:
+    for name in list(keys.relevant_env()):
         monkeypatch.delenv(name, raising=False)
     monkeypatch.setenv("HOME_IS_NOT_CODEGEN", "x")
     base = keys.cache_key_axes(gfx942)
@@ -80,5 +80,42 @@ def test_cache_key_changes_with_codegen_env_and_hip(monkeypatch, gfx942):
     assert keys.cache_key_axes(gfx942)["rocm.hip"] == "6.4.43482"
 
 
-def test_codegen_env_list_is_sorted_and_unique():
-    assert list(keys.CODEGEN_ENV_VARS) == sorted(set(keys.CODEGEN_ENV_VARS))
+def test_every_triton_amdgcn_flydsl_variable_is_keyed(monkeypatch, gfx942):
+    for name in list(keys.relevant_env()):
+        monkeypatch.delenv(name, raising=False)
+    monkeypatch.setenv("TRITON_F32_DEFAULT", "ieee")  # not in any fixed list: changes an fp32 tl.dot
+    monkeypatch.setenv("AMDGCN_SOME_NEW_TOGGLE", "1")
+    monkeypatch.setenv("FLYDSL_SOME_NEW_OPTION", "1")
+    monkeypatch.setenv("ARCH", "gfx950")  # FlyDSL's compile.arch, over FLYDSL_GPU_ARCH
+    # Where files go or what is printed changes no code (the CUDA plugin leaves the same ones out).
+    monkeypatch.setenv("TRITON_CACHE_DIR", "/tmp/x")
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    monkeypatch.setenv("FLYDSL_RUNTIME_CACHE_DIR", "/tmp/y")
+    assert keys.cache_key_axes(gfx942)["rocm.env"] == {
+        "AMDGCN_SOME_NEW_TOGGLE": "1", "ARCH": "gfx950", "FLYDSL_SOME_NEW_OPTION": "1", "TRITON_F32_DEFAULT": "ieee"}
+    assert list(keys.relevant_env({"TRITON_B": "1", "TRITON_A": "2"})) == ["TRITON_A", "TRITON_B"]
+
+
+def test_triton_f32_default_changes_the_binary_and_the_key(monkeypatch, gfx942):
+    triton = pytest.importorskip("triton")
+    import triton.language as tl
+    from flyautotune_rocm import compile_report
+
+    @triton.jit
+    def mm(A, B, C, BLOCK: tl.constexpr):
+        r = tl.arange(0, BLOCK)
+        a = tl.load(A + r[:, None] * BLOCK + r[None, :])
+        b = tl.load(B + r[:, None] * BLOCK + r[None, :])
+        tl.store(C + r[:, None] * BLOCK + r[None, :], tl.dot(a, b))
+
+    def build():
+        report = compile_report(mm, {"A": "*fp32", "B": "*fp32", "C": "*fp32"}, [fat.Config(BLOCK=32)],
+                                arch="gfx942")[0]
+        return report.binary_sha256, keys.cache_key_axes(gfx942)["rocm.env"]
+
+    monkeypatch.delenv("TRITON_F32_DEFAULT", raising=False)
+    default = build()
+    monkeypatch.setenv("TRITON_F32_DEFAULT", "ieee")
+    ieee = build()
+    assert default[0] != ieee[0]  # a different binary ...
+    assert default[1] != ieee[1]  # ... under a different key
