@@ -62,7 +62,8 @@ def test_cache_key_only_for_rocm_targets(pm, gfx942):
     axes = ours[0]
     assert axes["rocm.arch"] == "gfx942" and axes["rocm.warp_size"] == 64
     triton = pytest.importorskip("triton")
-    assert axes["rocm.triton"] == triton.__version__
+    assert axes["rocm.triton"]["version"] == triton.__version__
+    assert len(axes["rocm.triton"]["key"]) == 16
 
 
 def test_cache_key_changes_with_codegen_env_and_hip(monkeypatch, gfx942):
@@ -119,3 +120,13 @@ def test_triton_f32_default_changes_the_binary_and_the_key(monkeypatch, gfx942):
     ieee = build()
     assert default[0] != ieee[0]  # a different binary ...
     assert default[1] != ieee[1]  # ... under a different key
+
+
+def test_triton_version_falls_back_across_distribution_names(monkeypatch):
+    installed = {"pytorch-triton-rocm": "3.4.0+rocm6.4"}
+    monkeypatch.setattr(keys, "dist_version", lambda name: installed.get(name))
+    assert keys.triton_version() == "3.4.0+rocm6.4"
+    monkeypatch.setitem(__import__("sys").modules, "triton", None)  # Triton not importable
+    assert keys.triton_fingerprint() == {"version": "3.4.0+rocm6.4"}
+    installed.clear()
+    assert keys.triton_fingerprint() is None

@@ -14,7 +14,7 @@ from typing import Any, Mapping, Optional, Tuple
 from flyautotune import normalize_hint
 
 from . import arch as _arch
-from .keys import dist_version
+from .keys import triton_version
 
 #: Triton HIP options (``HIPOptions``) that make sense to tune per config.
 TRITON_HIP_HINTS = (
@@ -110,7 +110,7 @@ def validate_rocm_hints(hints: Mapping[str, Any], target: Any) -> None:
         elif name == "schedule_hint" and not triton_reads_option("schedule_hint"):
             raise ValueError(f"compile hint 'schedule_hint': the installed Triton's HIP backend declares it but "
                              f"no pass reads it, so every value builds the same binary; drop it from the "
-                             f"space (Triton {dist_version('triton') or 'not installed'})")
+                             f"space (Triton {triton_version() or 'not installed'})")
         elif name in TRITON_HIP_CHOICES:
             choices = TRITON_HIP_CHOICES[name]
             if isinstance(value, bool) or not isinstance(value, int) or value not in choices:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import hashlib
 import importlib.metadata
 import os
 import sys
@@ -19,6 +20,8 @@ ENV_IGNORED = frozenset({
     "TRITON_CACHE_DIR", "TRITON_HOME", "TRITON_DUMP_DIR", "TRITON_OVERRIDE_DIR", "TRITON_PRINT_AUTOTUNING",
     "TRITON_INTERPRET", "FLYDSL_DUMP_DIR", "FLYDSL_RUNTIME_CACHE_DIR", "FLYDSL_AUTOTUNE_CACHE_DIR",
 })
+#: The distributions Triton ships as: upstream wheels, and ROCm PyTorch's own build.
+TRITON_DISTRIBUTIONS = ("triton", "pytorch-triton-rocm", "triton-rocm")
 
 
 def dist_version(name: str) -> Optional[str]:
@@ -26,6 +29,40 @@ def dist_version(name: str) -> Optional[str]:
         return importlib.metadata.version(name)
     except importlib.metadata.PackageNotFoundError:
         return None
+
+
+def triton_version() -> Optional[str]:
+    """The installed Triton's version, under whichever distribution name it came."""
+    for name in TRITON_DISTRIBUTIONS:
+        version = dist_version(name)
+        if version is not None:
+            return version
+    return None
+
+
+def triton_fingerprint() -> Optional[dict]:
+    """Triton's version and a short hash of its compiler key (its own cache key), or None without Triton.
+
+    The version is the imported module's, else that of whichever of :data:`TRITON_DISTRIBUTIONS` is
+    installed (ROCm PyTorch ships Triton as ``pytorch-triton-rocm``).
+    """
+    try:
+        import triton
+    except ImportError:
+        version = triton_version()
+        return None if version is None else {"version": version}
+    key = None
+    for module in ("triton.runtime.cache", "triton.compiler.compiler"):
+        try:
+            mod = __import__(module, fromlist=["triton_key"])
+            key = mod.triton_key()
+            break
+        except (ImportError, AttributeError):
+            continue
+    out = {"version": getattr(triton, "__version__", None) or triton_version()}
+    if key is not None:
+        out["key"] = hashlib.sha256(str(key).encode()).hexdigest()[:16]
+    return out
 
 
 def relevant_env(environ: Optional[Mapping[str, str]] = None) -> dict:
@@ -49,8 +86,8 @@ def cache_key_axes(target: Any, environ: Optional[Mapping[str, str]] = None) -> 
         "rocm.arch": target.arch,
         "rocm.warp_size": target.warp_size,
         "rocm.hip": hip_version(),
-        # Each wheel pins the LLVM it generates AMDGCN with.
-        "rocm.triton": dist_version("triton"),
+        # Each wheel pins the LLVM it generates AMDGCN with; the compiler key catches a rebuilt one.
+        "rocm.triton": triton_fingerprint(),
         "rocm.flydsl": dist_version("flydsl"),
         "rocm.env": relevant_env(environ),
     }
