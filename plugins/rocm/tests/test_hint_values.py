@@ -68,3 +68,18 @@ def test_schedule_hint_is_refused_where_the_installed_triton_reads_no_such_optio
         pm.hook.flyautotune_validate_hints(hints={"schedule_hint": "attention"}, target=gfx942)
     monkeypatch.setattr(hints, "triton_reads_option", lambda name: True)
     pm.hook.flyautotune_validate_hints(hints={"schedule_hint": "attention"}, target=gfx942)
+
+
+@pytest.mark.parametrize("name", ["enable_fp_fusion", "allow_flush_denorm"])
+@pytest.mark.parametrize("value", ["no", "yes", 0, 1, 7, 0.0, "False"])
+def test_switch_hints_take_only_bools(pm, gfx942, name, value):
+    with pytest.raises(ValueError) as exc:
+        pm.hook.flyautotune_validate_hints(hints={name: value}, target=gfx942)
+    msg = str(exc.value)
+    assert repr(name) in msg and repr(value) in msg and "accepted: True, False" in msg
+
+
+@pytest.mark.parametrize("name", ["enable_fp_fusion", "allow_flush_denorm"])
+@pytest.mark.parametrize("value", [True, False, None])
+def test_switch_hints_accept_bools_and_unset(pm, gfx942, name, value):
+    pm.hook.flyautotune_validate_hints(hints={name: value}, target=gfx942)

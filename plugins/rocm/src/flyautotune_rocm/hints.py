@@ -33,6 +33,10 @@ TRITON_HIP_CHOICES = {
     "kpack": (1, 2),
     "matrix_instr_nonkdim": (0, 16, 32),
 }
+#: Triton HIP options that are switches: only ``True`` or ``False`` (``None`` leaves Triton's default).
+#: ``0``/``1`` and strings are refused: they are not int hints, for which ``0`` keeps the default, and a
+#: ``0`` would turn the switch off (or a ``"no"`` on) in Triton under another cache key.
+TRITON_HIP_BOOL_HINTS = ("allow_flush_denorm", "enable_fp_fusion")
 #: Every hint name a ROCm target accepts.
 ROCM_HINTS = ("num_stages", "num_warps", "waves_per_eu", *TRITON_HIP_HINTS)
 
@@ -111,6 +115,10 @@ def validate_rocm_hints(hints: Mapping[str, Any], target: Any) -> None:
             raise ValueError(f"compile hint 'schedule_hint': the installed Triton's HIP backend declares it but "
                              f"no pass reads it, so every value builds the same binary; drop it from the "
                              f"space (Triton {triton_version() or 'not installed'})")
+        elif name in TRITON_HIP_BOOL_HINTS:
+            if not isinstance(value, bool):
+                raise ValueError(f"compile hint {name!r}: {value!r} is not a switch Triton's HIP backend takes; "
+                                 f"accepted: True, False (or None to keep Triton's default)")
         elif name in TRITON_HIP_CHOICES:
             choices = TRITON_HIP_CHOICES[name]
             if isinstance(value, bool) or not isinstance(value, int) or value not in choices:
