@@ -78,3 +78,22 @@ def test_other_backends_hints_are_not_judged(pm):
 def test_config_hints_validate_as_a_config_would_send_them(pm, gfx942):
     cfg = fat.Config(BLOCK=1024, waves_per_eu=(1, 2), num_warps=8)
     pm.hook.flyautotune_validate_hints(hints=cfg.hints, target=gfx942)
+
+
+def test_maxnreg_zero_keeps_the_default_and_is_a_no_op(pm, gfx942):
+    # 0 means "unset" for int hints (core docs); CUDA takes waves_per_eu=0 the same way.
+    pm.hook.flyautotune_validate_hints(hints={"maxnreg": 0}, target=gfx942)
+    with fat.compile_hints(maxnreg=0, num_warps=4):
+        assert fat.lower_compile_hints(ir=None, target=gfx942) == {"num_warps": 4}
+    for bad in (64, 1):
+        with pytest.raises(ValueError, match=f"'maxnreg'={bad} is not supported on ROCm"):
+            pm.hook.flyautotune_validate_hints(hints={"maxnreg": bad}, target=gfx942)
+    with pytest.raises(ValueError, match="'maxnreg'=False is not supported on ROCm"):
+        pm.hook.flyautotune_validate_hints(hints={"maxnreg": False}, target=gfx942)
+
+
+def test_maxnreg_zero_on_an_mlir_module(pm, gfx942, mlir_ir):
+    module = mlir_ir.Module.parse("module attributes {gpu.container_module} { gpu.module @m { "
+                                  "gpu.func @k() kernel { gpu.return } } }", context=mlir_ir.Context())
+    with fat.compile_hints(maxnreg=0, waves_per_eu=2):
+        assert fat.lower_compile_hints(ir=module, target=gfx942) is module

@@ -2,7 +2,8 @@
 
 ROCm honours ``waves_per_eu`` (occupancy, hence the VGPR budget), and for
 Triton kernels ``num_warps``, ``num_stages`` and a few AMD-only Triton options.
-``maxnreg`` has no AMDGPU equivalent that reaches codegen and is rejected.
+``maxnreg`` has no AMDGPU equivalent that reaches codegen and is rejected, except ``0``,
+which (as for every int hint) keeps the kernel's own setting and asks for nothing.
 """
 
 from __future__ import annotations
@@ -91,6 +92,8 @@ def validate_rocm_hints(hints: Mapping[str, Any], target: Any) -> None:
         if value is None:
             continue
         if name == "maxnreg":
+            if isinstance(value, int) and not isinstance(value, bool) and value == 0:
+                continue  # 0 keeps the kernel's own setting: nothing to honour (a space shared with CUDA)
             raise ValueError(MAXNREG_REASON.format(value=value))
         if name not in ROCM_HINTS:
             raise ValueError(
