@@ -88,6 +88,7 @@ def test_every_triton_amdgcn_flydsl_variable_is_keyed(monkeypatch, gfx942):
     monkeypatch.setenv("AMDGCN_SOME_NEW_TOGGLE", "1")
     monkeypatch.setenv("FLYDSL_SOME_NEW_OPTION", "1")
     monkeypatch.setenv("ARCH", "gfx950")  # FlyDSL's compile.arch, over FLYDSL_GPU_ARCH
+    monkeypatch.setitem(__import__("sys").modules, "flydsl", types.ModuleType("flydsl"))
     # Where files go or what is printed changes no code (the CUDA plugin leaves the same ones out).
     monkeypatch.setenv("TRITON_CACHE_DIR", "/tmp/x")
     monkeypatch.setenv("TRITON_INTERPRET", "1")
@@ -130,3 +131,16 @@ def test_triton_version_falls_back_across_distribution_names(monkeypatch):
     assert keys.triton_fingerprint() == {"version": "3.4.0+rocm6.4"}
     installed.clear()
     assert keys.triton_fingerprint() is None
+
+
+def test_flydsl_is_keyed_only_where_it_is_imported(monkeypatch, gfx942):
+    import sys
+
+    monkeypatch.setenv("ARCH", "x86_64")  # a common name: FlyDSL's compile.arch only where FlyDSL runs
+    monkeypatch.delitem(sys.modules, "flydsl", raising=False)
+    axes = keys.cache_key_axes(gfx942)
+    assert "rocm.flydsl" not in axes and "ARCH" not in axes["rocm.env"]
+    monkeypatch.setitem(sys.modules, "flydsl", types.ModuleType("flydsl"))
+    monkeypatch.setattr(keys, "dist_version", lambda name: "0.5.0" if name == "flydsl" else None)
+    axes = keys.cache_key_axes(gfx942)
+    assert axes["rocm.flydsl"] == "0.5.0" and axes["rocm.env"]["ARCH"] == "x86_64"

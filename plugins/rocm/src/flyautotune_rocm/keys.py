@@ -12,8 +12,11 @@ from typing import Any, Mapping, Optional
 #: keys them), Triton's AMD backend toggles (``AMDGCN_*``) and FlyDSL's options (``FLYDSL_*``).
 CODEGEN_ENV_PREFIXES = ("AMDGCN_", "FLYDSL_", "TRITON_")
 #: Variables without those prefixes that change the AMDGCN: LLVM's optimizer switch, what picks the arch
-#: (``ARCH`` is FlyDSL's ``compile.arch`` and wins over ``FLYDSL_GPU_ARCH``) and the device libraries.
-CODEGEN_ENV_NAMES = ("ARCH", "DISABLE_LLVM_OPT", "HSA_OVERRIDE_GFX_VERSION", "ROCM_PATH")
+#: and the device libraries.
+CODEGEN_ENV_NAMES = ("DISABLE_LLVM_OPT", "HSA_OVERRIDE_GFX_VERSION", "ROCM_PATH")
+#: Keyed only where FlyDSL can read them (see :func:`flydsl_loaded`): ``ARCH`` is FlyDSL's
+#: ``compile.arch`` and wins over ``FLYDSL_GPU_ARCH``, but the name is too common to key otherwise.
+FLYDSL_ENV_NAMES = ("ARCH",)
 #: Variables of those prefixes that never change generated code or timings (where files go, what is
 #: printed), left out as the CUDA plugin leaves them out.
 ENV_IGNORED = frozenset({
@@ -65,12 +68,23 @@ def triton_fingerprint() -> Optional[dict]:
     return out
 
 
-def relevant_env(environ: Optional[Mapping[str, str]] = None) -> dict:
-    """The set variables that can change the AMDGCN (see :data:`CODEGEN_ENV_PREFIXES`), sorted by name."""
+def flydsl_loaded() -> bool:
+    """Whether FlyDSL is imported in this process: only then can it have compiled a kernel here.
+
+    The same rule as the core's ``torch`` axis: a Triton-only winner carries no FlyDSL axis, so it
+    is found again where FlyDSL is not installed (or another version is).
+    """
+    return "flydsl" in sys.modules
+
+
+def relevant_env(environ: Optional[Mapping[str, str]] = None, flydsl: Optional[bool] = None) -> dict:
+    """The set variables that can change the AMDGCN (see :data:`CODEGEN_ENV_PREFIXES`), sorted by name;
+    with ``flydsl`` (default: :func:`flydsl_loaded`) also :data:`FLYDSL_ENV_NAMES`."""
     env = os.environ if environ is None else environ
+    names = CODEGEN_ENV_NAMES + (FLYDSL_ENV_NAMES if (flydsl_loaded() if flydsl is None else flydsl) else ())
     return {
         name: env[name] for name in sorted(env)
-        if (name.startswith(CODEGEN_ENV_PREFIXES) or name in CODEGEN_ENV_NAMES) and name not in ENV_IGNORED
+        if (name.startswith(CODEGEN_ENV_PREFIXES) or name in names) and name not in ENV_IGNORED
     }
 
 
@@ -81,13 +95,17 @@ def hip_version() -> Optional[str]:
 
 
 def cache_key_axes(target: Any, environ: Optional[Mapping[str, str]] = None) -> dict:
-    """Key axes for a ROCm ``target``; env vars appear only when set."""
-    return {
+    """Key axes for a ROCm ``target``; env vars appear only when set, ``rocm.flydsl`` (and ``ARCH``)
+    only when FlyDSL is imported (:func:`flydsl_loaded`)."""
+    flydsl = flydsl_loaded()
+    axes = {
         "rocm.arch": target.arch,
         "rocm.warp_size": target.warp_size,
         "rocm.hip": hip_version(),
         # Each wheel pins the LLVM it generates AMDGCN with; the compiler key catches a rebuilt one.
         "rocm.triton": triton_fingerprint(),
-        "rocm.flydsl": dist_version("flydsl"),
-        "rocm.env": relevant_env(environ),
     }
+    if flydsl:
+        axes["rocm.flydsl"] = dist_version("flydsl")
+    axes["rocm.env"] = relevant_env(environ, flydsl)
+    return axes
