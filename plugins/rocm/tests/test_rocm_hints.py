@@ -76,7 +76,7 @@ def test_other_backends_hints_are_not_judged(pm):
 
 
 def test_config_hints_validate_as_a_config_would_send_them(pm, gfx942):
-    cfg = fat.Config(BLOCK=1024, waves_per_eu=(1, 2), num_warps=8)
+    cfg = fat.Config(BLOCK=1024, waves_per_eu=(2, 4), num_warps=8)
     pm.hook.flyautotune_validate_hints(hints=cfg.hints, target=gfx942)
 
 

@@ -123,3 +123,27 @@ def test_compile_candidate_takes_ready_constexprs_and_hints():
     assert r.waves_per_eu_attr == "2,2" and r.isa.occupancy == 2
     assert r.isa.max_flat_workgroup_size == 8 * 64
     assert r.config.hints == {"waves_per_eu": 2, "num_warps": 8}
+
+
+def test_waves_per_eu_below_what_num_warps_puts_on_a_simd_is_refused(pm, gfx942, monkeypatch):
+    # A workgroup of num_warps waves puts ceil(num_warps / 4) on each SIMD; LLVM ignores a lower minimum.
+    with pytest.raises(ValueError) as info:
+        pm.hook.flyautotune_validate_hints(hints={"num_warps": 16, "waves_per_eu": 3}, target=gfx942)
+    msg = str(info.value)
+    assert "'waves_per_eu': 3 with num_warps=16" in msg and "at least 4" in msg
+    for hints in ({"num_warps": 8, "waves_per_eu": 1}, {"num_warps": 8, "waves_per_eu": (1, 4)}):
+        with pytest.raises(ValueError, match="at least 2"):
+            pm.hook.flyautotune_validate_hints(hints=hints, target=gfx942)
+    for hints in ({"num_warps": 16, "waves_per_eu": 0}, {"num_warps": 16, "waves_per_eu": 4},
+                  {"num_warps": 8, "waves_per_eu": (2, 8)}, {"num_warps": 4, "waves_per_eu": 1},
+                  {"waves_per_eu": 1}, {"num_warps": 0, "waves_per_eu": 1}):
+        pm.hook.flyautotune_validate_hints(hints=hints, target=gfx942)
+    # The evidence: with the check out of the way, those values build the binary of no hint.
+    import flyautotune_rocm.hints as rocm_hints
+
+    monkeypatch.setattr(rocm_hints, "_check_waves_against_warps", lambda hints, target: None)
+    waves = (0, 1, 3, (2, 8), 4)
+    reports = compile_report(row_rmsnorm, SIGNATURE,
+                             [fat.Config(BLOCK=16384, num_warps=16, waves_per_eu=w) for w in waves], arch="gfx942")
+    shas = [r.binary_sha256 for r in reports]
+    assert len(set(shas[:4])) == 1 and shas[4] != shas[0]

@@ -127,6 +127,38 @@ def validate_rocm_hints(hints: Mapping[str, Any], target: Any) -> None:
             if isinstance(value, bool) or not isinstance(value, int) or value not in choices:
                 raise ValueError(f"compile hint {name!r}: {value!r} is not accepted by Triton's HIP backend; "
                                  f"accepted: {', '.join(map(str, choices))}")
+    _check_waves_against_warps(hints, target)
+
+
+#: SIMDs (EUs) of a CU that share one workgroup's waves, as LLVM's AMDGPU backend counts them on gfx9.
+EUS_PER_CU = 4
+
+
+def lowest_waves_per_eu(num_warps: int, arch: str) -> Optional[int]:
+    """The fewest waves per SIMD a workgroup of ``num_warps`` waves puts there: ``ceil(num_warps / 4)``
+    on gfx9 (CDNA/GCN), or None where that is not known (RDNA: it depends on CU/WGP mode).
+
+    LLVM ignores an ``amdgpu-waves-per-eu`` whose minimum is below it, with only a warning.
+    """
+    if not num_warps or _arch.gfx_major(arch) != 9:
+        return None
+    return -(-num_warps // EUS_PER_CU)
+
+
+def _check_waves_against_warps(hints: Mapping[str, Any], target: Any) -> None:
+    warps = hints.get("num_warps")
+    if isinstance(warps, bool) or not isinstance(warps, int):
+        return
+    span = waves_per_eu_range(hints.get("waves_per_eu"), target.arch)
+    lowest = lowest_waves_per_eu(warps, target.arch)
+    if span is None or lowest is None or span[0] >= lowest:
+        return
+    raise ValueError(
+        f"compile hint 'waves_per_eu': {hints['waves_per_eu']!r} with num_warps={warps} on "
+        f"{_arch.base_arch(target.arch)}: a workgroup of {warps} waves puts at least {lowest} on each SIMD, so "
+        f"LLVM ignores a minimum below {lowest} and builds the kernel as without the hint; accepted: 0 "
+        f"(the kernel's own) or a minimum of at least {lowest}"
+    )
 
 
 @functools.lru_cache(maxsize=None)
