@@ -6,6 +6,8 @@ Triton's ``HIPOptions`` (triton/backends/amd/compiler.py) declares ``kpack: int 
 
 import pytest
 
+import flyautotune as fat
+
 
 @pytest.mark.parametrize("name, value, accepted", [
     ("kpack", 3, "1, 2"), ("kpack", 0, "1, 2"), ("kpack", -1, "1, 2"), ("kpack", True, "1, 2"),
@@ -26,7 +28,44 @@ def test_unsupported_values_name_hint_value_and_accepted_set(pm, gfx942, name, v
 ])
 def test_supported_values_pass(pm, gfx942, gfx950, hints):
     pm.hook.flyautotune_validate_hints(hints=hints, target=gfx942)
-    pm.hook.flyautotune_validate_hints(hints=hints, target=gfx950)
+    if hints.get("kpack") != 2:
+        pm.hook.flyautotune_validate_hints(hints=hints, target=gfx950)
+
+
+def test_kpack_2_is_refused_on_gfx950_where_triton_resets_it(pm, gfx950):
+    with pytest.raises(ValueError) as info:
+        pm.hook.flyautotune_validate_hints(hints={"kpack": 2}, target=gfx950)
+    msg = str(info.value)
+    assert "'kpack': 2 on gfx950" in msg and "accepted on gfx950: 1" in msg
+    pm.hook.flyautotune_validate_hints(hints={"kpack": 1}, target=gfx950)
+
+
+def test_kpack_2_builds_the_kpack_1_binary_on_gfx950(monkeypatch):
+    triton = pytest.importorskip("triton")
+    pytest.importorskip("triton.backends.amd")
+    import warnings
+
+    import triton.language as tl
+
+    import flyautotune_rocm.hints as rocm_hints
+    from flyautotune_rocm import compile_report
+
+    @triton.jit
+    def mm(A, B, C, BLOCK: tl.constexpr):
+        r = tl.arange(0, BLOCK)
+        a = tl.load(A + r[:, None] * BLOCK + r[None, :])
+        b = tl.load(B + r[:, None] * BLOCK + r[None, :])
+        tl.store(C + r[:, None] * BLOCK + r[None, :], tl.dot(a, b))
+
+    monkeypatch.setattr(rocm_hints, "KPACK_ONE_ONLY", frozenset())
+    sig = {"A": "*bf16", "B": "*bf16", "C": "*fp32"}
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        shas = {arch: [r.binary_sha256 for r in compile_report(
+            mm, sig, [fat.Config(BLOCK=64, compile_hints={"kpack": k}) for k in (1, 2)], arch=arch)]
+            for arch in ("gfx942", "gfx950")}
+    assert shas["gfx950"][0] == shas["gfx950"][1]
+    assert shas["gfx942"][0] != shas["gfx942"][1]
 
 
 def test_the_accepted_sets_match_what_triton_declares():

@@ -38,6 +38,9 @@ TRITON_HIP_CHOICES = {
 #: ``0``/``1`` and strings are refused: they are not int hints, for which ``0`` keeps the default, and a
 #: ``0`` would turn the switch off (or a ``"no"`` on) in Triton under another cache key.
 TRITON_HIP_BOOL_HINTS = ("allow_flush_denorm", "enable_fp_fusion")
+#: Chips where Triton's HIP backend overwrites ``kpack`` to 1 (with only a warning): any other value builds
+#: the binary of ``kpack=1``.
+KPACK_ONE_ONLY = frozenset({"gfx950"})
 #: Every hint name a ROCm target accepts.
 ROCM_HINTS = ("num_stages", "num_warps", "waves_per_eu", *TRITON_HIP_HINTS)
 
@@ -127,6 +130,10 @@ def validate_rocm_hints(hints: Mapping[str, Any], target: Any) -> None:
             if isinstance(value, bool) or not isinstance(value, int) or value not in choices:
                 raise ValueError(f"compile hint {name!r}: {value!r} is not accepted by Triton's HIP backend; "
                                  f"accepted: {', '.join(map(str, choices))}")
+            if name == "kpack" and value != 1 and _arch.base_arch(target.arch) in KPACK_ONE_ONLY:
+                raise ValueError(f"compile hint 'kpack': {value!r} on {_arch.base_arch(target.arch)}: Triton's HIP "
+                                 f"backend overwrites kpack to 1 there (deprecated from gfx950), so it builds the "
+                                 f"binary of kpack=1; accepted on {_arch.base_arch(target.arch)}: 1")
     _check_waves_against_warps(hints, target)
 
 
