@@ -135,6 +135,21 @@ def test_a_hint_that_reaches_no_kernel_is_an_error_saying_why(pm, gfx942, parse,
     assert lower(pm, lowered, gfx942, waves_per_eu=0) is lowered  # no hint asked: nothing to miss
 
 
+def test_a_module_through_the_real_convert_gpu_to_rocdl_pass_says_it_was_lowered(pm, gfx942, two_kernel_module):
+    """After the real pass the kernels are llvm.func ops (rocdl.kernel) inside the gpu.module: the message says
+    the module was lowered already, not that it holds only device helpers."""
+    from flydsl._mlir.passmanager import PassManager
+
+    module = two_kernel_module()
+    with module.context:
+        PassManager.parse("builtin.module(gpu.module(convert-gpu-to-rocdl{chipset=gfx942}))").run(module.operation)
+    with pytest.raises(ValueError) as info:
+        lower(pm, module, gfx942, waves_per_eu=2)
+    msg = str(info.value)
+    assert "lowered already (convert-gpu-to-rocdl ran)" in msg and "2 marked rocdl.kernel" in msg
+    assert "only device helpers" not in msg
+
+
 def test_a_kernel_op_passed_alone_is_refused(pm, gfx942, two_kernel_module):
     kernel = next(iter(kernel_funcs(two_kernel_module())))
     assert not is_mlir_module(kernel)

@@ -171,6 +171,12 @@ def _no_kernel(module: Any) -> str:
             return ("the module holds llvm.func ops and no gpu.module: it was lowered already (convert-gpu-to-rocdl "
                     "ran), so no kernel takes the hint; apply hints to the module before that pass")
         return "the module holds no gpu.module, so no kernel takes the hint; pass the module with the kernels"
+    inner = [op for g in gpu for op in _children(g.operation) if op.operation.name == "llvm.func"]
+    if inner:
+        kernels = sum(1 for op in inner if "rocdl.kernel" in op.operation.attributes)
+        return (f"its gpu.module op(s) hold llvm.func ops ({kernels} marked rocdl.kernel) and no gpu.func kernel: "
+                f"the module was lowered already (convert-gpu-to-rocdl ran), so no kernel takes the hint; apply "
+                f"hints to the module before that pass")
     return (f"its {len(gpu)} gpu.module op(s) hold no gpu.func marked kernel (only device helpers), so no "
             f"kernel takes the hint")
 
