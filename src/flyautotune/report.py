@@ -97,7 +97,8 @@ def report_targets(pm: Any = None) -> dict:
 
 def parse_target(text: str, pm: Any = None) -> Target:
     """``"gfx942"`` -> the ``Target`` the installed plugin offers under that name
-    (case, and ``_`` in names such as ``sm_90``, do not matter).
+    (case, and ``_`` in names such as ``sm_90``, do not matter; an LLVM target id's feature settings,
+    ``"gfx942:sramecc+:xnack-"``, are dropped).
 
     :raises ValueError: naming the value, the accepted names and what to install.
     """
@@ -108,6 +109,11 @@ def parse_target(text: str, pm: Any = None) -> Target:
     squashed = {k.replace("_", ""): v for k, v in targets.items()}
     if name.replace("_", "") in squashed:
         return squashed[name.replace("_", "")]
+    # An LLVM target id ("gfx942:sramecc+:xnack-", as rocminfo prints it): the processor before the feature
+    # settings. Reports compile for the processor alone (Triton builds a code object for any setting).
+    processor = name.split(":", 1)[0]
+    if processor != name and processor in targets:
+        return targets[processor]
     accepted = ", ".join(targets) or "none (no installed plugin compiles reports)"
     raise ValueError(f"--target {text!r} is not a supported target; accepted: {accepted} ({_INSTALL_HINT})")
 

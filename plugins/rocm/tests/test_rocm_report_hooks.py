@@ -38,3 +38,12 @@ def test_compiles_one_candidate_into_a_resource_row():
     assert row.registers > 0 and row.sgprs > 0 and row.occupancy_max == 8 and row.occupancy_unit == "waves/SIMD"
     assert row.labels["registers"] == "VGPRs" and len(row.binary_sha256) == 64
     assert row.details["waves_per_eu_attr"] == "2,2"
+
+
+def test_report_target_takes_the_target_id_rocminfo_prints(pm):
+    from flyautotune.report import parse_target
+
+    for text in ("gfx942:sramecc+:xnack-", "GFX942:xnack+", "gfx950:sramecc-"):
+        assert parse_target(text, pm) == fat.Target("rocm", text.lower().split(":")[0], 64)
+    with pytest.raises(ValueError, match="is not a supported target"):
+        parse_target("gfx9999:xnack-", pm)
