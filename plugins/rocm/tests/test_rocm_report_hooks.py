@@ -36,7 +36,7 @@ def test_compiles_one_candidate_into_a_resource_row():
                                      target=fat.Target("rocm", "gfx942", 64))
     assert row.config == config and row.error is None
     assert row.registers > 0 and row.sgprs > 0 and row.occupancy_max == 8 and row.occupancy_unit == "waves/SIMD"
-    assert row.labels["registers"] == "VGPRs" and len(row.binary_sha256) == 64
+    assert row.labels["registers"] == "VGPR alloc" and len(row.binary_sha256) == 64
     assert row.details["waves_per_eu_attr"] == "2,2"
 
 
@@ -47,3 +47,23 @@ def test_report_target_takes_the_target_id_rocminfo_prints(pm):
         assert parse_target(text, pm) == fat.Target("rocm", text.lower().split(":")[0], 64)
     with pytest.raises(ValueError, match="is not a supported target"):
         parse_target("gfx9999:xnack-", pm)
+
+
+def test_the_register_column_is_the_allocation_occupancy_follows():
+    """With AGPRs in use the VGPR count (.vgpr_count) is below the allocation the occupancy comes from."""
+    triton = pytest.importorskip("triton")
+    pytest.importorskip("triton.backends.amd")
+    import sys
+    from pathlib import Path
+
+    from flyautotune.report import KernelSpec
+
+    sys.path.insert(0, str(Path(__file__).parent))
+    from test_rocm_triton import SIGNATURE, row_rmsnorm
+
+    spec = KernelSpec(row_rmsnorm, SIGNATURE, {"BLOCK": 16384})
+    row = flyautotune_compile_report(spec=spec, config=fat.Config(), hints={"num_warps": 4, "waves_per_eu": 1},
+                                     target=fat.Target("rocm", "gfx942", 64))
+    assert row.details["vgprs"] < row.details["vgpr_alloc"]  # 242 VGPRs, 257 allocated (AGPRs)
+    assert row.registers == row.details["vgpr_alloc"] and row.labels["registers"] == "VGPR alloc"
+    assert row.occupancy == 1

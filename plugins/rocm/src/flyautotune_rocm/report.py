@@ -73,7 +73,9 @@ def flyautotune_compile_report(spec: Any, config: Config, hints: Mapping[str, An
     return ResourceRow(
         config=config,
         options=dict(r.options),
-        registers=r.isa.vgprs,
+        # The allocation (VGPRs and AGPRs, .amdhsa_next_free_vgpr) is what the occupancy column follows;
+        # the VGPR count alone (.vgpr_count) is in details["vgprs"].
+        registers=r.isa.vgpr_alloc,
         sgprs=r.isa.sgprs,
         spills=r.isa.vgpr_spills + r.isa.sgpr_spills,
         shared_bytes=r.isa.lds_bytes,
@@ -82,7 +84,7 @@ def flyautotune_compile_report(spec: Any, config: Config, hints: Mapping[str, An
         occupancy_unit="waves/SIMD",
         binary_sha256=r.binary_sha256,
         details=details,
-        labels={"registers": "VGPRs", "sgprs": "SGPRs", "spills": "spills", "shared_bytes": "LDS bytes"},
+        labels={"registers": "VGPR alloc", "sgprs": "SGPRs", "spills": "spills", "shared_bytes": "LDS bytes"},
     )
 
 
