@@ -341,3 +341,69 @@ def test_what_the_tuners_callables_raise_names_the_callable(pm, counting_bench, 
     with pytest.raises(_TwoArgError) as info:
         launch(3)
     assert info.value.args == (7, "no") and "e_raise_odd's default(...)" in info.value.__notes__[0]
+
+
+def test_check_precompile_and_specialize_get_the_calls_arguments_not_the_knobs(pm, counting_bench, caplog):
+    """``check``, ``precompile`` and ``specialize`` get the call's arguments as ``default`` and the others
+    do: written for them alone (no ``**kwargs``), they are not handed the knob a config sets as the
+    launch's default (``B=None``), with a static space and with a computed one."""
+    seen = []
+
+    def check(result, x, n):
+        seen.append(("check", n))
+        return True
+
+    def precompile(config, x, n):
+        seen.append(("precompile", n))
+
+    def specialize(config, x, n):
+        seen.append(("specialize", n))
+        return lambda x, n: ("specialized", config.kwargs["B"])
+
+    for name, configs in (("e_more_static", TWO), ("e_more_computed", lambda x, n: TWO)):
+        launch = fat.autotune(configs=configs, key=["n"], plugin_manager=pm, name=name, check=check,
+                              precompile=precompile, specialize=specialize, do_bench=counting_bench())(
+            lambda x, n, B=None: B)
+        with caplog.at_level("DEBUG", logger="flyautotune"):
+            winner = launch(torch.zeros(2), 2)  # the search: both candidates precompiled and checked
+            assert launch(torch.zeros(2), 2) == ("specialized", winner)  # a hit: what specialize made
+        assert sorted(seen) == [("check", 2)] * 2 + [("precompile", 2)] * 2 + [("specialize", 2)], seen
+        assert not [r for r in caplog.records if "raised" in r.getMessage() or "failed" in r.getMessage()]
+        seen.clear()
+        caplog.clear()
+
+    got = {}  # with **kwargs: the static space's knob is not among them either; the launch's other defaults are
+
+    def record(what, value=None):
+        return lambda first, **named: got.setdefault(what, sorted(named)) and value
+
+    launch = fat.autotune(configs=TWO, key=["n"], plugin_manager=pm, name="e_more_kwargs", do_bench=counting_bench(),
+                          check=record("check", True), precompile=record("precompile"),
+                          specialize=record("specialize", lambda x, n: "specialized"))(
+        lambda x, n, scale=1.0, B=None: B)
+    launch(torch.zeros(2), 2)
+    assert launch(torch.zeros(2), 2) == "specialized"
+    assert got == {what: ["n", "scale", "x"] for what in ("check", "precompile", "specialize")}
+
+
+def test_specialize_gets_a_stream_passed_by_keyword_as_the_hits_it_serves_do(pm, counting_bench):
+    """A call whose only keyword is ``stream=`` fills the cache-hit path, whose hits pass no stream or
+    their own: ``specialize`` gets the stream's default, where it takes a ``stream``, and no stream at all
+    where it does not (it was handed ``stream=`` and the knob, and failed)."""
+    made = []
+
+    def without_stream(config, x, n):
+        made.append(("without", n))
+        return lambda x, n: "specialized"
+
+    def with_stream(config, x, n, stream=None):
+        made.append(("with", n, stream))
+        return lambda x, n: "specialized"
+
+    for specialize in (without_stream, with_stream):
+        launch = fat.autotune(configs=TWO, key=["n"], plugin_manager=pm, name=f"e_stream_{specialize.__name__}",
+                              specialize=specialize, do_bench=counting_bench())(lambda x, n, B=None, stream=None: B)
+        assert launch(torch.zeros(2), 2, stream=0) in (1, 2)
+        assert launch(torch.zeros(2), 2) == "specialized"
+    assert made == [("without", 2), ("with", 2, None)]
+

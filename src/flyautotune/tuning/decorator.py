@@ -273,10 +273,8 @@ class Autotuner:
         if plan.kwargs and (len(args) > plan.min_pos or not plan.kwargs.keys().isdisjoint(kwargs)):
             check_caller(self.name, self.sig, [plan.config], call)  # the same answer as on a cold key
         if self._fast_ok and (not kwargs or (len(kwargs) == 1 and "stream" in kwargs)):
-            # a stream-only keyword call fills the generated path too (its hits take ``on_stream``);
-            # specialize= sees the stream's default, as on every positional hit it serves
-            named = call.named if not kwargs else {**call.named, "stream": self.sig.defaults.get("stream")}
-            fastpath.remember(self, args, plan, named)
+            # a stream-only keyword call fills the generated path too (its hits take ``on_stream``)
+            fastpath.remember(self, args, plan, call)
         # An omitted stream stays None: the launch's own current stream, where the zeroing below runs too.
         stream = launch_stream(self.sig, call)
         with streams.on_stream(stream):

@@ -37,6 +37,8 @@ from typing import Any, Callable, Optional, Sequence
 
 from .. import context, keys, streams
 from . import env, tcheck
+from .binding import Call
+from .callables import named_for
 
 log = logging.getLogger("flyautotune")
 
@@ -44,9 +46,10 @@ log = logging.getLogger("flyautotune")
 MAX_ENTRIES = 4096
 
 
-def remember(tuner: Any, args: tuple, plan: Any, named: dict) -> None:
-    """Make later calls with this arity, these types and this key take the fast path (``named``: the
-    call's arguments by name, as the general path bound them; ``specialize=`` receives them)."""
+def remember(tuner: Any, args: tuple, plan: Any, call: Call) -> None:
+    """Make later calls with this arity, these types and this key take the fast path (``call``: the call
+    as the general path bound it, positional arguments and at most ``stream=``; ``specialize=`` receives
+    its arguments, :func:`specialize_args`)."""
     if plan.config.pre_hook is not None or len(args) > plan.min_pos:
         return
     n = len(args)
@@ -64,7 +67,8 @@ def remember(tuner: Any, args: tuple, plan: Any, named: dict) -> None:
         bound = None
         if tuner.specialize is not None:
             try:  # inside the launch context: it may resolve what depends on the target and the hints
-                bound = context.launch_with(plan.layers, plan.launch, tuner.specialize, (plan.config,), named)
+                bound = context.launch_with(plan.layers, plan.launch, tuner.specialize, (plan.config,),
+                                            specialize_args(tuner, call))
             except Exception as exc:  # the launch itself serves this key's hits (said once per tuner)
                 if not tuner._specialize_warned:
                     tuner._specialize_warned = True
@@ -83,6 +87,17 @@ def remember(tuner: Any, args: tuple, plan: Any, named: dict) -> None:
         tuner._fast_memo[key] = entry
         if fast.short is not None:
             tuner._fast_memo[fast.short(args)] = entry
+
+
+def specialize_args(tuner: Any, call: Call) -> dict:
+    """What ``specialize(config, **named)`` receives for the hits ``call`` fills: the call's arguments as
+    the tuner's other callables get them (:func:`~.callables.named_for`: not the knobs). A ``stream=``
+    keyword is no argument of those hits (they pass their own, or none): the stream's default stands in
+    for it, and is left out, as any default, where ``specialize`` takes no ``stream``. Once per plan."""
+    if call.kwargs:  # ``stream=``, the one keyword a call that fills this path may pass
+        call = Call(call.args, {}, {**call.named, "stream": tuner.sig.defaults.get("stream")}, call.device,
+                    call.tensors, call.layout)
+    return named_for(tuner, tuner.specialize, call)
 
 
 def takes_stream(fn: Callable[..., Any]) -> bool:

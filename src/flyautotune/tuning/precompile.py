@@ -14,7 +14,8 @@ log = logging.getLogger("flyautotune")
 
 
 class Precompiler:
-    """``precompile(config, **named)`` for every candidate, each with its own hints and target current."""
+    """``precompile(config, **named)`` for every candidate, each with its own hints and target current
+    (``named``: the call's arguments as ``callables.named_for`` gives them)."""
 
     def __init__(self, name: str, precompile: Callable[..., Any], named: dict) -> None:
         self.name = name

@@ -19,6 +19,7 @@ from ..store.jsontext import canonical_config_json
 from . import resume, verify
 from .background import short_switch_interval, warm_in_background
 from .binding import Call
+from .callables import named_for
 from .candidate import Candidate, config_repr
 from .plan import Plan, run_plan, zero
 from .precompile import Precompiler
@@ -102,6 +103,8 @@ class Search:
         self._written: list = []
         self._checkable = all(getattr(t.device, "type", "") != "meta" for _, t in call.tensors)
         self._poison = True
+        # what check= receives (named_for: the call's arguments, not the knobs), read once for every candidate
+        self._check_named = named_for(tuner, tuner.check, call) if callable(tuner.check) else None
         self.rounds = 0  # re-timing rounds run
         self.finalists: list = []
         self._warming = warming  # a clock warm-up the caller started (joined before the first timing)
@@ -200,7 +203,7 @@ class Search:
             return None
         if callable(check):
             try:
-                ok = check(result, **self.call.named)
+                ok = check(result, **self._check_named)
             except Exception as exc:
                 return f"check() rejected it: {type(exc).__name__}: {exc}"
             return "check() returned False" if ok is False else None
@@ -262,7 +265,8 @@ class Search:
     def start_precompile(self) -> None:
         if self.t.precompile is None:
             return
-        self.precompiler = Precompiler(self.t.name, self.t.precompile, self.call.named)
+        self.precompiler = Precompiler(self.t.name, self.t.precompile,
+                                       named_for(self.t, self.t.precompile, self.call))
         self.precompiler.start((c, self._plan(c.config)) for c in self.cands
                                if self._prior(c) is None and self._cjson(c) not in self.crashed)
 
