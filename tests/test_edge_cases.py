@@ -407,3 +407,34 @@ def test_specialize_gets_a_stream_passed_by_keyword_as_the_hits_it_serves_do(pm,
         assert launch(torch.zeros(2), 2) == "specialized"
     assert made == [("without", 2), ("with", 2, None)]
 
+
+def test_what_check_validate_and_precompile_raise_names_the_callable(pm, counting_bench, caplog):
+    def check(result, **named):
+        raise RuntimeError("cannot compare")
+
+    launch = fat.autotune(configs=TWO, key=["n"], plugin_manager=pm, name="e_raise_check", check=check,
+                          do_bench=counting_bench())(lambda n, B=None: B)
+    with pytest.raises(fat.AutotuneError) as info:
+        launch(3)
+    assert "B=1: rejected: check(...) raised RuntimeError: cannot compare" in str(info.value)
+
+    def validate(config, **named):
+        raise RuntimeError("validator exploded")
+
+    launch = fat.autotune(configs=TWO, key=["n"], plugin_manager=pm, name="e_raise_validate", validate=validate,
+                          do_bench=counting_bench())(lambda n, B=None: B)
+    launch(3)
+    launch.clear()  # a new process: the store's winner, checked by validate
+    with pytest.raises(RuntimeError, match=r"^e_raise_validate: validate\(...\) raised RuntimeError: validator "
+                                           r"exploded$") as info:
+        launch(3)
+    assert str(info.value.__cause__) == "validator exploded"
+
+    def precompile(config, **named):
+        raise RuntimeError("no compiler")
+
+    launch = fat.autotune(configs=TWO, key=["n"], plugin_manager=pm, name="e_raise_precompile",
+                          precompile=precompile, do_bench=counting_bench())(lambda n, B=None: B)
+    with caplog.at_level("DEBUG", logger="flyautotune"):
+        launch(3)  # left for the timed run to report: the launch itself runs
+    assert "e_raise_precompile: precompile(...) of B=1 raised RuntimeError: no compiler" in caplog.text

@@ -9,6 +9,7 @@ from .. import hints as _hints
 from ..config import Config
 from ..target import Target
 from .binding import Call, Signature
+from .callables import naming_error
 
 
 class IncompatibleConfigError(ValueError):
@@ -127,6 +128,11 @@ def check_untrusted(name: str, sig: Signature, config: Config, *, tunable: Optio
             ok = validate(config, **named)
         except (TypeError, ValueError) as exc:
             raise UntrustedConfigError(f"{name}: the winner {config} was refused by validate(): {exc}") from exc
+        except Exception as exc:  # not a refusal: the tuner's bug, named as run_callable names it
+            named_exc = naming_error(name, "validate(...)", exc)
+            if named_exc is None:
+                raise
+            raise named_exc from exc
         if ok is False:
             raise UntrustedConfigError(f"{name}: the winner {config} was refused by validate()")
 

@@ -47,7 +47,7 @@ class Precompiler:
         try:
             built = future.result()
         except Exception as exc:
-            log.debug("%s: precompile of %s failed: %s", self.name, cand.config, exc)
+            log.debug("%s: precompile(...) of %s raised %s: %s", self.name, cand.config, type(exc).__name__, exc)
             return None
         return built if isinstance(built, str) and built else None
 

@@ -205,8 +205,8 @@ class Search:
             try:
                 ok = check(result, **self._check_named)
             except Exception as exc:
-                return f"check() rejected it: {type(exc).__name__}: {exc}"
-            return "check() returned False" if ok is False else None
+                return f"check(...) raised {type(exc).__name__}: {exc}"
+            return "check(...) returned False" if ok is False else None
         if not self.call.tensors or not self._checkable:
             return None
         got = verify.outputs(result, self.call.tensors, self._written)
