@@ -96,3 +96,18 @@ def source_files(fn: Any) -> list:
         module = sys.modules.get(getattr(target, "__module__", None) or "")
         path = getattr(module, "__file__", None)
     return [path] if path else []
+
+
+def triton_compiler_key() -> Optional[str]:
+    """A short hash of the imported Triton's compiler key (Triton's own cache key: its version, its
+    source and its LLVM), for a backend's toolchain axis; None where Triton is not imported or has no
+    such key. Two builds of one Triton version (a source build, a fork) differ here."""
+    if "triton" not in sys.modules:
+        return None
+    for module in ("triton.runtime.cache", "triton.compiler.compiler"):
+        try:
+            key = __import__(module, fromlist=["triton_key"]).triton_key()
+        except (ImportError, AttributeError):
+            continue
+        return hashlib.sha256(str(key).encode()).hexdigest()[:16]
+    return None

@@ -24,6 +24,24 @@ def gfx950():
 
 
 @pytest.fixture
+def dot_kernel():
+    """A Triton kernel of one ``tl.dot`` over BLOCK x BLOCK tiles: what ``kpack`` and the fp32 dot precision
+    change in the AMDGCN (the tests compare binaries, cross-compiled on the CPU)."""
+    triton = pytest.importorskip("triton")
+    pytest.importorskip("triton.backends.amd")
+    import triton.language as tl
+
+    @triton.jit
+    def mm(A, B, C, BLOCK: tl.constexpr):
+        r = tl.arange(0, BLOCK)
+        a = tl.load(A + r[:, None] * BLOCK + r[None, :])
+        b = tl.load(B + r[:, None] * BLOCK + r[None, :])
+        tl.store(C + r[:, None] * BLOCK + r[None, :], tl.dot(a, b))
+
+    return mm
+
+
+@pytest.fixture
 def mlir_ir():
     return pytest.importorskip("flydsl._mlir.ir", reason="the MLIR tests use FlyDSL's embedded MLIR binding")
 

@@ -40,23 +40,13 @@ def test_kpack_2_is_refused_on_gfx950_where_triton_resets_it(pm, gfx950):
     pm.hook.flyautotune_validate_hints(hints={"kpack": 1}, target=gfx950)
 
 
-def test_kpack_2_builds_the_kpack_1_binary_on_gfx950(monkeypatch):
-    triton = pytest.importorskip("triton")
-    pytest.importorskip("triton.backends.amd")
+def test_kpack_2_builds_the_kpack_1_binary_on_gfx950(monkeypatch, dot_kernel):
     import warnings
-
-    import triton.language as tl
 
     import flyautotune_rocm.hints as rocm_hints
     from flyautotune_rocm import compile_report
 
-    @triton.jit
-    def mm(A, B, C, BLOCK: tl.constexpr):
-        r = tl.arange(0, BLOCK)
-        a = tl.load(A + r[:, None] * BLOCK + r[None, :])
-        b = tl.load(B + r[:, None] * BLOCK + r[None, :])
-        tl.store(C + r[:, None] * BLOCK + r[None, :], tl.dot(a, b))
-
+    mm = dot_kernel
     monkeypatch.setattr(rocm_hints, "KPACK_ONE_ONLY", frozenset())
     sig = {"A": "*bf16", "B": "*bf16", "C": "*fp32"}
     with warnings.catch_warnings():

@@ -98,17 +98,10 @@ def test_every_triton_amdgcn_flydsl_variable_is_keyed(monkeypatch, gfx942):
     assert list(keys.relevant_env({"TRITON_B": "1", "TRITON_A": "2"})) == ["TRITON_A", "TRITON_B"]
 
 
-def test_triton_f32_default_changes_the_binary_and_the_key(monkeypatch, gfx942):
-    triton = pytest.importorskip("triton")
-    import triton.language as tl
+def test_triton_f32_default_changes_the_binary_and_the_key(monkeypatch, gfx942, dot_kernel):
     from flyautotune_rocm import compile_report
 
-    @triton.jit
-    def mm(A, B, C, BLOCK: tl.constexpr):
-        r = tl.arange(0, BLOCK)
-        a = tl.load(A + r[:, None] * BLOCK + r[None, :])
-        b = tl.load(B + r[:, None] * BLOCK + r[None, :])
-        tl.store(C + r[:, None] * BLOCK + r[None, :], tl.dot(a, b))
+    mm = dot_kernel
 
     def build():
         report = compile_report(mm, {"A": "*fp32", "B": "*fp32", "C": "*fp32"}, [fat.Config(BLOCK=32)],

@@ -7,12 +7,12 @@ returns ``None`` so another backend can answer.
 
 from __future__ import annotations
 
-import hashlib
 import os
 import sys
 from typing import Any, Mapping, Optional
 
 from flyautotune import Target, hookimpl, timing
+from flyautotune.keys import triton_compiler_key
 
 from .hints import check_hints, triton_options
 from .report import flyautotune_compile_report, flyautotune_report_targets  # noqa: F401
@@ -109,17 +109,10 @@ def triton_fingerprint() -> Optional[dict]:
         import triton
     except ImportError:
         return None
-    key = None
-    for module in ("triton.runtime.cache", "triton.compiler.compiler"):
-        try:
-            mod = __import__(module, fromlist=["triton_key"])
-            key = mod.triton_key()
-            break
-        except (ImportError, AttributeError):
-            continue
     out = {"version": triton.__version__}
+    key = triton_compiler_key()
     if key is not None:
-        out["key"] = hashlib.sha256(str(key).encode()).hexdigest()[:16]
+        out["key"] = key
     return out
 
 

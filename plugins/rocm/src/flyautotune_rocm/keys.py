@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-import hashlib
 import importlib.metadata
 import os
 import sys
 from typing import Any, Mapping, Optional
+
+from flyautotune.keys import triton_compiler_key
 
 #: Prefixes of the environment variables keyed when set: every Triton variable (as the CUDA plugin
 #: keys them), Triton's AMD backend toggles (``AMDGCN_*``) and FlyDSL's options (``FLYDSL_*``).
@@ -54,17 +55,10 @@ def triton_fingerprint() -> Optional[dict]:
     except ImportError:
         version = triton_version()
         return None if version is None else {"version": version}
-    key = None
-    for module in ("triton.runtime.cache", "triton.compiler.compiler"):
-        try:
-            mod = __import__(module, fromlist=["triton_key"])
-            key = mod.triton_key()
-            break
-        except (ImportError, AttributeError):
-            continue
     out = {"version": getattr(triton, "__version__", None) or triton_version()}
+    key = triton_compiler_key()
     if key is not None:
-        out["key"] = hashlib.sha256(str(key).encode()).hexdigest()[:16]
+        out["key"] = key
     return out
 
 
