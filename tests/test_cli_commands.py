@@ -159,6 +159,7 @@ def fake_planner(monkeypatch):
     calls = {}
 
     def plan_import(store, entries, *, tuners=None, replace=False):
+        entries = getattr(entries, "entries", entries)  # a Pack from read_pack, as the command passes it
         calls["plan"] = {"tuners": tuners, "replace": replace, "n": len(entries)}
         chosen = [e for e in entries if tuners is None or e.tuner in tuners]
         return _Plan(added=tuple(chosen[:1]), replaced=tuple(chosen[1:]),

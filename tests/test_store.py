@@ -409,7 +409,7 @@ def test_full_disk_returns_false_and_keeps_earlier_entries(store, warnings_):
     huge = {"notes": "x" * 200_000}
     assert store.put("rms", "huge", "t", cfg(2), [], huge) is False
     assert "database or disk is full" in messages(warnings_)
-    assert "new winners are kept in memory and written when it accepts them" in messages(warnings_)
+    assert "it is kept in memory and written when the store takes it" in messages(warnings_)
     assert store.get("rms", "small").config == cfg(1)
     assert store.get("rms", "huge").provenance == huge  # from memory, for this process
     assert TuningStore(store.directory).get("rms", "huge") is None  # not on disk yet
@@ -428,7 +428,7 @@ def test_locked_database_times_out_into_a_warning(tmp_path, warnings_):
     finally:
         holder.execute("ROLLBACK")
         holder.close()
-    assert "cannot save the winner (OperationalError: database is locked)" in messages(warnings_)
+    assert "cannot save the winner yet (OperationalError: database is locked)" in messages(warnings_)
     assert s.put("rms", "b", "t", cfg(2), [], {}) is True
 
 

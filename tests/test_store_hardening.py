@@ -272,7 +272,10 @@ def test_a_locked_store_costs_about_a_second_and_the_winner_is_written_later(tmp
     finally:
         holder.execute("ROLLBACK")
         holder.close()
-    assert messages(warnings_).count("is busy, full or read-only; new winners are kept in memory") == 1
+    said = messages(warnings_)
+    assert said.count("cannot save the winner yet (OperationalError: database is locked): it is kept in memory "
+                      "and written when the store takes it") == 1  # one warning for both winners, and it is true
+    assert "continuing without the store" not in said
     assert s.flush() is True
     assert [e.key for e in TuningStore(tmp_path).entries()] == ["a", "b", "c"]
 
@@ -590,9 +593,21 @@ def test_import_of_a_pack_with_a_huge_time_says_why_and_writes_nothing(tmp_path,
     path = tmp_path / "p.json"
     path.write_text(pack_text([timed_item(key='{"n":1}', timings=[{"config": cfg(1), "ms": 7777, "error": None}])])
                     .replace("7777", HUGE))
-    status, _, err = run(capsys, "import", path)
-    assert status == 1 and "(401 digits) is out of range" in err  # was: a traceback
+    status, out, _ = run(capsys, "import", path)
+    assert status == 0 and "malformed: " in out and "(401 digits) is out of range" in out  # was: a traceback
     assert st.get_store().entries() == []
+    status, _, err = run(capsys, "import", path, "--strict")
+    assert status == 1 and "--strict: 1 entry of " in err
+
+
+def test_import_skips_a_malformed_entry_on_its_own_and_strict_refuses_the_pack(tmp_path, capsys):
+    path = tmp_path / "p.json"
+    path.write_text(pack_text([timed_item(key='{"n":1}'), timed_item(key='{"n":2}', created=9e10)]))
+    status, out, _ = run(capsys, "import", path, "--strict")
+    assert status == 1 and st.get_store().entries() == []
+    status, out, _ = run(capsys, "import", path)
+    assert status == 0 and "skip" in out and "the year 4821" in out
+    assert [e.key for e in st.get_store().entries()] == ['{"n":1}']  # the good entry, as security.md says
 
 
 def test_number_checks_refuse_huge_integers_instead_of_overflowing():

@@ -70,6 +70,8 @@ def _where(entry: StoreEntry) -> str:
 
 #: How a plan's ``skipped`` item begins when a tuner would never run the entry's winner.
 REFUSED = "refused: "
+#: How a plan's ``skipped`` item begins when the pack could not give the entry (``read_pack``'s rejected).
+MALFORMED = "malformed: "
 #: How a plan's ``skipped`` item begins when the entry's row could never be read back from the store.
 TOO_LARGE = "too large for the store: "
 
@@ -96,7 +98,7 @@ def plan_import(store: Any, entries: Any, *, tuners: Optional[Iterable[str]] = N
     checkers = _installed_tuners() if check_with is None else check_with
     added, replaced, kept, skipped = [], [], [], []
     if isinstance(entries, Pack):
-        skipped += [ImportItem(where, f"malformed: {reason}") for where, reason in entries.rejected]
+        skipped += [ImportItem(where, MALFORMED + reason) for where, reason in entries.rejected]
         entries = entries.entries
     for entry in entries:
         if not isinstance(entry, StoreEntry):

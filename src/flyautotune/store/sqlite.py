@@ -62,6 +62,12 @@ class _ReadOnly(_Unavailable):
     """Writes are refused for now (permissions, a read-only mount): retried with back-off."""
 
 
+def _deferrable(problem: Optional[BaseException]) -> bool:
+    """Whether a winner a write failed on is kept in memory and written later: the store is read-only, or
+    busy or full for now (not an unusable one: not ours, unreadable, a newer schema)."""
+    return isinstance(problem, _ReadOnly) or (problem is not None and recovery.is_transient(problem))
+
+
 #: Writes a search makes per candidate, for resuming after a crash: their failure loses nothing a user tuned.
 _QUIET = frozenset({"save a timing", "take back a crash marker"})
 
@@ -272,6 +278,10 @@ class TuningStore(TimingRows):
         if what in _QUIET:  # the winner's own write says it, with what it means for the user
             log.debug("flyautotune store %s: cannot %s (%s)", self.path, what, reason)
             return default
+        if what == "save the winner" and _deferrable(problem):  # put keeps it (``_defer``): say so, once
+            self._warn_once(f"flyautotune store {self.path}: cannot save the winner yet ({reason}): it is kept in "
+                            f"memory and written when the store takes it", cause=reason, always=True)
+            return default
         # One cause is said once: the other operations it stops are logged at debug level, except a lost
         # winner, which a user must hear of on its own.
         self._warn_once(f"flyautotune store {self.path}: cannot {what} ({reason}); continuing without the store",
@@ -367,12 +377,9 @@ class TuningStore(TimingRows):
         return False
 
     def _defer(self, tuner: str, key: str, item: tuple) -> None:
-        problem = self._local.problem
-        if not isinstance(problem, _ReadOnly) and not recovery.is_transient(problem):
+        if not _deferrable(self._local.problem):
             return  # an unusable store (not ours, unreadable, newer schema): nothing to retry
-        if self._deferred.add(tuner, key, item):
-            self._warn_once(f"flyautotune store {self.path} is busy, full or read-only; new winners are kept "
-                            f"in memory and written when it accepts them")
+        self._deferred.add(tuner, key, item)  # the write's warning said it is kept in memory
 
     def _write_late(self, items: list, patient: bool = False) -> bool:
         def write(conn: sqlite3.Connection) -> bool:

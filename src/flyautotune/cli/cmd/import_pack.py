@@ -26,25 +26,26 @@ def add_parser(sub) -> None:
                        help="replace local winners even where the local one is newer and faster")
     which.add_argument("--keep", action="store_true", help="keep the store's own winner wherever both have one")
     p.add_argument("--strict", action="store_true",
-                   help="change nothing and exit 1 if any entry is refused (a config its adopter would never run)")
+                   help="change nothing and exit 1 if any entry is refused (a config its adopter would never run) "
+                        "or malformed")
 
 
 def run(args: argparse.Namespace) -> None:
     from ... import store as _store
-    from ...store.imports import REFUSED, check_keys
+    from ...store.imports import MALFORMED, REFUSED, check_keys
 
     if not os.path.isfile(args.file):
         raise UsageError(f"argument FILE: {safe(args.file)!r} does not exist or is not a file")
     the_store = checked_store(write=not args.dry_run)
     try:
-        pack = _store.load_pack(args.file)
-        check_keys(args.file, pack)
+        pack = _store.read_pack(args.file)  # a malformed entry is skipped on its own, with its reason
+        check_keys(args.file, pack.entries)
         tuners = None
         if args.adopter:
-            known = sorted({e.tuner for e in pack} | {e.tuner for e in the_store.entries()})
+            known = sorted({e.tuner for e in pack.entries} | {e.tuner for e in the_store.entries()})
             tuners = sorted({t for name in args.adopter for t in tuner_names(name, known)})
         plan = _store.plan_import(the_store, pack, tuners=tuners, replace=args.replace)
-        refused = [item for item in plan.skipped if _reason(item).startswith(REFUSED)]
+        refused = [item for item in plan.skipped if _reason(item).startswith((REFUSED, MALFORMED))]
         if args.keep:  # the store's winner stays wherever both have one
             plan = _evolve(plan, replaced=type(plan.replaced)(()),
                            kept=type(plan.kept)([*plan.kept, *plan.replaced]))
