@@ -140,6 +140,25 @@ def _cli(argv):
     return cli_plan.run(parser.parse_args(["plan", *argv]))
 
 
+def test_a_run_with_no_winner_leaves_the_existing_pack_as_it_was(tmp_path, toy_on_path, monkeypatch, capsys):
+    path = write(tmp_path, GOOD)
+    pack = tmp_path / "plan.pack.json"
+    pack.write_text("a pack from an earlier, good run")
+    monkeypatch.setattr(toy_on_path, "example", lambda shape, dtype, device: (_ for _ in ()).throw(
+        RuntimeError("no such device")))  # every key fails, as on a machine without the plan's device
+    assert _cli([str(path), "--device", "cpu"]) == 1
+    assert "no winner to export; " in capsys.readouterr().err
+    assert pack.read_text() == "a pack from an earlier, good run"
+
+
+def test_a_plan_of_many_keys_keeps_each_key_once_in_plan_order(tmp_path, toy_on_path):
+    shapes = ", ".join(f'"4x{n}"' for n in range(1, 3001))
+    plan = load_plan(write(tmp_path, GOOD + f'\n[[tune]]\nadopter = "scale_toy"\nshapes = [{shapes}, "4x8"]\n'
+                                            f'dtypes = ["fp32"]\n'))
+    assert len(plan.keys) == 6 + 3000 - 2  # 4x8 and 4x40 fp32 are in GOOD already: each key once, in plan order
+    assert plan.keys[6].shape == (4, 1)
+
+
 def test_cli_runs_serially_without_ray_and_says_how_to_get_it(tmp_path, monkeypatch, capsys):
     monkeypatch.setattr("flyautotune.scale.ray_engine.ray_installed", lambda: False)
     path = write(tmp_path, GOOD)

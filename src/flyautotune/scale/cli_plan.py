@@ -102,6 +102,10 @@ def run(args: argparse.Namespace) -> int:
     _say()
     _say(summary_table(result))
     pack = args.pack or plan.pack_path()
+    if not result.entries() and os.path.exists(pack):
+        # nothing tuned (every key failed, or no store took a winner): the pack there is kept, not emptied
+        print(f"flyautotune plan: error: no winner to export; {pack} is left as it was", file=sys.stderr)
+        return 1
     try:
         n = write_pack(result, pack)
     except OSError as exc:

@@ -165,13 +165,12 @@ def load_plan(path: Any, pm: Any = None) -> Plan:
     entries = doc.get("tune")
     if not isinstance(entries, list) or not entries:
         raise PlanError(f"{path}: no [[tune]] tables; each names an adopter, its shapes and dtypes")
-    keys: list = []
+    keys: dict = {}  # in plan order, each once (a dict: a list's `in` made large plans quadratic)
     cpu_guard = not options.allow_slow and _runs_on_cpu(options)
     for i, entry in enumerate(entries):
         for key in _entry_keys(where, i, entry, pm, cpu_guard):
-            if key not in keys:
-                keys.append(key)
-    return Plan(path, keys, options)
+            keys.setdefault(key, None)
+    return Plan(path, list(keys), options)
 
 
 def _options(where: _Where, raw: Any) -> PlanOptions:
