@@ -170,6 +170,15 @@ def test_cli_runs_serially_without_ray_and_says_how_to_get_it(tmp_path, monkeypa
     assert len(doc["entries"]) == 6
 
 
+def test_cli_refuses_a_named_ray_cluster_without_ray(tmp_path, monkeypatch, capsys):
+    monkeypatch.setattr("flyautotune.scale.ray_engine.ray_installed", lambda: False)
+    path = write(tmp_path, GOOD)
+    assert _cli([str(path), "--ray", "head:6379"]) == 2  # not a serial run on this machine instead
+    err = capsys.readouterr().err
+    assert "error: argument --ray: Ray is not installed, so the Ray cluster 'head:6379' cannot be used" in err
+    assert not (tmp_path / "plan.pack.json").exists()
+
+
 def test_cli_refuses_a_bad_plan_before_work(tmp_path, toy_on_path, capsys):
     path = write(tmp_path, GOOD.replace('"fp32", "bfloat16"', '"fp32", "fp16"'))
     assert _cli([str(path)]) == 2
@@ -256,7 +265,7 @@ def test_allow_slow_lets_the_plan_through(tmp_path, capsys):
 
 
 def test_allow_slow_must_be_a_bool(tmp_path):
-    with pytest.raises(PlanError, match=r"field 'allow_slow': 'yes' has the wrong type"):
+    with pytest.raises(PlanError, match=r"field 'allow_slow': 'yes' has the wrong type \(str\); accepted: true or false"):
         load_plan(options_plan(tmp_path, 'allow_slow = "yes"'))
 
 

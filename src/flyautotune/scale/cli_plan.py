@@ -48,6 +48,10 @@ def _say(text: str = "") -> None:
     print(text, file=sys.stdout, flush=True)
 
 
+class _NoRay(RuntimeError):
+    """A Ray address was given where Ray is not installed."""
+
+
 def _engine(args: argparse.Namespace, plan: Any) -> tuple:
     """``(use_ray, address, note)``: Ray for an address, several local GPUs or
     several CPU workers; otherwise (or without Ray) serial, with a note on why."""
@@ -58,6 +62,8 @@ def _engine(args: argparse.Namespace, plan: Any) -> tuple:
     if args.serial:
         return False, None, None
     if not ray_installed():
+        if address:  # a cluster was named: running here instead is not what was asked
+            raise _NoRay(f"Ray is not installed, so the Ray cluster {address!r} cannot be used; {INSTALL_HINT}")
         note = f"Ray is not installed: running serially. For the parallel path: {INSTALL_HINT}"
         return False, None, note
     workers = args.workers or plan.options.workers
@@ -88,7 +94,11 @@ def run(args: argparse.Namespace) -> int:
             _say(key.label())
         _say(f"{_keys(len(plan.keys))}; the plan is valid")
         return 0
-    use_ray, address, note = _engine(args, plan)
+    try:
+        use_ray, address, note = _engine(args, plan)
+    except _NoRay as exc:
+        print(f"flyautotune plan: error: argument --ray: {exc}", file=sys.stderr)
+        return 2
     if note:
         print(f"flyautotune plan: {note}", file=sys.stderr)
     progress = PlanProgress(len(plan.keys))

@@ -183,7 +183,11 @@ def _options(where: _Where, raw: Any) -> PlanOptions:
             raise where.error("options", None, name, f"unknown option; accepted: {', '.join(OPTIONS)}")
         bad = isinstance(value, bool) and kind is not bool
         if bad or not isinstance(value, kind):
-            raise where.error("options", None, name, f"{value!r} has the wrong type")
+            kinds = kind if isinstance(kind, tuple) else (kind,)
+            accepted = {bool: "true or false", int: "an integer", float: "a number", str: "a string",
+                        list: "a list"}
+            raise where.error("options", None, name, f"{value!r} has the wrong type ({type(value).__name__}); "
+                                                     f"accepted: {' or '.join(accepted[k] for k in kinds)}")
         if name == "budget_s" and not (math.isfinite(value) and value > 0):
             raise where.error("options", None, name, f"{value!r} must be a positive, finite number of seconds")
         if name == "workers" and value <= 0:
