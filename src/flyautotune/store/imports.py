@@ -3,7 +3,6 @@ skip, decided before anything is written (``flyautotune import --dry-run``)."""
 
 from __future__ import annotations
 
-import sys
 from typing import Any, Iterable, Mapping, Optional
 
 import attrs
@@ -173,10 +172,12 @@ def unmatched(entries: Iterable[StoreEntry], check_with: Optional[Mapping[str, A
     (for the machines it was tuned on, or for a later export); this says it will not serve here."""
     import json
 
-    from .. import __version__
+    from ..builtin import DefaultKeyAxes
 
     tuners = _installed_tuners() if check_with is None else check_with
-    here = {"python": "%d.%d" % sys.version_info[:2], "flyautotune": __version__, "torch": _torch_version()}
+    # The core's own axes, as a key made here holds them; torch's also where torch is not imported yet.
+    here = dict(DefaultKeyAxes.flyautotune_cache_key(target=None))
+    here.setdefault("torch", _installed_torch())
     out = []
     for entry in entries:
         try:
@@ -201,11 +202,8 @@ def unmatched(entries: Iterable[StoreEntry], check_with: Optional[Mapping[str, A
     return out
 
 
-def _torch_version() -> Optional[str]:
-    """torch's version as a key holds it (``torch.__version__``), without importing torch where it is not."""
-    torch = sys.modules.get("torch")
-    if torch is not None:
-        return str(torch.__version__)
+def _installed_torch() -> Optional[str]:
+    """The installed torch's version (its wheel's, as ``torch.__version__`` gives it), without importing it."""
     import importlib.metadata
 
     try:
