@@ -38,6 +38,14 @@ def warnings_(caplog):
     return caplog
 
 
+def edit_file(path, sql, params=()) -> None:
+    """Change a store file behind the store's back, as another program (or a newer flyautotune) would."""
+    raw = sqlite3.connect(path)
+    raw.execute(sql, params)
+    raw.commit()
+    raw.close()
+
+
 def messages(caplog) -> str:
     return "\n".join(r.getMessage() for r in caplog.records if r.name == "flyautotune.store")
 
@@ -268,10 +276,7 @@ def test_store_file_deleted_while_open_is_recreated(store):
 def test_malformed_row_is_skipped_with_a_warning_naming_it(store, warnings_):
     store.put("rms", "good", "t", cfg(1), timings((1, 1.0)), {})
     store.put("rms", "bad", "t", cfg(2), timings((2, 1.0)), {})
-    raw = sqlite3.connect(store.path)
-    raw.execute("UPDATE entries SET config_json = '{not json' WHERE key = 'bad'")
-    raw.commit()
-    raw.close()
+    edit_file(store.path, "UPDATE entries SET config_json = '{not json' WHERE key = 'bad'")
     assert store.get("rms", "bad") is None
     msg = messages(warnings_)
     assert "skipping malformed entry tuner='rms' key='bad'" in msg and str(store.path) in msg
@@ -293,20 +298,14 @@ def test_malformed_row_is_skipped_with_a_warning_naming_it(store, warnings_):
 )
 def test_malformed_fields_are_reported(store, warnings_, column, value, problem):
     store.put("rms", "k", "t", cfg(1), [], {})
-    raw = sqlite3.connect(store.path)
-    raw.execute(f"UPDATE entries SET {column} = {value if column == 'created' else repr(value)}")
-    raw.commit()
-    raw.close()
+    edit_file(store.path, f"UPDATE entries SET {column} = {value if column == 'created' else repr(value)}")
     assert store.get("rms", "k") is None
     assert problem in messages(warnings_)
 
 
 def test_malformed_timing_row_is_skipped(store, warnings_):
     store.put("rms", "k", "t", cfg(1), timings((1, 1.0), (2, 2.0)), {})
-    raw = sqlite3.connect(store.path)
-    raw.execute("UPDATE timings SET ms = 'fast' WHERE config_json = ?", (canonical_config_json(cfg(2)),))
-    raw.commit()
-    raw.close()
+    edit_file(store.path, "UPDATE timings SET ms = 'fast' WHERE config_json = ?", (canonical_config_json(cfg(2)),))
     assert store.get_timings("rms", "t") == {canonical_config_json(cfg(1)): 1.0}
     assert "skipping malformed timing tuner='rms'" in messages(warnings_)
 
@@ -365,10 +364,7 @@ def test_one_cause_is_warned_once_across_operations_and_the_lost_winner_always(t
 def test_database_from_a_newer_schema_is_read_but_not_written(store, warnings_):
     store.put("rms", "k", "t", cfg(1), [], {})
     store.close()
-    raw = sqlite3.connect(store.path)
-    raw.execute("PRAGMA user_version = 99")
-    raw.commit()
-    raw.close()
+    edit_file(store.path, "PRAGMA user_version = 99")
     assert store.get("rms", "k").config == cfg(1)
     assert store.put("rms", "k2", "t", cfg(2), [], {}) is False
     assert "it was written by a newer flyautotune (schema v99; this one writes v1)" in messages(warnings_)
@@ -379,11 +375,8 @@ def test_database_from_a_newer_schema_is_read_but_not_written(store, warnings_):
 def test_a_newer_schema_with_tables_of_its_own_is_read_not_moved_aside(store, warnings_, addition):
     store.put("rms", "k", "t", cfg(1), [], {})
     store.close()
-    raw = sqlite3.connect(store.path)
-    raw.execute(addition)
-    raw.execute("PRAGMA user_version = 99")
-    raw.commit()
-    raw.close()
+    edit_file(store.path, addition)
+    edit_file(store.path, "PRAGMA user_version = 99")
     assert store.get("rms", "k").config == cfg(1)
     assert store.put("rms", "k2", "t", cfg(2), [], {}) is False
     assert "schema v99" in messages(warnings_) and "moved" not in messages(warnings_)
@@ -393,10 +386,7 @@ def test_a_newer_schema_with_tables_of_its_own_is_read_not_moved_aside(store, wa
 def test_an_unknown_table_in_a_store_of_this_schema_is_still_refused(store, warnings_):
     store.put("rms", "k", "t", cfg(1), [], {})
     store.close()
-    raw = sqlite3.connect(store.path)
-    raw.execute("CREATE TABLE notes (key TEXT)")
-    raw.commit()
-    raw.close()
+    edit_file(store.path, "CREATE TABLE notes (key TEXT)")
     assert store.get("rms", "k") is None
     assert "which flyautotune never creates" in messages(warnings_)
 
@@ -443,11 +433,8 @@ def test_locked_database_times_out_into_a_warning(tmp_path, warnings_):
 ], ids=["no_primary_key", "an_extra_column"])
 def test_a_file_of_this_schema_whose_tables_differ_is_moved_aside_not_used(tmp_path, warnings_, create, why):
     # without the key, rows pile up and crash markers count forever; with an extra column every write fails
-    raw = sqlite3.connect(tmp_path / "tuning.sqlite3")
-    raw.execute(create)
-    raw.execute("PRAGMA user_version = 1")
-    raw.commit()
-    raw.close()
+    edit_file(tmp_path / "tuning.sqlite3", create)
+    edit_file(tmp_path / "tuning.sqlite3", "PRAGMA user_version = 1")
     s = TuningStore(tmp_path)
     assert s.put("rms", "k", "t", cfg(1), [], {}) is True  # a fresh store took the place of the file
     assert s.get("rms", "k").config == cfg(1)
