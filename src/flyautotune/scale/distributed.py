@@ -1,17 +1,21 @@
-"""Agreement across the ranks of a ``torch.distributed`` job: one winner per key on every rank.
+"""Agreement across the ranks of a ``torch.distributed`` job: one config per key on every rank.
 
-Inside ``with distributed(group):`` a cold key is tuned once by the whole group:
-rank 0's stored winner (if any) is broadcast and wins everywhere; otherwise the
-ranks split the candidates round-robin, time their share, gather every timing and
-apply one deterministic decision. Every collective is bounded by ``timeout_s``: a
-failure or a timeout gives ``Agreement.failed`` on that rank (the caller runs the
-default), with one warning, and the group is not used for agreement again.
+Inside ``with distributed(group):`` every rank's first lookup of a key is one
+collective of the whole group. The ranks first check that they all ask about the
+same key; then rank 0's own answer wins everywhere: its stored or shipped winner
+(broadcast, and checked by every rank), or its decision to run the default. Only
+where rank 0 would search do the ranks split the candidates round-robin, time
+their share, gather every timing and apply one deterministic decision. Every
+collective is bounded by ``timeout_s``: a failure or a timeout gives
+``Agreement.failed`` (the caller runs the default), with one warning, and the
+group is not used for agreement again.
 """
 
 from __future__ import annotations
 
 import contextlib
 import datetime
+import hashlib
 import json
 import logging
 import math
@@ -38,15 +42,20 @@ class DistributedSettings:
 class Agreement:
     """The group's answer for one key.
 
-    :param winner: the chosen candidate index (None when a stored config was
+    :param winner: the chosen candidate index (None when rank 0's answer was
         broadcast, or on failure).
     :param config: rank 0's stored winner (``Config.to_dict()`` form), broadcast to all.
+    :param source: where rank 0 found ``config`` (``store`` or ``pack``).
+    :param default: every rank runs the default: rank 0 would (a miss, not forced),
+        or a rank could not use rank 0's winner.
     :param writer: True on the one rank that writes the store (rank 0 of the group).
     :param failed: why agreement failed; then every rank runs the default.
     """
 
     winner: Optional[int] = None
     config: Optional[dict] = None
+    source: Optional[str] = None
+    default: bool = False
     writer: bool = False
     failed: Optional[str] = None
 
@@ -73,13 +82,23 @@ def distributed(group: Any = None, timeout_s: float = 60.0) -> Iterator[Distribu
     Enter it on every rank of the group, around the same calls: a cold key is
     timed by all ranks together and every rank runs the same winner.
 
-    :param group: a ``torch.distributed`` process group; None: the default group.
+    Every rank's first lookup of a key inside the block is one collective (a
+    config this process chose outside a block of this group is chosen again:
+    entering the block drops it from memory), and every rank runs rank 0's answer.
+
+    :param group: a ``torch.distributed`` process group; None: all ranks, through a
+        gloo group of flyautotune's own, made on the first entry (so a tuning
+        collective that times out never leaves the job's own group out of step).
+        Making it is a collective of every rank, as entering the block is anyway.
     :param timeout_s: the most any tuning collective may wait; past it every rank
         falls back to the default config, with one warning.
     :yields: the :class:`DistributedSettings` in force.
     """
     _positive_timeout(None, None, timeout_s)
     settings = DistributedSettings(group, float(timeout_s))
+    if group is None:
+        tuning_group(None)  # made here, where every rank is, not at a later lookup one rank may skip
+    _forget_unagreed(settings)
     stack = getattr(_local, "stack", None)
     if stack is None:
         stack = _local.stack = []
@@ -88,6 +107,56 @@ def distributed(group: Any = None, timeout_s: float = 60.0) -> Iterator[Distribu
         yield settings
     finally:
         stack.pop()
+
+
+_own: dict = {}  # "group": flyautotune's gloo group over every rank, made once per process group
+
+
+def tuning_group(group: Any) -> Any:
+    """The group tuning collectives of ``distributed(group)`` run on: ``group`` itself, or for None a gloo group
+    over every rank of the default group, made once (a collective: every rank calls it, at its first block).
+    Falls back to the default group (None) where one cannot be made (not initialized, no gloo)."""
+    if group is not None:
+        return group
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return None
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    world = dist.group.WORLD
+    with _broken_lock:
+        own = _own.get("group")
+        if own is not None and own[0] is world:
+            return own[1]
+    try:
+        made = dist.new_group(backend="gloo")
+    except Exception as exc:  # no gloo in this build: the default group carries the collectives
+        log.warning("flyautotune: could not make a gloo group for tuning (%s: %s); tuning collectives use the "
+                    "default group", type(exc).__name__, exc)
+        made = None
+    with _broken_lock:
+        _own["group"] = (world, made)
+    return made
+
+
+def _forget_unagreed(settings: DistributedSettings) -> None:
+    """Drop from every tuner's memory the configs not agreed in this group, so each key's first lookup in the
+    block is a collective on every rank (a rank that chose a key alone would skip it, and the others wait)."""
+    from ..tuning.decorator import forget_unagreed
+
+    forget_unagreed(_token(settings.group))
+
+
+def _token(group: Any) -> int:
+    """What a plan agreed in ``group`` is marked with (the group None stands for the default group)."""
+    return id(group) if group is not None else 0
+
+
+def agreed_token() -> Optional[int]:
+    """The token of the group this thread's cold lookups agree in (None outside ``distributed``)."""
+    stack = getattr(_local, "stack", None)
+    return _token(stack[-1].group) if stack else None
 
 
 def active() -> Optional[DistributedSettings]:
@@ -146,11 +215,42 @@ class _Bounded:
         return out
 
 
-def agree(*, key: str, n_candidates: int, time_some: Callable[[list], dict], decide: Callable[[dict], int],
-          stored: Optional[dict], group: Any = None, timeout_s: float = 60.0) -> Agreement:
-    """Agree on one winner for ``key`` across ``group``'s ranks; call it on every rank.
+def _key_words(key: str) -> list:
+    """The key's SHA-256 as four signed 64-bit words (what the ranks compare)."""
+    digest = hashlib.sha256(key.encode()).digest()
+    return [int.from_bytes(digest[i:i + 8], "little", signed=True) for i in range(0, 32, 8)]
 
-    :param key: the canonical key (for messages; every rank must pass the same one).
+
+def _brief(key: str) -> str:
+    return key if len(key) <= 160 else key[:160] + "..."
+
+
+_mismatch_warned: set = set()
+
+
+def _mismatch(group: Any, strays: list, key: str) -> Agreement:
+    """Ranks asked about different keys: every rank knows it (the keys were gathered), so every rank runs the
+    default for the key it asked about. Warned once per group; the group stays in use (the ranks are still in
+    step: each joined the same collective)."""
+    why = (f"rank(s) {strays} asked about another key (or another number of candidates) than rank 0 "
+           f"({_brief(key)} here); agreement needs the same calls in the same order on every rank")
+    with _broken_lock:
+        first = id(group) not in _mismatch_warned
+        _mismatch_warned.add(id(group))
+    if first:
+        warnings.warn(f"flyautotune: {why}; every rank runs the default config for such keys",
+                      RuntimeWarning, stacklevel=3)
+    return Agreement(failed=why, default=True)
+
+
+def agree(*, key: str, n_candidates: int, time_some: Callable[[list], dict], decide: Callable[[dict], int],
+          stored: Optional[dict], group: Any = None, timeout_s: float = 60.0, source: str = "store",
+          use_default: bool = False, accept: Optional[Callable[[dict], bool]] = None) -> Agreement:
+    """Agree on one config for ``key`` across ``group``'s ranks; call it on every rank.
+
+    :param key: the canonical key. Every rank must ask about the same one: the ranks
+        compare it first, and where any differs every rank runs the default
+        (``failed`` says which rank asked about another key), with one warning.
     :param n_candidates: how many candidates the search has (the same on every rank).
     :param time_some: ``time_some(indices) -> {index: ms or None}`` times this rank's
         share of the candidates (None: the candidate failed).
@@ -159,9 +259,16 @@ def agree(*, key: str, n_candidates: int, time_some: Callable[[list], dict], dec
     :param stored: this rank's stored winner (``Config.to_dict()`` form) or None; only
         rank 0's counts, and it is broadcast.
     :param group: the process group (None: the default group).
-    :param timeout_s: the bound on each phase: the stored-winner broadcast, and the
-        gather after this rank timed its share (which includes waiting for slower
+    :param timeout_s: the bound on each phase: the key check and rank 0's answer, and
+        the gather after this rank timed its share (which includes waiting for slower
         ranks to finish timing theirs).
+    :param source: where this rank found ``stored`` (``store`` or ``pack``); rank 0's
+        is broadcast with it.
+    :param use_default: with no ``stored``, this rank would run its default (a miss,
+        not forced); only rank 0's counts: then every rank runs the default, no search.
+    :param accept: ``accept(config) -> bool``: whether this rank can run rank 0's
+        broadcast winner. Every rank's answer is gathered; if any rank cannot, every
+        rank runs the default.
     :returns: an :class:`Agreement`; ``failed`` set (and one warning issued per
         group) when a collective failed or timed out.
     """
@@ -181,15 +288,42 @@ def agree(*, key: str, n_candidates: int, time_some: Callable[[list], dict], dec
         rank, size = dist.get_rank(group), dist.get_world_size(group)
         root = dist.get_global_rank(group, 0) if group is not None else 0
         io = _Bounded(dist, group, timeout_s)
-        # 1. rank 0's stored winner wins everywhere.
-        blob = json.dumps(stored, sort_keys=True).encode() if rank == 0 and stored is not None else b""
-        length = torch.tensor([len(blob)], dtype=torch.int64, device=io.device)
-        io.broadcast(length, root, f"broadcasting rank 0's stored winner for {key}")
-        n = int(length.item())
+        # 1. the key (and the number of candidates) every rank asks about, and the length of rank 0's
+        # answer (0: search together)
+        answer = None
+        if rank == 0 and stored is not None:
+            answer = {"config": stored, "source": source}
+        elif rank == 0 and use_default:
+            answer = {"default": True}
+        blob = json.dumps(answer, sort_keys=True).encode() if answer is not None else b""
+        head = torch.tensor(_key_words(key) + [int(n_candidates), len(blob)], dtype=torch.int64, device=io.device)
+        heads = [h.cpu().tolist() for h in io.all_gather(head, size, f"comparing the key of {_brief(key)}")]
+        strays = [r for r in range(size) if heads[r][:-1] != heads[0][:-1]]
+        if strays:
+            return _mismatch(group, strays, key)
+        n = int(heads[0][-1])
         if n:
+            # 2. rank 0's answer wins everywhere: its winner (which every rank must be able to run), or the default
             data = torch.tensor(list(blob) if rank == 0 else [0] * n, dtype=torch.uint8, device=io.device)
-            io.broadcast(data, root, f"broadcasting rank 0's stored winner for {key}")
-            return Agreement(config=json.loads(bytes(data.cpu().tolist()).decode()), writer=False)
+            io.broadcast(data, root, f"broadcasting rank 0's answer for {_brief(key)}")
+            answer = json.loads(bytes(data.cpu().tolist()).decode())
+            if answer.get("default"):
+                return Agreement(default=True)
+            config = answer["config"]
+            try:
+                ok = bool(accept(config)) if accept is not None else True
+            except Exception as exc:  # this rank cannot run it: every rank runs the default
+                log.warning("%s: rank 0's winner %s cannot run here: %s: %s", _brief(key), config,
+                            type(exc).__name__, exc)
+                ok = False
+            flag = torch.tensor([int(ok)], dtype=torch.int64, device=io.device)
+            flags = [int(f.cpu()[0]) for f in io.all_gather(flag, size, f"checking rank 0's winner for {_brief(key)}")]
+            refused = [r for r in range(size) if not flags[r]]
+            if refused:
+                log.warning("%s: rank(s) %s cannot run rank 0's winner %s; every rank runs the default",
+                            _brief(key), refused, config)
+                return Agreement(default=True)
+            return Agreement(config=config, source=str(answer.get("source", "store")), writer=False)
         # 2. each rank times its round-robin share; NaN marks a failed candidate.
         mine = [i for i in range(n_candidates) if i % size == rank]
         try:
@@ -203,7 +337,7 @@ def agree(*, key: str, n_candidates: int, time_some: Callable[[list], dict], dec
             ms = timed.get(i)
             if ms is not None and math.isfinite(ms):
                 row[i] = float(ms)
-        rows = [r.cpu() for r in io.all_gather(row, size, f"gathering the timings for {key}")]
+        rows = [r.cpu() for r in io.all_gather(row, size, f"gathering the timings for {_brief(key)}")]
         gathered = {i: float(rows[i % size][i]) for i in range(n_candidates) if not math.isnan(rows[i % size][i])}
     except AgreementError as exc:
         return _fail(group, str(exc))

@@ -15,6 +15,7 @@ from .. import hints as _hints, keys, streams
 from ..config import Config
 from ..context import open_hints
 from ..devices import explain_interpreter_error
+from ..scale.distributed import agreed_token
 from ..targets import target_for
 from . import env, fastpath, lookup, verify
 from .binding import Call, Signature, memo_key, names_arg, optional_callable
@@ -357,6 +358,7 @@ class Autotuner:
             selection = lookup.select_cold(self, call, target, snapshot, forced)
             plan = Plan(selection.config, target, selection.source, snapshot, self._pm, selection.key, selection)
             plan.min_pos = _min_pos(self.sig, plan.kwargs)
+            plan.agreed = agreed_token()  # inside fat.distributed every cold lookup is the group's collective
             if self._memo.get(mkey) is not None:  # a forced search replaced a plan: its cache hits must not run
                 self._drop_fast(self._memo[mkey])  # the old one (the generated and C paths read this memo)
             self._memo[mkey] = plan
@@ -419,6 +421,22 @@ def clear_all() -> None:
     """``clear()`` every live tuner."""
     for tuner in list(_TUNERS):
         tuner.clear()
+
+
+def forget_unagreed(token: int) -> None:
+    """Drop from every live tuner's memory the plans not agreed in the group ``token`` names (entering
+    ``fat.distributed``): each such key's next lookup is the group's collective again."""
+    for tuner in list(_TUNERS):
+        stale = [k for k, plan in list(tuner._memo.items()) if plan.agreed != token]
+        if not stale:
+            continue
+        dropped = set()
+        for k in stale:
+            plan = tuner._memo.pop(k, None)
+            if plan is not None:
+                dropped.add(id(plan))
+        for k in [k for k, entry in list(tuner._fast_memo.items()) if id(entry[1]) in dropped]:
+            tuner._fast_memo.pop(k, None)  # in place: the C path holds this dict
 
 
 def _min_pos(sig: Signature, kwargs: dict) -> int:

@@ -124,44 +124,19 @@ def _select_cold(t: Any, call: Call, target: Target, snapshot: tuple, forced: bo
     kd = key_dict(t.key, call, target, snapshot, t.pm, t.source_fingerprint)
     key = keys.canonical_json(kd)
     store = t.store()
-    if not forced:
-        if key not in t._refused:  # winners a launcher refused are not offered again
-            entry = store.get(t.name, key)
-            space_changed = (entry is not None and t.default is None and t._space_fp is not None
-                             and entry.provenance.get("space") not in (None, t._space_fp))
-            if space_changed:
-                # No default to fall back on: a miss searches, and stored timings of
-                # unchanged candidates are reused. (With a default, the old winner
-                # still beats the default until a forced search.)
-                log.info("%s: the config space changed since the stored winner; searching again", t.name)
-            elif entry is not None:
-                config = usable(t, entry.config, call, target, snapshot, "stored")
-                if config is not None:
-                    _emit(t, key, config, "store")
-                    return Selection(config, "store", key)
-                store.delete(t.name, key)
-            if not space_changed:
-                pack_entry = t.find_in_packs(key)
-                if pack_entry is not None:
-                    config = usable(t, pack_entry.config, call, target, snapshot, "shipped")
-                    if config is not None:
-                        _emit(t, key, config, "pack")
-                        return Selection(config, "pack", key)
-        if t.default is not None:
-            config = default_config(t, call)
-            checks.check_caller(t.name, t.sig, [config], call)
-            checks.check_fits(t.name, t.sig, t.pm, [config], target, snapshot)
-            _emit(t, key, config, "default")
-            return Selection(config, "default", key)
+    local = None if forced else _local_choice(t, call, target, snapshot, key, store)
     from ..scale.distributed import active
 
     settings = active()
-    if settings is not None:
+    if settings is not None:  # every rank's first lookup of a key is the group's: rank 0's answer runs everywhere
         if warming is not None:
             warming.join()  # nothing is timed while the device warms
-        selection = agreed(t, call, target, snapshot, kd, key, forced, store, settings)
+        selection = agreed(t, call, target, snapshot, kd, key, forced, store, settings, local)
         _emit(t, key, selection.config, selection.source)
         return selection
+    if local is not None:
+        _emit(t, key, local.config, local.source)
+        return local
     failed = t._failed.get(key)
     if failed is not None and not forced:
         raise failed  # every candidate failed for this key already in this process
@@ -172,6 +147,37 @@ def _select_cold(t: Any, call: Call, target: Target, snapshot: tuple, forced: bo
         raise
     _emit(t, key, selection.config, "search")
     return selection
+
+
+def _local_choice(t: Any, call: Call, target: Target, snapshot: tuple, key: str, store: Any) -> Optional[Selection]:
+    """What this process runs for a key without searching: its stored winner, a shipped one, or the default;
+    None where only a search can answer."""
+    if key not in t._refused:  # winners a launcher refused are not offered again
+        entry = store.get(t.name, key)
+        space_changed = (entry is not None and t.default is None and t._space_fp is not None
+                         and entry.provenance.get("space") not in (None, t._space_fp))
+        if space_changed:
+            # No default to fall back on: a miss searches, and stored timings of
+            # unchanged candidates are reused. (With a default, the old winner
+            # still beats the default until a forced search.)
+            log.info("%s: the config space changed since the stored winner; searching again", t.name)
+        elif entry is not None:
+            config = usable(t, entry.config, call, target, snapshot, "stored")
+            if config is not None:
+                return Selection(config, "store", key)
+            store.delete(t.name, key)
+        if not space_changed:
+            pack_entry = t.find_in_packs(key)
+            if pack_entry is not None:
+                config = usable(t, pack_entry.config, call, target, snapshot, "shipped")
+                if config is not None:
+                    return Selection(config, "pack", key)
+    if t.default is not None:
+        config = default_config(t, call)
+        checks.check_caller(t.name, t.sig, [config], call)
+        checks.check_fits(t.name, t.sig, t.pm, [config], target, snapshot)
+        return Selection(config, "default", key)
+    return None
 
 
 def search(t: Any, call: Call, target: Target, snapshot: tuple, kd: dict, key: str, forced: bool,
@@ -208,28 +214,28 @@ _STORED = ("config", "ms", "error", "spread", "method", "reps")
 
 
 def agreed(t: Any, call: Call, target: Target, snapshot: tuple, kd: dict, key: str, forced: bool, store: Any,
-           settings: Any) -> Selection:
+           settings: Any, local: Optional[Selection] = None) -> Selection:
     """Inside ``fat.distributed(...)``: every rank of the group takes one config for the key.
 
-    Rank 0's stored (or shipped) winner is broadcast; otherwise the ranks split the
-    candidates, time their share, gather the timings and apply one deterministic decision.
-    If a collective fails, every rank runs the default (``agree`` warns once).
+    The ranks check they ask about the same key; then rank 0's own answer (``local`` there: its stored or
+    shipped winner, or the default) runs on every rank. Where rank 0 would search, the ranks split the
+    candidates, time their share, gather the timings and apply one deterministic decision. If a collective
+    fails, every rank runs the default (``agree`` warns once).
     """
-    from ..scale.distributed import agree
+    from ..scale.distributed import agree, tuning_group
 
-    stored = None
-    if not forced:
-        entry = store.get(t.name, key)
-        entry = entry if entry is not None else t.find_in_packs(key)
-        stored = entry.config if entry is not None else None
     configs, default = search_space(t, call)
     every = configs + ([default] if default is not None else [])
     checks.check_caller(t.name, t.sig, every, call)
     checks.check_fits(t.name, t.sig, t.pm, every, target, snapshot)
-    stream = streams.resolve_stream(call.named.get("stream") if t.sig.has_stream else None, call.device)
-    run = Search(t, call, target, snapshot, key, configs, default, {}, stream)
+    order = search_configs(t, call) if every else []  # the candidates, in the order Search times them
+    runs: list = []
 
     def time_some(indices: list) -> dict:
+        if not runs:  # made only where the ranks search (it copies restore_value's tensors)
+            stream = streams.resolve_stream(call.named.get("stream") if t.sig.has_stream else None, call.device)
+            runs.append(Search(t, call, target, snapshot, key, configs, default, {}, stream))
+        run = runs[0]
         out = {}
         for i in indices:
             try:
@@ -245,20 +251,32 @@ def agreed(t: Any, call: Call, target: Target, snapshot: tuple, kd: dict, key: s
             raise AutotuneError(f"{t.name}: every candidate failed on every rank")
         return min(ok, key=lambda i: (ok[i], i))  # the same answer on every rank: ties to the lowest index
 
-    result = agree(key=key, n_candidates=len(run.cands), time_some=time_some, decide=decide, stored=stored,
-                   group=settings.group, timeout_s=settings.timeout_s)
-    fallback = default if default is not None else run.cands[0].config
-    if result.failed is not None:
-        if result.failed.startswith("every candidate failed"):
-            raise AutotuneError(f"{t.name}: {result.failed}")
-        return Selection(fallback, "default", key)
+    accepted: list = []
+
+    def accept(data: dict) -> bool:
+        config = usable(t, data, call, target, snapshot, "broadcast")
+        accepted.append(config)
+        return config is not None
+
+    shared = local is not None and local.source in ("store", "pack")
+    result = agree(key=key, n_candidates=len(order), time_some=time_some, decide=decide,
+                   stored=local.config.to_dict() if shared else None,
+                   source=local.source if shared else "store",
+                   use_default=local is not None and local.source == "default",
+                   accept=accept, group=tuning_group(settings.group), timeout_s=settings.timeout_s)
+    fallback = default if default is not None else (order[0] if order else None)
+    if result.failed is not None and result.failed.startswith("every candidate failed"):
+        raise AutotuneError(f"{t.name}: {result.failed}")
     if result.config is not None:
-        config = usable(t, result.config, call, target, snapshot, "broadcast")
-        return Selection(config if config is not None else fallback, "store" if config is not None else "default", key)
-    winner = run.cands[result.winner].config
+        return Selection(accepted[-1], result.source or "store", key)
+    if fallback is None:
+        raise AutotuneError(f"{t.name}: the config space is empty for this call, and there is no default")
+    if result.failed is not None or result.default:
+        return Selection(fallback, "default", key)
+    winner = order[result.winner]
     if result.writer and winner.pre_hook is None:
-        store.put(t.name, key, key, winner.to_dict(), [], provenance(target, kd, run.elapsed(), t._space_fp,
-                                                                       call.device))
+        store.put(t.name, key, key, winner.to_dict(), [],
+                  provenance(target, kd, runs[0].elapsed() if runs else 0.0, t._space_fp, call.device))
     t.search_count += 1
     return Selection(winner, "search", key)
 

@@ -24,7 +24,7 @@ class Plan:
     """A picked config, prepared once so a cache hit does no merging."""
 
     __slots__ = ("config", "target", "source", "kwargs", "layers", "launch", "hit", "key", "selection", "min_pos",
-                 "bound", "bound_kwargs", "direct", "direct_stream")
+                 "bound", "bound_kwargs", "direct", "direct_stream", "agreed")
 
     def __init__(self, config: Config, target: Target, source: str, snapshot: tuple, pm: Any,
                  key: Optional[str] = None, selection: Any = None) -> None:
@@ -47,6 +47,8 @@ class Plan:
         # the same, where it takes ``stream=``: a hit with a stream passes it the resolved stream and does not
         # make it current (nothing to zero on it)
         self.direct_stream: Any = None
+        # the group (``fat.distributed``'s token) whose ranks agreed on this config; None: chosen alone
+        self.agreed: Optional[int] = None
 
 
 def run_plan(fn: Any, sig: Signature, plan: Plan, call: Call, stream: Any) -> Any:
