@@ -102,3 +102,76 @@ def tuner_scenario(rank: int, world: int, port: int, out: str) -> None:
         json.dump({"ran": ran, "source": launch.last_source, "stored": stored,
                    "alone": decide({i: rank_ms(rank, i) for i in range(N)})}, f)
     dist.destroy_process_group()
+
+
+def _tuner(rank: int, out: str, **options):
+    """A tuner whose candidate ``B`` times as ``rank_ms(rank, B)`` on this rank, with its own store per rank."""
+    os.environ["FLYAUTOTUNE_CACHE_DIR"] = os.path.join(out, f"store{rank}")
+    import flyautotune as fat
+
+    pm = fat.build_plugin_manager(entry_points=False)
+
+    @fat.autotune(configs=[fat.Config(B=b) for b in range(N)], key=["n"], plugin_manager=pm, name="agreed",
+                  do_bench=lambda fn, setup=None: rank_ms(rank, fn()), **options)
+    def launch(x, n, B=None):
+        return B
+
+    return launch
+
+
+def own_answers_scenario(rank: int, world: int, port: int, out: str) -> None:
+    """A tuner with a default: what each rank holds alone (memory, store) gives way to rank 0's answer."""
+    import torch
+    import torch.distributed as dist
+
+    import flyautotune as fat
+
+    _init(rank, world, port)
+    launch = _tuner(rank, out, default=lambda **_: fat.Config(B=0))
+    x = torch.zeros(2)
+    report: dict = {}
+    # n=2: only rank 1 searched alone (its winner in its store and memory); rank 0 would run the default
+    if rank == 1:
+        report["alone2"] = launch.select(x, 2, force=True).config.kwargs["B"]
+    # n=3: each rank searched alone and stored its own winner
+    report["alone3"] = launch.select(x, 3, force=True).config.kwargs["B"]
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with fat.distributed(timeout_s=20):
+            report["ran2"], report["source2"] = launch(x, 2), launch.last_source
+            report["ran3"], report["source3"] = launch(x, 3), launch.last_source
+            report["again3"], report["source_again3"] = launch(x, 3), launch.last_source
+            # the ranks ask about different keys: both run the default, and the group stays usable
+            report["stray"], report["source_stray"] = launch(x, 4 + rank), launch.last_source
+            report["forced7"] = launch.select(x, 7, force=True).config.kwargs["B"]
+    report["warnings"] = [str(w.message) for w in caught if "flyautotune" in str(w.message)]
+    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+        json.dump(report, f)
+    dist.destroy_process_group()
+
+
+def silent_rank_scenario(rank: int, world: int, port: int, out: str, timeout_s: float) -> None:
+    """Rank 1 enters the block but never makes the tuning call; the job's own collective still works."""
+    import torch
+    import torch.distributed as dist
+
+    import flyautotune as fat
+
+    _init(rank, world, port)
+    launch = _tuner(rank, out)  # no default: a cold key is tuned by the group
+    report: dict = {}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with fat.distributed(timeout_s=timeout_s):
+            if rank == 0:
+                t0 = time.monotonic()
+                report["ran"], report["source"] = launch(torch.zeros(2), 2), launch.last_source
+                report["took"] = time.monotonic() - t0
+    total = torch.tensor([rank + 1.0])
+    dist.all_reduce(total)  # the job's own next collective, on the default group
+    report["sum"] = float(total[0])
+    report["warnings"] = [str(w.message) for w in caught if "flyautotune" in str(w.message)]
+    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+        json.dump(report, f)
+    dist.barrier()
+    os._exit(0)  # the tuning collective rank 1 never joined is still pending on the tuning group

@@ -106,3 +106,36 @@ def test_a_tuner_inside_distributed_runs_one_config_on_every_rank(tmp_path, rank
     assert len({r["alone"] for r in reports}) == 2  # although alone the ranks would disagree
     assert [bool(r["stored"]) for r in reports] == [True, False]  # one rank writes the store
     assert {r["source"] for r in reports} == {"search"}
+
+
+@pytest.mark.slow
+def test_rank_zeros_answer_runs_on_every_rank_whatever_each_rank_holds(tmp_path, ranks):
+    r0, r1 = spawn(ranks.own_answers_scenario, 2, tmp_path)
+    # n=2: rank 1 had searched alone (its winner in memory and in its store); rank 0 runs the default on a
+    # miss, so every rank runs the default
+    assert r1["alone2"] != 0
+    assert (r0["ran2"], r0["source2"]) == (r1["ran2"], r1["source2"]) == (0, "default")
+    # n=3: both ranks hold their own, different winners; rank 0's runs everywhere
+    assert r0["alone3"] != r1["alone3"]
+    assert (r0["ran3"], r0["source3"]) == (r1["ran3"], r1["source3"]) == (r0["alone3"], "store")
+    # ...and answers from memory afterwards, on both ranks
+    assert r0["again3"] == r1["again3"] == r0["alone3"] and r0["source_again3"] == r1["source_again3"] == "memory"
+    # different keys on the two ranks: each runs the default, with one warning naming the stray rank
+    assert (r0["stray"], r0["source_stray"]) == (r1["stray"], r1["source_stray"]) == (0, "default")
+    for r in (r0, r1):
+        (warning,) = r["warnings"]
+        assert "rank(s) [1] asked about another key" in warning
+    # the group is still used: a forced search of the group takes one winner, from every rank's timings
+    gathered = {i: ranks.rank_ms(i % 2, i) for i in range(ranks.N)}
+    assert r0["forced7"] == r1["forced7"] == ranks.decide(gathered)
+
+
+@pytest.mark.slow
+def test_a_timed_out_agreement_leaves_the_jobs_own_group_working(tmp_path, ranks):
+    r0, r1 = spawn(ranks.silent_rank_scenario, 2, tmp_path, 2.0)
+    # rank 0 waited at most the bound, then ran the space's first config (there is no default)
+    assert r0["ran"] == 0 and r0["source"] == "default" and r0["took"] < 2.0 + 1.5
+    assert len(r0["warnings"]) == 1 and "timed out" in r0["warnings"][0]
+    assert r1["warnings"] == []
+    # the job's own all_reduce on the default group pairs up: tuning ran on a gloo group of its own
+    assert r0["sum"] == r1["sum"] == 3.0
