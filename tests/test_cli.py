@@ -544,6 +544,32 @@ def test_import_says_which_entries_this_installation_will_never_look_up(cli, tmp
     assert "note: 1 entry would be written that" in dry
 
 
+def test_show_and_clear_stale_list_and_delete_only_winners_no_lookup_here_finds(cli, tmp_path):
+    ok(cli("tune", "clidemo", "--shape", "2x8", "--shape", "4x8", "--device", "cpu"))
+    assert "No stale entries in " in ok(cli("show", "--stale"))
+    pack = tmp_path / "winners.json"
+    ok(cli("export", pack))
+    doc = json.loads(pack.read_text())
+    key = json.loads(doc["entries"][0]["key"])  # the same shape, tuned under another torch
+    key["backend"]["torch"] = "1.0.0+other"
+    doc["entries"][0]["key"] = json.dumps(key, sort_keys=True, separators=(",", ":"))
+    pack.write_text(json.dumps(doc))
+    ok(cli("import", pack))
+    assert ok(cli("show")).startswith("3 tuned entries")
+    listed = ok(cli("show", "--stale")).splitlines()
+    assert listed[0].startswith("1 stale entry in ") and "`flyautotune clear --stale` deletes them" in listed[0]
+    (row,) = [line for line in listed if line.startswith("clidemo ")]
+    assert "torch 1.0.0+other (here " in row
+    (stale,) = json.loads(ok(cli("show", "--stale", "--json")))["entries"]
+    assert json.loads(stale["key"])["backend"]["torch"] == "1.0.0+other"
+    refused = cli("clear", "--stale", "--all")
+    assert refused.returncode == 2 and "give --stale or --all, not both" in refused.stderr
+    assert ok(cli("clear", "--stale", "clidemo")).startswith("removed 1 stale winner of clidemo from ")
+    assert ok(cli("show")).startswith("2 tuned entries")  # the winners this installation uses are kept
+    assert "No stale entries" in ok(cli("show", "--stale"))
+    assert "winner from the store" in ok(cli("tune", "clidemo", "--shape", "2x8", "--device", "cpu"))
+
+
 # -- telemetry ---------------------------------------------------------------------------------
 
 

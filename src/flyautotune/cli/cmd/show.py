@@ -20,17 +20,36 @@ def add_parser(sub) -> None:
     p = sub.add_parser("show", help="list the winners in the tuning store")
     p.add_argument("adopter", metavar="ADOPTER", nargs="?", help="only this adopter (or tuner name)")
     p.add_argument("--json", action="store_true", help="print the entries as a JSON pack")
+    p.add_argument("--stale", action="store_true",
+                   help="only the winners no lookup in this installation finds (tuned from another version of "
+                        "the kernel's source, or under another Python, flyautotune or torch), and why; loads "
+                        "the adopters to know their sources")
 
 
 def run(args: argparse.Namespace) -> None:
     from ...store import dump_pack
 
     found = entries(args.adopter)
+    why: dict = {}
+    if args.stale:
+        why = stale(found)
+        found = [e for e in found if (e.tuner, e.key) in why]
     if args.json:
         sys.stdout.write(dump_pack(found))
         return
     path = store().path
     what = f" for {safe(args.adopter)}" if args.adopter else ""
+    if args.stale:
+        if not found:
+            out(f"No stale entries{what} in {path}: every winner there can serve a lookup here.")
+            return
+        out(f"{plural(len(found), 'stale entry', 'stale entries')}{what} in {path} (no lookup here finds "
+            f"them; `flyautotune clear --stale` deletes them):")
+        texts = key_texts([(e.tuner, e.key) for e in found])
+        rows = [[e.tuner, key, where, config_text(e.config), safe(why[(e.tuner, e.key)]), _when(e.created)]
+                for e, (key, where) in zip(found, texts)]
+        out(table(["tuner", "key", "target", "winner", "tuned with", "tuned"], rows))
+        return
     if not found:
         out(f"No tuned entries{what} in {path}.")
         return
@@ -42,6 +61,13 @@ def run(args: argparse.Namespace) -> None:
                      _when(e.created)])
     out(table(["tuner", "key", "target", "winner", "ms (±noise, method)", "vs default", "candidates", "tuned"], rows,
               right=(4, 6)))
+
+
+def stale(found: list) -> dict:
+    """``{(tuner, key): why}`` for the entries no lookup in this installation finds (``store.unmatched``)."""
+    from ... import store as _store
+
+    return {(e.tuner, e.key): why for e, why in _store.unmatched(found)}
 
 
 def key_texts(keys: list) -> list:
