@@ -276,3 +276,46 @@ def test_no_cpu_guard_where_the_keys_run_on_a_gpu(tmp_path, monkeypatch):
     assert [k.shape for k in plan.keys] == [(4096, 8192)]
     with pytest.raises(PlanError, match="more than the 4194304"):
         load_plan(options_plan(tmp_path, 'device = "cpu"', shapes='["4096x8192"]'))
+
+
+# -- the pack's destination is checked before any key is tuned
+
+
+@pytest.mark.parametrize("where, problem", [
+    ("a-file/winners.json", "{tmp}/a-file is a file, not a folder, so the pack's folder cannot be made"),
+    ("a-file/deeper/winners.json", "{tmp}/a-file is a file, not a folder, so the pack's folder cannot be made"),
+    ("a-folder", "it is a folder"),
+])
+@pytest.mark.parametrize("check", [False, True], ids=["run", "check"])
+def test_a_pack_that_cannot_be_written_is_refused_before_tuning(tmp_path, toy_on_path, capsys, where, problem,
+                                                                check):
+    (tmp_path / "a-file").write_text("not a folder")
+    (tmp_path / "a-folder").mkdir()
+    path = write(tmp_path, GOOD)
+    pack = tmp_path / where
+    assert _cli([str(path), "--pack", str(pack), "--device", "cpu", *(["--check"] if check else [])]) == 2
+    out, err = capsys.readouterr()
+    assert err.strip() == (f"flyautotune plan: error: argument --pack: cannot write the pack to {str(pack)!r}: "
+                           f"{problem.format(tmp=tmp_path)}; accepted: a file in a folder that exists or can be "
+                           f"made, and can be written")
+    assert toy_on_path.launch.search_count == 0 and "keys in" not in out  # nothing was tuned
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a-file", "a-folder", "plan.toml"]
+
+
+def test_the_plan_option_pack_is_checked_too_and_named(tmp_path, toy_on_path, capsys):
+    (tmp_path / "a-file").write_text("not a folder")
+    path = write(tmp_path, GOOD.replace("[options]\n", '[options]\npack = "a-file/winners.json"\n'))
+    assert _cli([str(path), "--device", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"flyautotune plan: error: {path}: [options], field 'pack': cannot write the pack to "
+                          f"{str(tmp_path / 'a-file' / 'winners.json')!r}: ")
+    assert toy_on_path.launch.search_count == 0
+
+
+def test_a_pack_in_folders_not_made_yet_is_accepted_and_they_are_made_at_the_end(tmp_path, toy_on_path, capsys):
+    path = write(tmp_path, GOOD)
+    pack = tmp_path / "dist" / "packs" / "winners.json"
+    assert _cli([str(path), "--pack", str(pack), "--device", "cpu", "--check"]) == 0
+    assert not (tmp_path / "dist").exists()  # the check leaves nothing behind
+    assert _cli([str(path), "--pack", str(pack), "--device", "cpu", "--serial"]) == 0
+    assert len(json.loads(pack.read_text())["entries"]) == 6

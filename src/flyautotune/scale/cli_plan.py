@@ -72,10 +72,19 @@ def _engine(args: argparse.Namespace, plan: Any) -> tuple:
     return False, None, None
 
 
+def _pack_origin(args: argparse.Namespace, plan: Any) -> str:
+    """Where the pack path came from, as an error names it."""
+    if args.pack:
+        return "argument --pack"
+    if plan.options.pack:
+        return f"{plan.path}: [options], field 'pack'"
+    return "the default pack path (beside the plan; --pack or [options] pack chooses another)"
+
+
 def run(args: argparse.Namespace) -> int:
     """Run the ``plan`` command; returns the exit status (0 ok, 1 a key failed, 2 a bad plan)."""
     from .plan import PlanError, device_problem, load_plan
-    from .runner import PlanProgress, pick_device, run_serial, summary_table, write_pack
+    from .runner import PlanProgress, pack_problem, pick_device, run_serial, summary_table, write_pack
 
     problem = device_problem(args.device) if args.device is not None else ""
     if problem:
@@ -88,6 +97,13 @@ def run(args: argparse.Namespace) -> int:
         plan = load_plan(args.plan)
     except PlanError as exc:
         print(f"flyautotune plan: error: {exc}", file=sys.stderr)
+        return 2
+    pack = args.pack or plan.pack_path()
+    problem = pack_problem(pack)
+    if problem:  # before any tuning: hours of winners must not end in a pack that cannot be written
+        print(f"flyautotune plan: error: {_pack_origin(args, plan)}: cannot write the pack to {str(pack)!r}: "
+              f"{problem}; accepted: a file in a folder that exists or can be made, and can be written",
+              file=sys.stderr)
         return 2
     if args.check:
         for key in plan.keys:
@@ -111,7 +127,6 @@ def run(args: argparse.Namespace) -> int:
         result = run_serial(plan, device=args.device, force=args.force, progress=progress)
     _say()
     _say(summary_table(result))
-    pack = args.pack or plan.pack_path()
     if not result.entries() and os.path.exists(pack):
         # nothing tuned (every key failed, or no store took a winner): the pack there is kept, not emptied
         print(f"flyautotune plan: error: no winner to export; {pack} is left as it was", file=sys.stderr)

@@ -198,6 +198,28 @@ def run_serial(plan: Plan, *, device: Optional[str] = None, force: Optional[bool
     return PlanResult(out, time.perf_counter() - t0, "serial")
 
 
+def pack_problem(path: Any) -> str:
+    """Why the pack cannot be written to ``path``, or ``""``: checked before any key is tuned, by creating (and
+    removing) a file in its folder, or in the nearest folder above it that exists (``write_pack`` makes the rest).
+    Nothing is left behind."""
+    path = Path(path)
+    if path.is_dir():
+        return "it is a folder"
+    folder = path.parent
+    while not folder.exists() and folder != folder.parent:
+        folder = folder.parent
+    if not folder.is_dir():
+        return f"{folder} is a file, not a folder, so the pack's folder cannot be made"
+    try:
+        fd, probe = tempfile.mkstemp(dir=folder, prefix=f".{path.name}.", suffix=".probe")
+    except OSError as exc:
+        what = "its folder" if folder == path.parent else f"{folder}, where its folder would be made,"
+        return f"{what} is not writable ({exc.strerror or exc})"
+    os.close(fd)
+    os.unlink(probe)
+    return ""
+
+
 def write_pack(result: PlanResult, path: Any) -> int:
     """Write the plan's winners to ``path`` as one canonical pack (atomically); returns the entry count."""
     from ..store import dump_pack
