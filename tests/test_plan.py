@@ -134,6 +134,26 @@ def test_budget_skips_keys_left(tmp_path):
     assert {r.source for r in result.results[1:]} == {"skipped"}
 
 
+def test_keys_stored_earlier_are_looked_up_and_packed_after_the_budget_is_spent(tmp_path, toy_on_path, capsys):
+    stored = write(tmp_path, GOOD.replace('["4x8", [4, 40], "2x100"]', '["4x40", "2x100"]'), "stored.toml")
+    assert [r.source for r in run_serial(load_plan(stored)).results] == ["search"] * 4
+    path = write(tmp_path, GOOD.replace("[options]\n", "[options]\nbudget_s = 0.000001\n"))
+    result = run_serial(load_plan(path))
+    # The first key always runs; past the budget only the key that would search is skipped.
+    assert [r.source for r in result.results] == ["search", "skipped", "store", "store", "store", "store"]
+    assert result.results[1].error == "budget of 1e-06 s spent" and result.results[1].entry is None
+    assert toy_on_path.launch.search_count == 5
+    assert _cli([str(path), "--device", "cpu", "--serial"]) == 0
+    out = capsys.readouterr().out
+    assert f"pack: {tmp_path / 'plan.pack.json'} (5 winners)" in out  # every key but the skipped one ships
+    keys = [json.loads(e["key"]) for e in json.loads((tmp_path / "plan.pack.json").read_text())["entries"]]
+    assert sorted((tuple(k["args"]["x"]), k["dtypes"]["x"]) for k in keys) == [
+        ((2, 100), "torch.bfloat16"), ((2, 100), "torch.float32"), ((4, 8), "torch.float32"),
+        ((4, 40), "torch.bfloat16"), ((4, 40), "torch.float32")]
+    forced = run_serial(load_plan(path), force=True)  # a forced key always searches: past the budget it is skipped
+    assert [r.source for r in forced.results] == ["search"] + ["skipped"] * 5
+
+
 def _cli(argv):
     parser = argparse.ArgumentParser(prog="flyautotune")
     cli_plan.add_parser(parser.add_subparsers(dest="command"))

@@ -49,11 +49,12 @@ def toy(monkeypatch):
     return scale_toy
 
 
-def plan_file(tmp_path, shapes):
+def plan_file(tmp_path, shapes, options=""):
     path = tmp_path / "plan.toml"
     path.write_text(textwrap.dedent(f"""
         [options]
         plugins = ["scale_toy"]
+        {options}
 
         [[tune]]
         adopter = "scale_toy"
@@ -120,3 +121,13 @@ def test_cli_ray_flag_uses_the_running_instance(tmp_path, local_ray, capsys):
     assert cli_plan.run(parser.parse_args(["plan", plan.path, "--ray"])) == 0
     out = capsys.readouterr().out
     assert "4 keys in" in out and "(ray, 2 CPU worker(s))" in out and "(4 winners)" in out
+
+
+def test_past_the_budget_workers_look_up_stored_keys_and_they_ship(tmp_path, local_ray, toy):
+    run_serial(plan_file(tmp_path, ["4x40", "2x100"]))  # the driver's store holds these four keys
+    plan = plan_file(tmp_path, ["4x8", "4x40", "2x100"], "budget_s = 0.000001")
+    result = run_ray(plan)
+    # The first key always runs; past the budget only the key that would search is skipped.
+    assert [r.source for r in result.results] == ["search", "skipped", "store", "store", "store", "store"]
+    assert all(r.worker.split(":")[-1] != str(os.getpid()) for r in result.results[1:])  # looked up by workers
+    assert write_pack(result, tmp_path / "ray.pack.json") == 5

@@ -59,7 +59,8 @@ class PlanOptions:
     """``[options]`` of a plan.
 
     :param force: search every key again, even one with a stored winner.
-    :param budget_s: start no new key after this many seconds (the first key always runs; None: no limit).
+    :param budget_s: start no new search after this many seconds (the first key always runs; None: no limit);
+        a key with a stored winner is still looked up and packed.
     :param pack: where the exported pack goes (relative to the plan file's folder).
     :param device: the serial runner's device (``cpu``, ``cuda:N``; None picks the first GPU, else CPU).
     :param workers: CPU workers of a local Ray cluster when no GPU is visible.

@@ -22,7 +22,7 @@ from ..devices import use_triton_interpreter
 import attrs
 
 from .plan import Plan, PlanKey, plugin_manager_for
-from .runner import KeyResult, PlanResult, tune_key
+from .runner import KeyResult, PlanResult, look_up_key, tune_key
 
 log = logging.getLogger("flyautotune.scale")
 
@@ -48,11 +48,13 @@ def local_gpus() -> int:
     return device_count()
 
 
-def _tune_in_worker(key: dict, force: bool, plugins: tuple, known: Optional[str], use_gpu: bool) -> dict:
+def _tune_in_worker(key: dict, force: bool, plugins: tuple, known: Optional[str], use_gpu: bool,
+                    skip: Optional[str] = None) -> dict:
     """Runs inside a Ray worker: tune one key against a private, temporary store.
 
     ``known`` is pack text of the driver's winners for this key's tuner, so a key
-    stored earlier is not searched again (unless ``force``).
+    stored earlier is not searched again (unless ``force``). With ``skip`` (why the key
+    may not search: the budget is spent), the key's stored winner is only looked up.
     """
     from ..devices import default_device
     from ..store import TuningStore
@@ -80,7 +82,7 @@ def _tune_in_worker(key: dict, force: bool, plugins: tuple, known: Optional[str]
             with open(path, "w", encoding="utf-8") as f:
                 f.write(known)
             store.import_pack(path)
-        result = tune_key(adopter, pkey, device, force)
+        result = look_up_key(adopter, pkey, device, skip) if skip else tune_key(adopter, pkey, device, force)
         return attrs.evolve(result, worker=f"{socket.gethostname()}:{os.getpid()}").to_dict()
     finally:
         for m in managers:
@@ -166,11 +168,15 @@ def run_ray(plan: Plan, *, address: Optional[str] = None, workers: Optional[int]
             while queue and len(pending) < slots:
                 i, key = queue.pop(0)
                 spent = time.perf_counter() - t0
+                skip = None
                 if (results or pending) and opts.budget_s is not None and spent > opts.budget_s:
-                    results[i] = KeyResult(key, "skipped", error=f"budget of {opts.budget_s:g} s spent")
-                    _report(progress, results[i])
-                    continue
-                ref = task.remote(key.to_dict(), force, opts.plugins, known.get(key.adopter), use_gpu)
+                    # The budget stops searches; a stored winner costs a worker's lookup and still ships.
+                    skip = f"budget of {opts.budget_s:g} s spent"
+                    if force or known.get(key.adopter) is None:  # nothing stored to look up
+                        results[i] = KeyResult(key, "skipped", error=skip)
+                        _report(progress, results[i])
+                        continue
+                ref = task.remote(key.to_dict(), force, opts.plugins, known.get(key.adopter), use_gpu, skip)
                 pending[ref] = (i, key)
             if not pending:
                 continue

@@ -111,6 +111,29 @@ def tune_key(adopter: Any, key: PlanKey, device: str, force: bool = False) -> Ke
                      entry.to_pack_dict() if entry is not None else None, worker=str(os.getpid()))
 
 
+def look_up_key(adopter: Any, key: PlanKey, device: str, why: str) -> KeyResult:
+    """A key that may not search (``why``: the plan's budget is spent): its stored winner, looked up as a
+    search would look it up first, else ``skipped``. Nothing is timed; a stored key still reaches the pack."""
+    t0 = time.perf_counter()
+    from ..tuning.lookup import without_search
+
+    try:
+        args, kwargs = adopter.example(key.shape, key.dtype, device)
+        targs, tkw = adopter.bind(*args, **kwargs)
+        tuner = adopter.tuner
+        sel = without_search(tuner, targs, tkw)
+        entry = tuner.store().get(tuner.name, sel.key) if sel is not None and sel.source == "store" else None
+    except Exception as exc:  # as tune_key: one bad key must not stop the plan
+        return KeyResult(key, "skipped", seconds=time.perf_counter() - t0,
+                         error=f"{why} (its stored winner could not be looked up: {type(exc).__name__}: {exc})",
+                         worker=str(os.getpid()))
+    if entry is None:  # only a search could answer
+        return KeyResult(key, "skipped", seconds=time.perf_counter() - t0, error=why, worker=str(os.getpid()))
+    config = sel.config.to_dict() if sel.config.pre_hook is None else None
+    return KeyResult(key, "store", config, _best_ms(entry.timings, config), time.perf_counter() - t0,
+                     entry.to_pack_dict(), worker=str(os.getpid()))
+
+
 class PlanProgress:
     """Prints one line per finished key: keys done, keys left and the time to go."""
 
@@ -189,7 +212,10 @@ def run_serial(plan: Plan, *, device: Optional[str] = None, force: Optional[bool
         out = []
         for key in plan.keys:
             if out and opts.budget_s is not None and time.perf_counter() - t0 > opts.budget_s:
-                r = KeyResult(key, "skipped", error=f"budget of {opts.budget_s:g} s spent")
+                # The budget stops searches; a stored winner costs a lookup and still ships in the pack.
+                why = f"budget of {opts.budget_s:g} s spent"
+                r = KeyResult(key, "skipped", error=why) if force else \
+                    look_up_key(pm.get_adopter(key.adopter), key, device, why)
             else:
                 r = tune_key(pm.get_adopter(key.adopter), key, device, force)
             out.append(r)

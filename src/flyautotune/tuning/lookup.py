@@ -149,6 +149,20 @@ def _select_cold(t: Any, call: Call, target: Target, snapshot: tuple, forced: bo
     return selection
 
 
+def without_search(t: Any, args: tuple, kwargs: Mapping[str, Any]) -> Optional[Selection]:
+    """What a call of ``t`` with these arguments runs without searching: this process's stored winner, a
+    shipped one or the default; None where only a search can answer. Nothing is timed, nothing is stored, and
+    the tuner's memory is left as it was (a plan's keys past its budget are only looked up)."""
+    from ..targets import target_for
+
+    t._refresh_env()
+    call = t.sig.bind(tuple(args), dict(kwargs))
+    target = target_for(call.device, t.pm)
+    snapshot = t._snapshot()
+    key = keys.canonical_json(key_dict(t.key, call, target, snapshot, t.pm, t.source_fingerprint))
+    return _local_choice(t, call, target, snapshot, key, t.store())
+
+
 def _local_choice(t: Any, call: Call, target: Target, snapshot: tuple, key: str, store: Any) -> Optional[Selection]:
     """What this process runs for a key without searching: its stored winner, a shipped one, or the default;
     None where only a search can answer."""
