@@ -339,3 +339,48 @@ def test_a_pack_in_folders_not_made_yet_is_accepted_and_they_are_made_at_the_end
     assert not (tmp_path / "dist").exists()  # the check leaves nothing behind
     assert _cli([str(path), "--pack", str(pack), "--device", "cpu", "--serial"]) == 0
     assert len(json.loads(pack.read_text())["entries"]) == 6
+
+
+# -- Ctrl-C keeps what finished
+
+
+def _interrupt_at(monkeypatch, toy, shape, dtype):
+    """Ctrl-C arrives while the plan builds the inputs of ``shape`` x ``dtype``."""
+    real = toy.example
+
+    def example(s, d, device):
+        if (s, d) == (shape, dtype) and device != "meta":
+            raise KeyboardInterrupt
+        return real(s, d, device)
+
+    monkeypatch.setattr(toy, "example", example)
+
+
+def test_ctrl_c_of_a_serial_plan_keeps_the_finished_keys_and_writes_the_named_pack(tmp_path, toy_on_path,
+                                                                                   monkeypatch, capsys):
+    from flyautotune.store import get_store
+
+    path = write(tmp_path, GOOD)
+    pack = tmp_path / "dist" / "winners.json"
+    _interrupt_at(monkeypatch, toy_on_path, (4, 40), "fp32")
+    assert main(["plan", str(path), "--serial", "--device", "cpu", "--pack", str(pack)]) == 130
+    out, err = capsys.readouterr()
+    assert ("flyautotune plan: interrupted after 2 of 6 keys: 2 winners kept in the store; run the plan again to "
+            "finish (stored keys are looked up, not searched)") in err
+    assert f"pack: {pack} (2 winners of the finished keys; 4 keys not run)" in out
+    assert len(json.loads(pack.read_text())["entries"]) == 2
+    assert len(get_store().entries("scale_toy")) == 2
+
+
+def test_ctrl_c_without_pack_leaves_the_plans_pack_as_it_was(tmp_path, toy_on_path, monkeypatch, capsys):
+    from flyautotune.store import get_store
+
+    path = write(tmp_path, GOOD)
+    (tmp_path / "plan.pack.json").write_text("a whole pack of an earlier run")
+    _interrupt_at(monkeypatch, toy_on_path, (2, 100), "fp32")
+    assert main(["plan", str(path), "--serial", "--device", "cpu"]) == 130
+    err = capsys.readouterr().err
+    assert "interrupted after 4 of 6 keys: 4 winners kept in the store" in err
+    assert "the plan's pack is left as it was (--pack FILE writes the finished keys' winners on Ctrl-C)" in err
+    assert (tmp_path / "plan.pack.json").read_text() == "a whole pack of an earlier run"
+    assert len(get_store().entries("scale_toy")) == 4

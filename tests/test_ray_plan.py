@@ -131,3 +131,26 @@ def test_past_the_budget_workers_look_up_stored_keys_and_they_ship(tmp_path, loc
     assert [r.source for r in result.results] == ["search", "skipped", "store", "store", "store", "store"]
     assert all(r.worker.split(":")[-1] != str(os.getpid()) for r in result.results[1:])  # looked up by workers
     assert write_pack(result, tmp_path / "ray.pack.json") == 5
+
+
+def test_ctrl_c_of_the_driver_keeps_every_key_its_workers_finished(tmp_path, local_ray, monkeypatch, capsys):
+    from flyautotune.cli import main
+    from flyautotune.store import get_store, load_pack
+
+    plan = plan_file(tmp_path, ["4x8", "4x40", "2x100"])
+    real_wait, calls = ray.wait, []
+
+    def wait(*args, **kwargs):  # Ctrl-C in the driver while it waits for its third key
+        calls.append(1)
+        if len(calls) == 3:
+            raise KeyboardInterrupt
+        return real_wait(*args, **kwargs)
+
+    monkeypatch.setattr(ray, "wait", wait)
+    pack = tmp_path / "partial.pack.json"
+    assert main(["plan", plan.path, "--ray", "--pack", str(pack)]) == 130
+    out, err = capsys.readouterr()
+    assert "flyautotune plan: interrupted after 2 of 6 keys: 2 winners kept in the store" in err
+    assert f"pack: {pack} (2 winners of the finished keys; 4 keys not run)" in out
+    assert len(get_store().entries("scale_toy")) == 2  # merged into the driver's store as they arrived
+    assert {e.key for e in load_pack(pack)} == {e.key for e in get_store().entries("scale_toy")}

@@ -84,7 +84,8 @@ def _pack_origin(args: argparse.Namespace, plan: Any) -> str:
 def run(args: argparse.Namespace) -> int:
     """Run the ``plan`` command; returns the exit status (0 ok, 1 a key failed, 2 a bad plan)."""
     from .plan import PlanError, device_problem, load_plan
-    from .runner import PlanProgress, pack_problem, pick_device, run_serial, summary_table, write_pack
+    from .runner import (PlanInterrupted, PlanProgress, pack_problem, pick_device, run_serial, summary_table,
+                         write_pack)
 
     problem = device_problem(args.device) if args.device is not None else ""
     if problem:
@@ -119,12 +120,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"flyautotune plan: {note}", file=sys.stderr)
     progress = PlanProgress(len(plan.keys))
     _say(f"plan {args.plan}: {_keys(len(plan.keys))}")
-    if use_ray:
-        from .ray_engine import run_ray
+    try:
+        if use_ray:
+            from .ray_engine import run_ray
 
-        result = run_ray(plan, address=address, workers=args.workers, force=args.force, progress=progress)
-    else:
-        result = run_serial(plan, device=args.device, force=args.force, progress=progress)
+            result = run_ray(plan, address=address, workers=args.workers, force=args.force, progress=progress)
+        else:
+            result = run_serial(plan, device=args.device, force=args.force, progress=progress)
+    except PlanInterrupted as stop:
+        return _interrupted(stop, args.pack)
     _say()
     _say(summary_table(result))
     if not result.entries() and os.path.exists(pack):
@@ -139,6 +143,31 @@ def run(args: argparse.Namespace) -> int:
     _say(f"pack: {pack} ({n} winners)")
     failed = result.failed()
     return 1 if failed else 0
+
+
+def _interrupted(stop: Any, pack: Optional[str]) -> int:
+    """Ctrl-C: say what was kept; a ``--pack`` named for this run gets the finished keys' winners (the plan's
+    own pack is left as it was: a partial pack must not replace a whole one). Returns 130, as for any Ctrl-C."""
+    from .runner import write_pack
+
+    result = stop.result
+    kept = len(result.entries())
+    print(f"flyautotune plan: interrupted after {len(result.results)} of {_keys(stop.total)}: {kept} winner"
+          f"{'' if kept == 1 else 's'} kept in the store; run the plan again to finish (stored keys are looked "
+          f"up, not searched)", file=sys.stderr, flush=True)
+    if pack is None:
+        print("flyautotune plan: the plan's pack is left as it was (--pack FILE writes the finished keys' "
+              "winners on Ctrl-C)", file=sys.stderr)
+    elif kept:
+        try:
+            n = write_pack(result, pack)
+        except OSError as exc:
+            print(f"flyautotune plan: error: cannot write the pack {pack}: {exc}", file=sys.stderr)
+        else:
+            _say(f"pack: {pack} ({n} winners of the finished keys; {stop.total - len(result.results)} keys not run)")
+    else:
+        print(f"flyautotune plan: no winner to export; {pack} is left as it was", file=sys.stderr)
+    return 130
 
 
 def main(argv: Optional[list] = None) -> int:

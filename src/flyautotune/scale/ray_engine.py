@@ -2,7 +2,8 @@
 
 Each key is one Ray task. A task tunes in its own worker process with its own
 temporary ``FLYAUTOTUNE_CACHE_DIR`` (workers share nothing on disk) and returns the
-winner as a pack entry; the driver merges the entries into its store and one pack.
+winner as a pack entry; the driver merges each entry into its store as it arrives
+(so a Ctrl-C of the driver keeps every finished key) and writes one pack at the end.
 Ray retries a task whose worker process died, so a crash loses only the key in flight.
 """
 
@@ -22,7 +23,7 @@ from ..devices import use_triton_interpreter
 import attrs
 
 from .plan import Plan, PlanKey, plugin_manager_for
-from .runner import KeyResult, PlanResult, look_up_key, tune_key
+from .runner import KeyResult, PlanInterrupted, PlanResult, look_up_key, tune_key
 
 log = logging.getLogger("flyautotune.scale")
 
@@ -131,8 +132,10 @@ def run_ray(plan: Plan, *, address: Optional[str] = None, workers: Optional[int]
     :param force: overrides ``options.force``.
     :param progress: called with each :class:`KeyResult` as it finishes.
     :param retries: how often a key whose worker died is run again.
-    :returns: a :class:`PlanResult` in plan order; the winners are in the store.
+    :returns: a :class:`PlanResult` in plan order; the winners are in the store, each merged as it arrived.
     :raises ImportError: Ray is not installed (the message says how to install it).
+    :raises PlanInterrupted: on Ctrl-C, with the keys that finished (their winners are in the store); the keys
+        in flight are cancelled.
     """
     try:
         import ray
@@ -153,15 +156,19 @@ def run_ray(plan: Plan, *, address: Optional[str] = None, workers: Optional[int]
             gpus = local_gpus()
             ray.init(num_gpus=gpus, **({} if gpus else {"num_cpus": workers or opts.workers or 2}), **kw)
         started = True
+    t0 = time.perf_counter()
+    results: dict = {}
+    pending: dict = {}
+    merged: set = set()
+    engine = "ray"
     try:
         resources = ray.cluster_resources()
         use_gpu = resources.get("GPU", 0) >= 1
         slots = int(resources.get("GPU", 0) if use_gpu else resources.get("CPU", 1)) or 1
+        engine = f"ray, {slots} {'GPU' if use_gpu else 'CPU'} worker(s)"
         task = ray.remote(max_retries=retries, **({"num_gpus": 1} if use_gpu else {"num_cpus": 1}))(_tune_in_worker)
         known = {} if force else _known_winners(plan, pm)
         t0 = time.perf_counter()
-        results: dict = {}
-        pending: dict = {}
         queue = list(enumerate(plan.keys))
         while queue or pending:
             # Keep one key per worker in flight, so the budget can stop new keys.
@@ -187,14 +194,23 @@ def run_ray(plan: Plan, *, address: Optional[str] = None, workers: Optional[int]
                     results[i] = KeyResult.from_dict(ray.get(ref))
                 except Exception as exc:  # retries exhausted, or the task could not run at all
                     results[i] = KeyResult(key, "error", error=f"{type(exc).__name__}: {str(exc).splitlines()[0]}")
+                # Into the driver's store now: a Ctrl-C later must not lose what the workers finished.
+                merge_into_store(PlanResult([results[i]]))
+                merged.add(i)
                 _report(progress, results[i])
-        out = PlanResult([results[i] for i in range(len(plan.keys))], time.perf_counter() - t0,
-                         f"ray, {slots} {'GPU' if use_gpu else 'CPU'} worker(s)")
+    except KeyboardInterrupt:
+        for ref in pending:  # a caller's own Ray instance outlives this call: stop the keys in flight
+            try:
+                ray.cancel(ref)
+            except Exception:  # noqa: BLE001 - already finished or gone; shutting down stops the rest
+                pass
+        merge_into_store(PlanResult([r for i, r in results.items() if i not in merged]))  # one that came in last
+        done_keys = PlanResult([results[i] for i in sorted(results)], time.perf_counter() - t0, engine)
+        raise PlanInterrupted(done_keys, len(plan.keys)) from None
     finally:
         if started:
             ray.shutdown()
-    merge_into_store(out)
-    return out
+    return PlanResult([results[i] for i in range(len(plan.keys))], time.perf_counter() - t0, engine)
 
 
 def _report(progress: Any, result: KeyResult) -> None:

@@ -74,6 +74,19 @@ class PlanResult:
         return load_pack(json.dumps({"format": PACK_FORMAT, "version": PACK_VERSION, "entries": docs}))
 
 
+class PlanInterrupted(KeyboardInterrupt):
+    """Ctrl-C stopped a plan. A ``KeyboardInterrupt``, so callers that catch that still see one.
+
+    :param result: the keys that finished before it, in plan order; their winners are in this process's store.
+    :param total: how many keys the plan has.
+    """
+
+    def __init__(self, result: PlanResult, total: int) -> None:
+        super().__init__(f"interrupted after {len(result.results)} of {total} keys")
+        self.result = result
+        self.total = total
+
+
 def _best_ms(timings: Iterable[dict], config: dict) -> Optional[float]:
     for t in timings:
         if t.get("config") == config and t.get("ms") is not None:
@@ -200,6 +213,7 @@ def run_serial(plan: Plan, *, device: Optional[str] = None, force: Optional[bool
     :param device: overrides ``options.device``.
     :param force: overrides ``options.force``.
     :param progress: called with each :class:`KeyResult` as it finishes.
+    :raises PlanInterrupted: on Ctrl-C, with the keys that finished (their winners are stored already).
     """
     opts = plan.options
     device = pick_device(device or opts.device)
@@ -210,17 +224,20 @@ def run_serial(plan: Plan, *, device: Optional[str] = None, force: Optional[bool
         pm = pm if pm is not None else plugin_manager_for(opts.plugins)
         t0 = time.perf_counter()
         out = []
-        for key in plan.keys:
-            if out and opts.budget_s is not None and time.perf_counter() - t0 > opts.budget_s:
-                # The budget stops searches; a stored winner costs a lookup and still ships in the pack.
-                why = f"budget of {opts.budget_s:g} s spent"
-                r = KeyResult(key, "skipped", error=why) if force else \
-                    look_up_key(pm.get_adopter(key.adopter), key, device, why)
-            else:
-                r = tune_key(pm.get_adopter(key.adopter), key, device, force)
-            out.append(r)
-            if progress is not None:
-                progress(r)
+        try:
+            for key in plan.keys:
+                if out and opts.budget_s is not None and time.perf_counter() - t0 > opts.budget_s:
+                    # The budget stops searches; a stored winner costs a lookup and still ships in the pack.
+                    why = f"budget of {opts.budget_s:g} s spent"
+                    r = KeyResult(key, "skipped", error=why) if force else \
+                        look_up_key(pm.get_adopter(key.adopter), key, device, why)
+                else:
+                    r = tune_key(pm.get_adopter(key.adopter), key, device, force)
+                out.append(r)
+                if progress is not None:
+                    progress(r)
+        except KeyboardInterrupt:
+            raise PlanInterrupted(PlanResult(out, time.perf_counter() - t0, "serial"), len(plan.keys)) from None
     return PlanResult(out, time.perf_counter() - t0, "serial")
 
 
