@@ -384,3 +384,106 @@ def test_ctrl_c_without_pack_leaves_the_plans_pack_as_it_was(tmp_path, toy_on_pa
     assert "the plan's pack is left as it was (--pack FILE writes the finished keys' winners on Ctrl-C)" in err
     assert (tmp_path / "plan.pack.json").read_text() == "a whole pack of an earlier run"
     assert len(get_store().entries("scale_toy")) == 4
+
+
+# -- a named Ray cluster that does not answer fails in bounded time, naming the address
+
+
+@pytest.fixture
+def fake_ray(monkeypatch):
+    """A stand-in ``ray`` module (``import ray`` finds it): its ``init`` records the connection attempts Ray
+    would make and fails as Ray does where no cluster answers (after 20 attempts, 14 minutes, unbounded)."""
+    import os
+    import sys
+    import types
+
+    fake = types.ModuleType("ray")
+    fake.calls = []
+    fake.is_initialized = lambda: False
+
+    def init(address=None, **kwargs):
+        fake.calls.append((address, os.environ.get("RAY_gcs_server_port_wait_time_s", "20 (Ray's default)")))
+        raise ConnectionError(f"Failed to connect to Ray cluster at {address}")
+
+    fake.init = init
+    monkeypatch.setitem(sys.modules, "ray", fake)
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    monkeypatch.delenv("RAY_gcs_server_port_wait_time_s", raising=False)
+    return fake
+
+
+def _closed_port():
+    import socket
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+ACCEPTED_ADDRESSES = ("accepted: a running Ray cluster's address: HOST:PORT of a head's GCS (port 6379 by default), "
+                      "ray://HOST:PORT of a Ray Client server (port 10001 by default), or auto; a cluster slow to "
+                      "answer gets longer with connect_timeout_s in [options] (now 1 s)")
+
+
+def test_a_ray_address_where_nothing_answers_fails_within_connect_timeout(tmp_path, fake_ray, toy_on_path, capsys):
+    path = write(tmp_path, GOOD.replace("[options]\n", "[options]\nconnect_timeout_s = 1\n"))
+    address = f"127.0.0.1:{_closed_port()}"
+    assert _cli([str(path), "--ray", address]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == (f"flyautotune plan: error: argument --ray: cannot connect to the Ray cluster at "
+                           f"{address!r} within 1 s: nothing answers at {address} (Connection refused); "
+                           + ACCEPTED_ADDRESSES)
+    assert fake_ray.calls == []  # ray.init, with its 14 minutes of retries, never ran
+    assert toy_on_path.launch.search_count == 0 and not (tmp_path / "plan.pack.json").exists()
+
+
+def test_an_address_that_answers_but_is_not_ray_gets_one_attempt_of_rays(tmp_path, fake_ray, monkeypatch, capsys):
+    import os
+    import socket
+
+    path = write(tmp_path, GOOD.replace("[options]\n", "[options]\nconnect_timeout_s = 1\n"))
+    with socket.socket() as listener:  # accepts connections, says nothing: a port of something else
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        address = f"127.0.0.1:{listener.getsockname()[1]}"
+        monkeypatch.setenv("RAY_ADDRESS", address)
+        assert _cli([str(path)]) == 2
+    err = capsys.readouterr().err
+    assert err.strip() == (f"flyautotune plan: error: RAY_ADDRESS: cannot connect to the Ray cluster at {address!r}: "
+                           f"{address} answers, but Ray could not connect (ConnectionError: Failed to connect to "
+                           f"Ray cluster at {address}); " + ACCEPTED_ADDRESSES)
+    assert fake_ray.calls == [(address, "1")]  # one attempt of Ray's (about 41 s), not 20
+    assert "RAY_gcs_server_port_wait_time_s" not in os.environ  # Ray's setting put back as it was
+
+
+def test_an_operators_own_ray_attempts_are_kept(tmp_path, fake_ray, monkeypatch, capsys):
+    import socket
+
+    path = write(tmp_path, GOOD)
+    monkeypatch.setenv("RAY_gcs_server_port_wait_time_s", "7")
+    with socket.socket() as listener:
+        listener.bind(("127.0.0.1", 0))
+        listener.listen()
+        address = f"127.0.0.1:{listener.getsockname()[1]}"
+        assert _cli([str(path), "--ray", address]) == 2
+    assert fake_ray.calls == [(address, "7")]
+
+
+@pytest.mark.parametrize("address", ["head:abc", "head:6379/x", ":6379"])
+def test_a_ray_address_that_is_not_one_is_refused_naming_it(tmp_path, fake_ray, capsys, address):
+    path = write(tmp_path, GOOD)
+    assert _cli([str(path), "--ray", address]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"flyautotune plan: error: argument --ray: {address!r} is not a Ray address; accepted: HOST:PORT of a "
+        f"head's GCS (port 6379 by default), ray://HOST:PORT of a Ray Client server (port 10001 by default), or auto")
+    assert fake_ray.calls == []
+
+
+@pytest.mark.parametrize("value", ["0", "-1", "inf", "nan", '"30"'])
+def test_connect_timeout_must_be_a_positive_finite_number(tmp_path, capsys, value):
+    path = options_plan(tmp_path, f"connect_timeout_s = {value}")
+    status, _, err = check_plan(capsys, path)
+    assert status == 2 and f"{path}:3: [options], field 'connect_timeout_s': " in err
+    assert ("must be a positive, finite number of seconds" in err if value != '"30"'
+            else "has the wrong type (str); accepted: an integer or a number" in err)
+    assert load_plan(options_plan(tmp_path, "")).options.connect_timeout_s == 30.0

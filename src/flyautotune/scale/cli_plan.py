@@ -84,6 +84,7 @@ def _pack_origin(args: argparse.Namespace, plan: Any) -> str:
 def run(args: argparse.Namespace) -> int:
     """Run the ``plan`` command; returns the exit status (0 ok, 1 a key failed, 2 a bad plan)."""
     from .plan import PlanError, device_problem, load_plan
+    from .ray_engine import ADDRESS_ENV, ADDRESS_FORMS
     from .runner import (PlanInterrupted, PlanProgress, pack_problem, pick_device, run_serial, summary_table,
                          write_pack)
 
@@ -122,9 +123,17 @@ def run(args: argparse.Namespace) -> int:
     _say(f"plan {args.plan}: {_keys(len(plan.keys))}")
     try:
         if use_ray:
-            from .ray_engine import run_ray
+            from .ray_engine import RayConnectError, run_ray
 
-            result = run_ray(plan, address=address, workers=args.workers, force=args.force, progress=progress)
+            try:
+                result = run_ray(plan, address=address, workers=args.workers, force=args.force, progress=progress)
+            except RayConnectError as exc:
+                origin = "argument --ray" if args.ray else ADDRESS_ENV
+                hint = "" if exc.malformed else (
+                    f"; accepted: a running Ray cluster's address: {ADDRESS_FORMS}; a cluster slow to answer gets "
+                    f"longer with connect_timeout_s in [options] (now {plan.options.connect_timeout_s:g} s)")
+                print(f"flyautotune plan: error: {origin}: {exc}{hint}", file=sys.stderr)
+                return 2
         else:
             result = run_serial(plan, device=args.device, force=args.force, progress=progress)
     except PlanInterrupted as stop:

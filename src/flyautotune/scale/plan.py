@@ -25,7 +25,9 @@ DTYPES = {
 }
 TOP_LEVEL = ("options", "tune")
 OPTIONS = {"force": bool, "budget_s": (int, float), "pack": str, "device": str, "workers": int, "plugins": list,
-           "allow_slow": bool}
+           "allow_slow": bool, "connect_timeout_s": (int, float)}
+#: Seconds a named Ray cluster gets to answer before ``flyautotune plan`` gives up (``connect_timeout_s``).
+CONNECT_TIMEOUT_S = 30.0
 #: ``device`` values a plan may name: the CPU (Triton's interpreter) or a GPU, first or N-th.
 DEVICE_FORMS = "cpu, cuda, cuda:N"
 ENTRY_FIELDS = ("adopter", "shapes", "dtypes")
@@ -68,6 +70,8 @@ class PlanOptions:
         process that tunes (adopters not installed as entry points).
     :param allow_slow: on the CPU (Triton's interpreter), tune shapes above ``tune``'s element limit too
         (as ``flyautotune tune --allow-slow``).
+    :param connect_timeout_s: how long a named Ray cluster (``--ray ADDRESS``, ``RAY_ADDRESS``) gets to answer
+        before the plan fails naming the address.
     """
 
     force: bool = False
@@ -77,6 +81,7 @@ class PlanOptions:
     workers: Optional[int] = None
     plugins: tuple = attrs.field(default=(), converter=tuple)
     allow_slow: bool = False
+    connect_timeout_s: float = CONNECT_TIMEOUT_S
 
 
 @attrs.frozen
@@ -189,7 +194,7 @@ def _options(where: _Where, raw: Any) -> PlanOptions:
                         list: "a list"}
             raise where.error("options", None, name, f"{value!r} has the wrong type ({type(value).__name__}); "
                                                      f"accepted: {' or '.join(accepted[k] for k in kinds)}")
-        if name == "budget_s" and not (math.isfinite(value) and value > 0):
+        if name in ("budget_s", "connect_timeout_s") and not (math.isfinite(value) and value > 0):
             raise where.error("options", None, name, f"{value!r} must be a positive, finite number of seconds")
         if name == "workers" and value <= 0:
             raise where.error("options", None, name, f"{value!r} must be positive")
@@ -198,7 +203,7 @@ def _options(where: _Where, raw: Any) -> PlanOptions:
             raise where.error("options", None, name, problem)
         if name == "plugins" and not all(isinstance(m, str) and m for m in value):
             raise where.error("options", None, name, f"{value!r} must be a list of module names")
-        out[name] = float(value) if name == "budget_s" else value
+        out[name] = float(value) if name in ("budget_s", "connect_timeout_s") else value
     return PlanOptions(**out)
 
 

@@ -9,13 +9,15 @@ Ray retries a task whose worker process died, so a crash loses only the key in f
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import shutil
 import socket
 import tempfile
 import time
-from typing import Any, Optional
+from typing import Any, Iterator, Optional
+from urllib.parse import urlsplit
 
 from .._markers import hookimpl
 from ..devices import use_triton_interpreter
@@ -31,6 +33,24 @@ INSTALL_HINT = "pip install 'flyautotune[ray]'"
 ADDRESS_ENV = "RAY_ADDRESS"
 #: How often Ray re-runs a key whose worker process died.
 RETRIES = 3
+#: Default ports: a cluster's GCS (``ray start --head``), and the Ray Client server (``ray://``).
+GCS_PORT, CLIENT_PORT = 6379, 10001
+#: One connection attempt of ``ray.init(address=...)`` where something other than a Ray head answers (Ray 2.60:
+#: two 5 s RPC connects, a 30 s wait for the cluster ID, 1 s between attempts); Ray makes 20 by default (14 min).
+RAY_ATTEMPT_S = 41.0
+#: Ray's own count of those attempts (read by ``ray.init``; an operator's own setting is kept).
+RAY_ATTEMPTS_ENV = "RAY_gcs_server_port_wait_time_s"
+ADDRESS_FORMS = (f"HOST:PORT of a head's GCS (port {GCS_PORT} by default), ray://HOST:PORT of a Ray Client server "
+                 f"(port {CLIENT_PORT} by default), or auto")
+
+
+class RayConnectError(ConnectionError):
+    """No Ray cluster answered at ``address`` within the time allowed; the message says what was tried."""
+
+    def __init__(self, address: str, message: str, malformed: bool = False) -> None:
+        super().__init__(message)
+        self.address = address
+        self.malformed = malformed  # not an address at all (the message lists the accepted forms)
 
 
 def ray_installed() -> bool:
@@ -47,6 +67,83 @@ def local_gpus() -> int:
     from ..devices import device_count
 
     return device_count()
+
+
+def _host_port(address: str) -> Optional[tuple]:
+    """``(host, port)`` the address connects to first, or None where Ray finds the cluster itself (``auto``,
+    ``local``, another scheme). Raises RayConnectError for an address that is not one."""
+    if address in ("auto", "local"):
+        return None
+    scheme, _, rest = address.rpartition("://")
+    if scheme not in ("", "ray"):
+        return None  # a scheme a Ray plugin handles: Ray itself says what is wrong with it
+    try:
+        parts = urlsplit("//" + rest)
+        host, port, extra = parts.hostname, parts.port, parts.path or parts.query or parts.fragment
+    except ValueError:  # a port that is not a number, a broken [IPv6] literal
+        host = port = extra = None
+    if not host or extra:
+        raise RayConnectError(address, f"{address!r} is not a Ray address; accepted: {ADDRESS_FORMS}", True)
+    return host, port or (CLIENT_PORT if scheme else GCS_PORT)
+
+
+def _wait_for_port(host: str, port: int, deadline: float) -> str:
+    """``""`` once something accepts a connection at ``host:port``; why not, once ``deadline`` has passed (a name
+    that does not resolve fails at once). A head that is starting gets until the deadline."""
+    why = "no answer"
+    while True:
+        left = deadline - time.monotonic()
+        try:
+            with socket.create_connection((host, port), timeout=max(min(left, 5.0), 0.1)):
+                return ""
+        except socket.gaierror as exc:
+            return f"the host name {host!r} does not resolve ({exc.strerror or exc})"
+        except OSError as exc:
+            why = exc.strerror or str(exc) or type(exc).__name__
+        if deadline - time.monotonic() <= 0:
+            return why
+        time.sleep(min(0.5, max(deadline - time.monotonic(), 0.0)))
+
+
+@contextlib.contextmanager
+def _ray_attempts(seconds: float) -> Iterator[None]:
+    """Inside: ``ray.init`` makes as many connection attempts as fit in ``seconds`` (at least one)."""
+    if RAY_ATTEMPTS_ENV in os.environ:  # the operator's own budget
+        yield
+        return
+    os.environ[RAY_ATTEMPTS_ENV] = str(max(1, int(seconds // RAY_ATTEMPT_S)))
+    try:
+        yield
+    finally:
+        os.environ.pop(RAY_ATTEMPTS_ENV, None)
+
+
+def connect(ray: Any, address: str, timeout_s: float, **kwargs: Any) -> None:
+    """``ray.init(address=address)``, bounded: where nothing answers at the address the call fails after
+    ``timeout_s``, and where something that is not a Ray head answers, after Ray's connection attempts that fit
+    in ``timeout_s`` (at least one, about 41 s). ``ray.init`` alone retries for about 14 minutes.
+
+    :raises RayConnectError: naming the address and why.
+    """
+    deadline = time.monotonic() + timeout_s
+    target = _host_port(address)
+    if target is not None:
+        why = _wait_for_port(*target, deadline)
+        if why:
+            raise RayConnectError(address, f"cannot connect to the Ray cluster at {address!r} within "
+                                           f"{timeout_s:g} s: nothing answers at {target[0]}:{target[1]} ({why})")
+    try:
+        with _ray_attempts(deadline - time.monotonic()):
+            ray.init(address=address, **kwargs)
+    except Exception as exc:  # Ray's ConnectionError, a missing ray[client], ...
+        where = f"{target[0]}:{target[1]} answers, but " if target is not None else ""
+        raise RayConnectError(address, f"cannot connect to the Ray cluster at {address!r}: {where}Ray could not "
+                                       f"connect ({type(exc).__name__}: {_first_line(exc)})") from None
+
+
+def _first_line(exc: BaseException) -> str:
+    lines = str(exc).strip().splitlines()
+    return lines[0] if lines else ""
 
 
 def _tune_in_worker(key: dict, force: bool, plugins: tuple, known: Optional[str], use_gpu: bool,
@@ -121,7 +218,8 @@ def _known_winners(plan: Plan, pm: Any) -> dict:
 
 
 def run_ray(plan: Plan, *, address: Optional[str] = None, workers: Optional[int] = None,
-            force: Optional[bool] = None, progress: Any = None, retries: int = RETRIES) -> PlanResult:
+            force: Optional[bool] = None, progress: Any = None, retries: int = RETRIES,
+            connect_timeout_s: Optional[float] = None) -> PlanResult:
     """Tune every key of ``plan`` on Ray and merge the winners into this process's store.
 
     :param address: a running cluster (``ray://...`` or ``host:port``); default
@@ -132,8 +230,10 @@ def run_ray(plan: Plan, *, address: Optional[str] = None, workers: Optional[int]
     :param force: overrides ``options.force``.
     :param progress: called with each :class:`KeyResult` as it finishes.
     :param retries: how often a key whose worker died is run again.
+    :param connect_timeout_s: how long a named cluster gets to answer (default ``options.connect_timeout_s``).
     :returns: a :class:`PlanResult` in plan order; the winners are in the store, each merged as it arrived.
     :raises ImportError: Ray is not installed (the message says how to install it).
+    :raises RayConnectError: no cluster answered at ``address`` in time (the message names it).
     :raises PlanInterrupted: on Ctrl-C, with the keys that finished (their winners are in the store); the keys
         in flight are cancelled.
     """
@@ -151,7 +251,7 @@ def run_ray(plan: Plan, *, address: Optional[str] = None, workers: Optional[int]
     if not ray.is_initialized():
         kw: dict = {"include_dashboard": False, "logging_level": logging.WARNING}
         if address:
-            ray.init(address=address, **kw)
+            connect(ray, address, connect_timeout_s or opts.connect_timeout_s, **kw)
         else:
             gpus = local_gpus()
             ray.init(num_gpus=gpus, **({} if gpus else {"num_cpus": workers or opts.workers or 2}), **kw)
