@@ -93,7 +93,7 @@ def test_serial_plan_stores_winners_and_exports_one_pack(tmp_path, toy_on_path, 
     assert [r.source for r in result.results] == ["search"] * 6
     winners = {r.key.shape: r.config["kwargs"]["BLOCK"] for r in result.results}
     assert winners == {(4, 8): 16, (4, 40): 16, (2, 100): 64}
-    lines = log.getvalue().splitlines()
+    lines = [line for line in log.getvalue().splitlines() if " left" in line]  # one per finished key
     assert lines[0].startswith("[1/6] scale_toy 4x8 fp32: search 1.188 ms; 5 left, ETA") and "5 left, ETA" in lines[0]
     assert lines[-1].startswith("[6/6] scale_toy 2x100 bf16: search") and "0 left" in lines[-1]
     table = summary_table(result)
@@ -487,3 +487,71 @@ def test_connect_timeout_must_be_a_positive_finite_number(tmp_path, capsys, valu
     assert ("must be a positive, finite number of seconds" in err if value != '"30"'
             else "has the wrong type (str); accepted: an integer or a number" in err)
     assert load_plan(options_plan(tmp_path, "")).options.connect_timeout_s == 30.0
+
+
+# -- progress while a key runs
+
+
+def test_a_plan_on_a_pipe_says_which_key_starts_and_how_its_search_goes(tmp_path, toy_on_path):
+    import io
+
+    plan = load_plan(write(tmp_path, GOOD))
+    log = io.StringIO()
+    run_serial(plan, device="cpu", progress=PlanProgress(len(plan.keys), stream=log, tty=False, every_s=0))
+    text = log.getvalue()
+    assert "\r" not in text and "\x1b" not in text  # plain lines for a log
+    lines = text.splitlines()
+    first = lines[:lines.index(next(x for x in lines if x.startswith("[1/6] scale_toy 4x8 fp32: search ")))]
+    assert first[:2] == ["[1/6] scale_toy 4x8 fp32: tuning on cpu", "[1/6] scale_toy 4x8 fp32: searching 4 candidates"]
+    assert [x.split(" [")[0] for x in first[2:6]] == [f"[1/6] scale_toy 4x8 fp32: candidate {n} of 4"
+                                                      for n in range(1, 5)]
+    assert first[6].startswith("[1/6] scale_toy 4x8 fp32: searched 4 candidates in ")
+    assert "[6/6] scale_toy 2x100 bf16: tuning on cpu" in lines
+
+
+def test_a_plan_on_a_pipe_writes_a_candidate_line_at_most_every_every_s(tmp_path, toy_on_path):
+    import io
+
+    plan = load_plan(write(tmp_path, GOOD))
+    log = io.StringIO()
+    run_serial(plan, device="cpu", progress=PlanProgress(len(plan.keys), stream=log, tty=False, every_s=1e9))
+    lines = log.getvalue().splitlines()
+    assert lines[:3] == ["[1/6] scale_toy 4x8 fp32: tuning on cpu", "[1/6] scale_toy 4x8 fp32: searching 4 candidates",
+                         lines[2]] and lines[2].startswith("[1/6] scale_toy 4x8 fp32: searched 4 candidates in ")
+    assert not [x for x in lines if ": candidate " in x] and len(lines) == 6 * 4
+    again = io.StringIO()  # stored keys: which key, then its result
+    run_serial(plan, device="cpu", progress=PlanProgress(len(plan.keys), stream=again, tty=False))
+    first, result = again.getvalue().splitlines()[:2]
+    assert first == "[1/6] scale_toy 4x8 fp32: tuning on cpu"
+    assert result.startswith("[1/6] scale_toy 4x8 fp32: store 1.188 ms; 5 left, ETA ")
+
+
+def test_a_plan_on_a_terminal_keeps_one_live_line_per_key(tmp_path, toy_on_path):
+    import io
+
+    plan = load_plan(write(tmp_path, GOOD))
+    log = io.StringIO()
+    run_serial(plan, device="cpu", progress=PlanProgress(len(plan.keys), stream=log, tty=True))
+    text = log.getvalue()
+    assert "\r\x1b[K[1/6] scale_toy 4x8 fp32: tuning on cpu" in text
+    assert "\r\x1b[K[1/6] scale_toy 4x8 fp32: [" in text and "] candidate 1 of 4 (" in text  # the search's bar
+    assert "\r\x1b[K[1/6] scale_toy 4x8 fp32: search 1.188 ms; 5 left" in text  # replaces the live line
+    assert text.endswith("0 left\n")
+
+
+def test_the_keys_in_flight_on_ray_are_listed_while_waiting():
+    import io
+
+    progress = PlanProgress(3, stream=io.StringIO(), tty=False, every_s=0)
+    progress.started(PlanKey("scale_toy", (4, 8), "fp32"))
+    progress.started(PlanKey("scale_toy", (4, 40), "bf16"))
+    progress.tick()
+    lines = progress.stream.getvalue().splitlines()
+    assert lines[0] == "started scale_toy 4x8 fp32 on a Ray worker (1 running, 0 of 3 done)"
+    assert lines[1] == "started scale_toy 4x40 bf16 on a Ray worker (2 running, 0 of 3 done)"
+    assert lines[2].startswith("running scale_toy 4x8 fp32 (") and ", scale_toy 4x40 bf16 (" in lines[2]
+    assert lines[2].endswith("; 0 of 3 done")
+    quiet = PlanProgress(3, stream=io.StringIO(), tty=False, every_s=1e9)  # a log gets such a line every every_s
+    quiet.started(PlanKey("scale_toy", (4, 8), "fp32"))
+    quiet.tick()
+    assert len(quiet.stream.getvalue().splitlines()) == 1

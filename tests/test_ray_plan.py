@@ -96,6 +96,21 @@ def test_ray_plan_matches_serial_and_merges_one_store_and_pack(tmp_path, local_r
     assert [r.source for r in again.results] == ["store"] * 8
 
 
+def test_each_key_says_when_it_goes_to_a_worker(tmp_path, local_ray):
+    import io
+
+    from flyautotune.scale.runner import PlanProgress
+
+    plan = plan_file(tmp_path, ["4x8", "2x100"])
+    log = io.StringIO()
+    run_ray(plan, progress=PlanProgress(len(plan.keys), stream=log, tty=False))
+    lines = log.getvalue().splitlines()
+    for key in plan.keys:
+        start = next(i for i, x in enumerate(lines) if x.startswith(f"started {key.label()} on a Ray worker ("))
+        end = next(i for i, x in enumerate(lines) if x.startswith("[") and f"] {key.label()}: search " in x)
+        assert start < end
+
+
 def test_a_killed_worker_loses_only_its_key(tmp_path, local_ray, toy):
     from flyautotune.store import get_store
 

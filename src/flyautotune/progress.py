@@ -52,10 +52,13 @@ class Progress:
     :param stream: where to write (default ``sys.stderr``).
     :param tty: force the terminal (one updating line) or plain-line mode;
         default: ``stream.isatty()``.
+    :param every_s: in plain-line mode, write a candidate's or a re-timing round's line only when this many
+        seconds have passed since the last line (0: every one, as ``flyautotune tune``); the start and end of
+        the search are always written.
     """
 
     def __init__(self, label: str, stream: Optional[TextIO] = None, tty: Optional[bool] = None,
-                 tick_s: float = 0.5) -> None:
+                 tick_s: float = 0.5, every_s: float = 0.0) -> None:
         self.label = label
         self.stream = stream if stream is not None else sys.stderr
         if tty is None:
@@ -63,6 +66,8 @@ class Progress:
             tty = bool(isatty and isatty())
         self.tty = tty
         self.tick_s = tick_s
+        self.every_s = every_s
+        self._last_line = time.perf_counter()
         self.total = 0
         self.done = 0
         self.failed = self.skipped = 0
@@ -132,6 +137,8 @@ class Progress:
                 nxt = min(self.done + 1, self.total)
                 self._draw(f"candidate {nxt} of {self.total}" if self.done < self.total else "finishing")
                 return
+            if not self._due():
+                return
             ms = event.get("ms")
             result = _one_line(error) if skipped else f"failed: {_one_line(error)}" if error else f"{ms:.4f} ms"
             if event.get("reused") and not error:
@@ -147,7 +154,7 @@ class Progress:
                           f"round {event.get('round')} of at most {event.get('most')}")
             if self.tty:
                 self._draw(self.phase)
-            else:
+            elif self._due():
                 self._write(f"{self.label}: {self.phase} (elapsed {seconds(self._elapsed())})\n")
 
     def _end(self, event: dict) -> None:
@@ -160,6 +167,10 @@ class Progress:
             self._write(f"{self.label}: searched {self.total} candidates in {took}{failed}{skipped}\n")
 
     # -- drawing -----------------------------------------------------------------------
+    def _due(self) -> bool:
+        """Whether a plain line may be written now (``every_s`` since the last one)."""
+        return not self.every_s or time.perf_counter() - self._last_line >= self.every_s
+
     def _elapsed(self) -> float:
         return 0.0 if self.started is None else time.perf_counter() - self.started
 
@@ -182,6 +193,8 @@ class Progress:
         if self._line_open and not text.startswith("\r"):
             text = "\r\x1b[K" + text  # replace the live line instead of appending to it
             self._line_open = False
+        if text.endswith("\n"):
+            self._last_line = time.perf_counter()
         try:
             self.stream.write(text)
             self.stream.flush()

@@ -33,6 +33,8 @@ INSTALL_HINT = "pip install 'flyautotune[ray]'"
 ADDRESS_ENV = "RAY_ADDRESS"
 #: How often Ray re-runs a key whose worker process died.
 RETRIES = 3
+#: How often the driver looks up from waiting for its keys, to show the keys in flight.
+TICK_S = 1.0
 #: Default ports: a cluster's GCS (``ray start --head``), and the Ray Client server (``ray://``).
 GCS_PORT, CLIENT_PORT = 6379, 10001
 #: One connection attempt of ``ray.init(address=...)`` where something other than a Ray head answers (Ray 2.60:
@@ -228,7 +230,8 @@ def run_ray(plan: Plan, *, address: Optional[str] = None, workers: Optional[int]
         initialized Ray (``ray.init`` called by the caller) is used as it is.
     :param workers: CPU workers of a local instance (default ``options.workers`` or 2).
     :param force: overrides ``options.force``.
-    :param progress: called with each :class:`KeyResult` as it finishes.
+    :param progress: called with each :class:`KeyResult` as it finishes; where it has ``started(key)`` and
+        ``tick()`` (as :class:`PlanProgress` has), those are called as a key goes to a worker and while waiting.
     :param retries: how often a key whose worker died is run again.
     :param connect_timeout_s: how long a named cluster gets to answer (default ``options.connect_timeout_s``).
     :returns: a :class:`PlanResult` in plan order; the winners are in the store, each merged as it arrived.
@@ -268,6 +271,7 @@ def run_ray(plan: Plan, *, address: Optional[str] = None, workers: Optional[int]
         engine = f"ray, {slots} {'GPU' if use_gpu else 'CPU'} worker(s)"
         task = ray.remote(max_retries=retries, **({"num_gpus": 1} if use_gpu else {"num_cpus": 1}))(_tune_in_worker)
         known = {} if force else _known_winners(plan, pm)
+        started_key, tick = getattr(progress, "started", None), getattr(progress, "tick", None)
         t0 = time.perf_counter()
         queue = list(enumerate(plan.keys))
         while queue or pending:
@@ -285,9 +289,13 @@ def run_ray(plan: Plan, *, address: Optional[str] = None, workers: Optional[int]
                         continue
                 ref = task.remote(key.to_dict(), force, opts.plugins, known.get(key.adopter), use_gpu, skip)
                 pending[ref] = (i, key)
+                if started_key is not None:
+                    started_key(key)
             if not pending:
                 continue
-            done, _ = ray.wait(list(pending), num_returns=1)
+            done, _ = ray.wait(list(pending), num_returns=1, timeout=TICK_S)
+            if not done and tick is not None:
+                tick()  # a key can take minutes: show the keys in flight
             for ref in done:
                 i, key = pending.pop(ref)
                 try:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import logging
 import os
@@ -9,7 +10,7 @@ import sys
 import tempfile
 import time
 from pathlib import Path
-from typing import Any, Iterable, Optional, TextIO
+from typing import Any, Iterable, Iterator, Optional, TextIO
 
 import attrs
 
@@ -147,14 +148,34 @@ def look_up_key(adopter: Any, key: PlanKey, device: str, why: str) -> KeyResult:
                      entry.to_pack_dict(), worker=str(os.getpid()))
 
 
-class PlanProgress:
-    """Prints one line per finished key: keys done, keys left and the time to go."""
+#: On a pipe or a file (CI), the longest a plan stays silent while its keys are searched, where a line can say
+#: anything new: a search's candidate lines, and the keys a Ray run has in flight, come at most this often.
+EVERY_S = 30.0
 
-    def __init__(self, total: int, stream: Optional[TextIO] = None) -> None:
+
+class PlanProgress:
+    """A plan's progress: a line per finished key (keys done, keys left, the time to go), and while a key runs,
+    which key it is and how its search goes (serial: the core's search progress; Ray: the keys in flight).
+
+    :param stream: where to write (default ``sys.stderr``).
+    :param tty: one updating line for the key in flight (a terminal) or plain lines (a pipe, a file, CI);
+        default: ``stream.isatty()``.
+    :param every_s: in plain-line mode, the shortest time between two lines about the keys in flight.
+    """
+
+    def __init__(self, total: int, stream: Optional[TextIO] = None, tty: Optional[bool] = None,
+                 every_s: float = EVERY_S) -> None:
         self.total = total
         self.stream = stream if stream is not None else sys.stderr
+        if tty is None:
+            isatty = getattr(self.stream, "isatty", None)
+            tty = bool(isatty and isatty())
+        self.tty = tty
+        self.every_s = every_s
         self.done = 0
         self.t0 = time.perf_counter()
+        self.running: dict = {}  # PlanKey -> when it started (keys on Ray workers)
+        self._last_line = self.t0
 
     def eta(self) -> Optional[float]:
         """Seconds to go: elapsed time per finished key times the keys left (with many
@@ -163,17 +184,62 @@ class PlanProgress:
             return None
         return (time.perf_counter() - self.t0) / self.done * (self.total - self.done)
 
+    def key_progress(self, key: PlanKey, where: str) -> Any:
+        """The key about to be tuned in this process: says so, and returns the core's search progress for it
+        (a ``flyautotune_tuning_event`` receiver, as ``flyautotune tune`` shows). Close it when the key ends."""
+        from ..progress import Progress
+
+        progress = Progress(f"[{self.done + 1}/{self.total}] {key.label()}", self.stream, self.tty,
+                            every_s=0.0 if self.tty else self.every_s)
+        progress.begin(f"tuning on {where}")
+        return progress
+
+    def started(self, key: PlanKey) -> None:
+        """A key handed to a Ray worker."""
+        self.running[key] = time.perf_counter()
+        self._line(f"started {key.label()} on a Ray worker ({len(self.running)} running, {self.done} of "
+                   f"{self.total} done)")
+
+    def tick(self) -> None:
+        """Call while waiting for Ray's keys: a terminal's live line shows the keys in flight and their time;
+        a plain stream gets a line about them every ``every_s``."""
+        from ..progress import seconds
+
+        if not self.running:
+            return
+        now = time.perf_counter()
+        keys = sorted(self.running.items(), key=lambda kv: kv[1])
+        what = ", ".join(f"{k.label()} ({seconds(now - t)})" for k, t in keys[:3])
+        more = f" and {len(keys) - 3} more" if len(keys) > 3 else ""
+        text = f"running {what}{more}; {self.done} of {self.total} done"
+        if self.tty:
+            self._write(f"\r\x1b[K{text}")
+        elif now - self._last_line >= self.every_s:
+            self._line(text)
+
     def __call__(self, result: KeyResult) -> None:
         from ..progress import seconds
 
+        self.running.pop(result.key, None)
         self.done += 1
         eta = self.eta()
         what = f"{result.source}" + (f" {result.ms:.4g} ms" if result.ms is not None else "")
         if result.error:
             what += f" ({result.error.splitlines()[0][:80]})"
-        print(f"[{self.done}/{self.total}] {result.key.label()}: {what}; {self.total - self.done} left"
-              + (f", ETA {seconds(eta)}" if eta is not None and self.done < self.total else ""),
-              file=self.stream, flush=True)
+        self._line(f"[{self.done}/{self.total}] {result.key.label()}: {what}; {self.total - self.done} left"
+                   + (f", ETA {seconds(eta)}" if eta is not None and self.done < self.total else ""))
+
+    def _line(self, text: str) -> None:
+        # On a terminal a live line may be open (a key's search, the keys in flight): replace it.
+        self._write(("\r\x1b[K" if self.tty else "") + text + "\n")
+        self._last_line = time.perf_counter()
+
+    def _write(self, text: str) -> None:
+        try:
+            self.stream.write(text)
+            self.stream.flush()
+        except (OSError, ValueError):  # a closed pipe must not stop the plan
+            pass
 
 
 def summary_table(result: PlanResult) -> str:
@@ -205,6 +271,21 @@ def pick_device(requested: Optional[str]) -> str:
     return default_device()
 
 
+@contextlib.contextmanager
+def _receiving(pm: Any, receiver: Any) -> Iterator[None]:
+    """``receiver`` (None: nothing) gets the tuning events of ``pm`` inside the block, and is closed after."""
+    if receiver is None:
+        yield
+        return
+    name = f"flyautotune.scale.progress.{id(receiver)}"
+    pm.register(receiver, name=name)
+    try:
+        yield
+    finally:
+        pm.unregister(name=name)
+        receiver.close()
+
+
 def run_serial(plan: Plan, *, device: Optional[str] = None, force: Optional[bool] = None,
                progress: Any = None, pm: Any = None) -> PlanResult:
     """Tune every key of ``plan`` in this process, one after another; winners land
@@ -212,7 +293,8 @@ def run_serial(plan: Plan, *, device: Optional[str] = None, force: Optional[bool
 
     :param device: overrides ``options.device``.
     :param force: overrides ``options.force``.
-    :param progress: called with each :class:`KeyResult` as it finishes.
+    :param progress: called with each :class:`KeyResult` as it finishes; where it has ``key_progress(key,
+        device)`` (as :class:`PlanProgress` has), the receiver that returns gets each key's tuning events.
     :raises PlanInterrupted: on Ctrl-C, with the keys that finished (their winners are stored already).
     """
     opts = plan.options
@@ -222,17 +304,19 @@ def run_serial(plan: Plan, *, device: Optional[str] = None, force: Optional[bool
         if device == "cpu":  # before the plugins import their kernels: @triton.jit reads it when it decorates
             use_triton_interpreter()
         pm = pm if pm is not None else plugin_manager_for(opts.plugins)
+        key_progress = getattr(progress, "key_progress", None)
         t0 = time.perf_counter()
         out = []
         try:
             for key in plan.keys:
+                adopter = pm.get_adopter(key.adopter)
                 if out and opts.budget_s is not None and time.perf_counter() - t0 > opts.budget_s:
                     # The budget stops searches; a stored winner costs a lookup and still ships in the pack.
                     why = f"budget of {opts.budget_s:g} s spent"
-                    r = KeyResult(key, "skipped", error=why) if force else \
-                        look_up_key(pm.get_adopter(key.adopter), key, device, why)
+                    r = KeyResult(key, "skipped", error=why) if force else look_up_key(adopter, key, device, why)
                 else:
-                    r = tune_key(pm.get_adopter(key.adopter), key, device, force)
+                    with _receiving(adopter.tuner.pm, key_progress(key, device) if key_progress else None):
+                        r = tune_key(adopter, key, device, force)
                 out.append(r)
                 if progress is not None:
                     progress(r)
