@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime
+import importlib
 import json
 import os
 import time
@@ -145,9 +146,13 @@ def own_answers_scenario(rank: int, world: int, port: int, out: str) -> None:
             report["stray"], report["source_stray"] = launch(x, 4 + rank), launch.last_source
             report["forced7"] = launch.select(x, 7, force=True).config.kwargs["B"]
     report["warnings"] = [str(w.message) for w in caught if "flyautotune" in str(w.message)]
+    own = importlib.import_module("flyautotune.scale.distributed")._own["group"][1]
+    report["own_group_live"] = own() is not None
+    dist.destroy_process_group()
+    # flyautotune does not keep its group alive past the job's: torn down at exit, gloo's threads abort
+    report["own_group_released"] = own() is None
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
         json.dump(report, f)
-    dist.destroy_process_group()
 
 
 def silent_rank_scenario(rank: int, world: int, port: int, out: str, timeout_s: float) -> None:

@@ -128,6 +128,9 @@ def test_rank_zeros_answer_runs_on_every_rank_whatever_each_rank_holds(tmp_path,
     # the group is still used: a forced search of the group takes one winner, from every rank's timings
     gathered = {i: ranks.rank_ms(i % 2, i) for i in range(ranks.N)}
     assert r0["forced7"] == r1["forced7"] == ranks.decide(gathered)
+    # the gloo group flyautotune made for tuning goes with the job's groups (kept past them, the process
+    # could abort at exit)
+    assert all(r["own_group_live"] and r["own_group_released"] for r in (r0, r1))
 
 
 @pytest.mark.slow

@@ -22,6 +22,7 @@ import math
 import threading
 import time
 import warnings
+import weakref
 from typing import Any, Callable, Iterator, Optional
 
 import attrs
@@ -109,7 +110,7 @@ def distributed(group: Any = None, timeout_s: float = 60.0) -> Iterator[Distribu
         stack.pop()
 
 
-_own: dict = {}  # "group": flyautotune's gloo group over every rank, made once per process group
+_own: dict = {}  # "group": (weak WORLD, weak gloo group over every rank or None), made once per WORLD
 
 
 def tuning_group(group: Any) -> Any:
@@ -127,8 +128,10 @@ def tuning_group(group: Any) -> Any:
     world = dist.group.WORLD
     with _broken_lock:
         own = _own.get("group")
-        if own is not None and own[0] is world:
-            return own[1]
+        if own is not None and own[0]() is world:
+            made = own[1]() if own[1] is not None else None
+            if made is not None or own[1] is None:
+                return made
     try:
         made = dist.new_group(backend="gloo")
     except Exception as exc:  # no gloo in this build: the default group carries the collectives
@@ -136,7 +139,9 @@ def tuning_group(group: Any) -> Any:
                     "default group", type(exc).__name__, exc)
         made = None
     with _broken_lock:
-        _own["group"] = (world, made)
+        # Held weakly: torch holds its groups until destroy_process_group; a group kept alive past that is
+        # torn down at interpreter exit, where gloo's threads abort the process.
+        _own["group"] = (weakref.ref(world), weakref.ref(made) if made is not None else None)
     return made
 
 
