@@ -26,6 +26,15 @@ from .selection import Selection
 log = logging.getLogger("flyautotune")
 
 
+def _triton_kernel(fn: Any) -> Optional[str]:
+    """The class name of a Triton kernel object (``@triton.jit``, ``@triton.autotune``, ``@triton.heuristics``,
+    the interpreter's ``InterpretedFunction``), else None: they are launched as ``kernel[grid](...)``."""
+    module = getattr(type(fn), "__module__", None) or ""
+    if (module == "triton" or module.startswith("triton.")) and callable(getattr(fn, "run", None)):
+        return type(fn).__name__
+    return None
+
+
 def _paths(what: str, paths: Any) -> tuple:
     """``packs=``/``source_files=``: one path or an iterable of paths."""
     if isinstance(paths, (str, os.PathLike)):
@@ -73,6 +82,18 @@ class Autotuner:
     ) -> None:
         if not callable(fn):
             raise TypeError(f"autotune: the decorated object must be callable, got {fn!r}")
+        kernel = _triton_kernel(fn)
+        if kernel is not None:
+            raise TypeError(
+                f"autotune: {getattr(fn, '__name__', fn)!r} is a Triton kernel ({kernel}), not a launch: flyautotune "
+                f"wraps the Python function that launches the kernel. Write, for example:\n"
+                f"    @fat.autotune(configs=[fat.Config(BLOCK_SIZE=64, num_warps=4), ...], key=['n_elements'])\n"
+                f"    def launch(x, y, out, n_elements, BLOCK_SIZE=None):\n"
+                f"        grid = lambda META: (triton.cdiv(n_elements, META['BLOCK_SIZE']),)\n"
+                f"        kernel[grid](x, y, out, n_elements, BLOCK_SIZE=BLOCK_SIZE, **fat.lower_compile_hints())\n"
+                f"and call launch(x, y, out, n_elements): a config's kwargs arrive as the launch's parameters, and "
+                f"its num_warps/num_stages reach Triton through fat.lower_compile_hints() (docs/autotune.md, "
+                f"'Coming from @triton.autotune')")
         if name is not None and (not isinstance(name, str) or not name.strip()):
             raise TypeError(f"autotune: name={name!r}; expected a non-empty string (the tuner's name in the store)")
         self.fn = fn
@@ -376,6 +397,13 @@ class Autotuner:
 
     def __repr__(self) -> str:
         return f"<flyautotune.Autotuner {self.name!r}>"
+
+    def __getitem__(self, grid: Any) -> Any:
+        # kernel[grid](...) is how a Triton kernel (and @triton.autotune's) is launched; a tuned launch is not one
+        raise TypeError(f"{self.name}: a tuned launch is called as it is, {self.sig.fn_name}(...), not "
+                        f"{self.sig.fn_name}[grid](...): launch the Triton kernel inside it, with its grid "
+                        f"computed there from the config's kwargs (kernel[lambda META: ...](..., **config "
+                        f"kwargs)); see docs/autotune.md, 'Coming from @triton.autotune'")
 
     def __get__(self, obj: Any, objtype: Any = None) -> Any:
         if obj is None:

@@ -1,0 +1,41 @@
+"""What a user porting a ``@triton.autotune`` kernel writes first gets an answer that says how to write it here:
+the decorated kernel, ``kernel[grid]``, ``triton.Config``, Triton's ``do_bench``, ``prune_configs_by`` dict and
+``early_config_prune`` signature, the autotuner options with no counterpart, ``num_ctas``, a winner with a
+``pre_hook``, and a split-K launch that accumulates without ``reset_to_zero``."""
+
+import pytest
+import torch
+import triton
+import triton.language as tl
+import triton.testing
+from triton.runtime.interpreter import InterpretedFunction
+
+import flyautotune as fat
+
+
+def _add(X, Y, OUT, n, BLOCK_SIZE: tl.constexpr):
+    offs = tl.program_id(0) * BLOCK_SIZE + tl.arange(0, BLOCK_SIZE)
+    tl.store(OUT + offs, tl.load(X + offs, mask=offs < n) + tl.load(Y + offs, mask=offs < n), mask=offs < n)
+
+
+@pytest.mark.parametrize("kernel", [triton.runtime.jit.JITFunction(_add), InterpretedFunction(_add)],
+                         ids=["JITFunction", "InterpretedFunction"])
+def test_decorating_a_triton_kernel_says_to_wrap_its_launch(kernel):
+    with pytest.raises(TypeError, match=r"'_add' is a Triton kernel \((JITFunction|InterpretedFunction)\), not a "
+                                        r"launch: flyautotune wraps the Python function that launches the kernel"):
+        fat.autotune(configs=[fat.Config(BLOCK_SIZE=64)], key=["n"])(kernel)
+
+
+def test_a_tuned_launch_indexed_by_a_grid_says_how_it_is_called(pm):
+    @fat.autotune(configs=[fat.Config(BLOCK_SIZE=64)], key=["n"], name="t_grid_index", plugin_manager=pm)
+    def add(x, y, out, n, BLOCK_SIZE=None):
+        InterpretedFunction(_add)[lambda META: (triton.cdiv(n, META["BLOCK_SIZE"]),)](x, y, out, n,
+                                                                                      BLOCK_SIZE=BLOCK_SIZE)
+
+    with pytest.raises(TypeError, match=r"t_grid_index: a tuned launch is called as it is, add\(\.\.\.\), not "
+                                        r"add\[grid\]\(\.\.\.\)"):
+        add[(1,)]
+    x = torch.randn(100)
+    out = torch.empty_like(x)
+    add(x, x, out, 100)  # called as it is, the grid a lambda of META inside it
+    assert torch.equal(out, x + x)
