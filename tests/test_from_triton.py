@@ -39,3 +39,15 @@ def test_a_tuned_launch_indexed_by_a_grid_says_how_it_is_called(pm):
     out = torch.empty_like(x)
     add(x, x, out, 100)  # called as it is, the grid a lambda of META inside it
     assert torch.equal(out, x + x)
+
+
+def test_a_triton_config_is_spelled_out_as_the_config_that_means_the_same(pm):
+    with pytest.raises(TypeError, match=r"got a triton\.Config \(.*\); write it as flyautotune\.Config\(BLOCK=64, "
+                                        r"num_warps=8, num_stages=3, compile_hints=\{'num_ctas': 2\}\)"):
+        fat.autotune(configs=[triton.Config({"BLOCK": 64}, num_warps=8, num_ctas=2)], key=["n"])(
+            lambda x, n, BLOCK=None: None)
+    computed = fat.autotune(configs=lambda **_: [triton.Config({"BLOCK": 64}, num_warps=4)], key=["n"],
+                            name="t_computed_triton", plugin_manager=pm)(lambda x, n, BLOCK=None: None)
+    with pytest.raises(TypeError, match=r"t_computed_triton: configs must be flyautotune\.Config objects, got a "
+                                        r"triton\.Config .*write it as flyautotune\.Config\(BLOCK=64, num_warps=4"):
+        computed(torch.ones(2), 2)

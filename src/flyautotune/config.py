@@ -177,3 +177,31 @@ class Config:
 
     def __str__(self) -> str:
         return ", ".join([f"{k}={v}" for k, v in self._kwargs] + [f"{k}={v}" for k, v in self._hints])
+
+
+#: ``triton.Config`` attributes that are compile hints here, with the value Triton uses when none is given.
+_TRITON_HINTS = (("num_warps", None), ("num_stages", None), ("maxnreg", None), ("num_ctas", 1))
+
+
+def foreign_config(value: Any) -> str:
+    """How to write ``value`` (something given where a :class:`Config` belongs) as one, for an error message:
+    a ``triton.Config`` is spelled out as the ``Config(...)`` that means the same; anything else is named."""
+    module = getattr(type(value), "__module__", None) or ""
+    kwargs = getattr(value, "kwargs", None)
+    if not (module == "triton" or module.startswith("triton.")) or not isinstance(kwargs, Mapping):
+        return f"got {value!r}"
+    parts = [f"{k}={v!r}" for k, v in kwargs.items()]
+    hints = {}
+    for name, unset in _TRITON_HINTS:
+        v = getattr(value, name, None)
+        if v is not None and v != unset:
+            if name in KNOWN_HINTS:
+                parts.append(f"{name}={v!r}")
+            else:
+                hints[name] = v
+    if hints:
+        parts.append(f"compile_hints={hints!r}")
+    if getattr(value, "pre_hook", None) is not None:
+        parts.append("pre_hook=...")
+    return (f"got a triton.Config ({value}); write it as flyautotune.Config({', '.join(parts)}): kernel kwargs by "
+            f"name, num_warps/num_stages/maxnreg as hints, other compiler options in compile_hints={{...}}")

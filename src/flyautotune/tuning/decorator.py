@@ -12,7 +12,7 @@ import weakref
 from typing import Any, Callable, Iterable, Mapping, Optional, Sequence
 
 from .. import hints as _hints, keys, streams
-from ..config import Config
+from ..config import Config, foreign_config
 from ..context import open_hints
 from ..devices import explain_interpreter_error
 from ..scale.distributed import agreed_token
@@ -108,7 +108,7 @@ class Autotuner:
                                  f"callable that returns the space for each call")
             for c in configs:
                 if not isinstance(c, Config):
-                    raise TypeError(f"autotune: configs must hold flyautotune.Config objects, got {c!r}")
+                    raise TypeError(f"autotune: configs must hold flyautotune.Config objects, {foreign_config(c)}")
         self.configs = configs
         self.key = names_arg("key", key)
         for k in self.key:

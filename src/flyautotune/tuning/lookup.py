@@ -9,7 +9,7 @@ import time
 from typing import Any, Mapping, Optional
 
 from .. import events, keys, streams
-from ..config import Config
+from ..config import Config, foreign_config
 from ..target import Target
 from . import checks
 from .binding import Call, key_dict
@@ -32,7 +32,7 @@ def candidates(t: Any, call: Call) -> list:
                                run_callable(t, "prune_configs_by(...)", t.prune_configs_by, call, configs))
     for c in configs:
         if not isinstance(c, Config):
-            raise TypeError(f"{t.name}: configs must be flyautotune.Config objects, got {c!r}")
+            raise TypeError(f"{t.name}: configs must be flyautotune.Config objects, {foreign_config(c)}")
     return configs
 
 
