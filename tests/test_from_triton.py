@@ -51,3 +51,21 @@ def test_a_triton_config_is_spelled_out_as_the_config_that_means_the_same(pm):
     with pytest.raises(TypeError, match=r"t_computed_triton: configs must be flyautotune\.Config objects, got a "
                                         r"triton\.Config .*write it as flyautotune\.Config\(BLOCK=64, num_warps=4"):
         computed(torch.ones(2), 2)
+
+
+@pytest.mark.parametrize("do_bench", [triton.testing.do_bench, lambda fn, quantiles=None: 1.0],
+                         ids=["triton.testing.do_bench", "fn-quantiles"])
+def test_a_do_bench_without_setup_is_refused_where_it_is_given(do_bench):
+    with pytest.raises(TypeError, match=r"do_bench=.* takes no setup= argument; the tuner calls "
+                                        r"do_bench\(fn, setup=None\) -> milliseconds.*triton\.testing\.do_bench\("):
+        fat.autotune(configs=[fat.Config(B=1)], key=["n"], do_bench=do_bench)(lambda n, B=None: None)
+    for taking_setup in (lambda fn, setup=None: 1.0, lambda fn, **kwargs: 1.0):
+        fat.autotune(configs=[fat.Config(B=1)], key=["n"], do_bench=taking_setup)(lambda n, B=None: None)
+
+
+def test_a_do_bench_returning_quantiles_is_told_to_return_one_number(pm):
+    tuned = fat.autotune(configs=[fat.Config(B=1), fat.Config(B=2)], key=["n"], name="t_quantiles", plugin_manager=pm,
+                         do_bench=lambda fn, setup=None: [1.0, 0.9, 1.1])(lambda n, B=None: B)
+    with pytest.raises(fat.AutotuneError, match=r"do_bench for B=1 returned \[1\.0, 0\.9, 1\.1\]; expected the time "
+                                                r"of one launch .*; several numbers, as triton\.testing\.do_bench"):
+        tuned(3)

@@ -80,8 +80,12 @@ class Measurement:
         if isinstance(value, Measurement):
             return value
         if isinstance(value, bool) or not isinstance(value, numbers.Real):
+            several = isinstance(value, (list, tuple)) and len(value) > 1 and all(
+                isinstance(v, numbers.Real) and not isinstance(v, bool) for v in value)
             raise ValueError(f"{who} returned {value!r}; expected the time of one launch in milliseconds "
-                             f"(a finite float > 0) or a flyautotune.Measurement")
+                             f"(a finite float > 0) or a flyautotune.Measurement"
+                             + ("; several numbers, as triton.testing.do_bench(..., quantiles=...) returns: return "
+                                "one of them (the median: quantiles=(0.5, ...) puts it first)" if several else ""))
         try:
             ms = float(value)
         except OverflowError:  # an int beyond any float

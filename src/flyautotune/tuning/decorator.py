@@ -35,6 +35,16 @@ def _triton_kernel(fn: Any) -> Optional[str]:
     return None
 
 
+def _takes_keyword(fn: Callable[..., Any], name: str) -> bool:
+    """Whether ``fn`` can be called with ``name=`` (True where its signature cannot be read)."""
+    try:
+        params = inspect.signature(fn).parameters.values()
+    except (TypeError, ValueError):
+        return True
+    return any(p.kind is p.VAR_KEYWORD or (p.name == name and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
+               for p in params)
+
+
 def _paths(what: str, paths: Any) -> tuple:
     """``packs=``/``source_files=``: one path or an iterable of paths."""
     if isinstance(paths, (str, os.PathLike)):
@@ -129,6 +139,14 @@ class Autotuner:
         self.default = optional_callable("default", default)
         self.prune_configs_by = optional_callable("prune_configs_by", prune_configs_by)
         self.do_bench = optional_callable("do_bench", do_bench)
+        if do_bench is not None and not _takes_keyword(do_bench, "setup"):
+            raise TypeError(
+                f"autotune({self.name!r}): do_bench={do_bench!r} takes no setup= argument; the tuner calls "
+                f"do_bench(fn, setup=None) -> milliseconds, where setup (when not None) must run untimed before "
+                f"every timed fn() (it restores the restore_value= tensors and zeroes the reset_to_zero= ones). "
+                f"Triton's do_bench has no setup: do_bench=lambda fn, setup=None: triton.testing.do_bench("
+                f"fn if setup is None else lambda: (setup(), fn())) times setup with each launch, as "
+                f"@triton.autotune times its reset_to_zero")
         self.validate = optional_callable("validate", validate)
         self.precompile = optional_callable("precompile", precompile)
         self.specialize = optional_callable("specialize", specialize)
