@@ -69,3 +69,35 @@ def test_a_do_bench_returning_quantiles_is_told_to_return_one_number(pm):
     with pytest.raises(fat.AutotuneError, match=r"do_bench for B=1 returned \[1\.0, 0\.9, 1\.1\]; expected the time "
                                                 r"of one launch .*; several numbers, as triton\.testing\.do_bench"):
         tuned(3)
+
+
+@pytest.mark.parametrize("option, counterpart", [
+    ("pre_hook", r"restore_value= and reset_to_zero= do what Triton's own one does.*Config\(\.\.\., pre_hook=fn\)"),
+    ("post_hook", r"do_bench= of your own"),
+    ("use_cuda_graph", r"graph replay wherever capture works"),
+    ("cache_results", r"always kept, across processes"),
+])
+def test_autotune_options_of_triton_name_what_does_their_work_here(option, counterpart):
+    with pytest.raises(TypeError, match=rf"autotune: got an unexpected keyword argument '{option}': .*{counterpart}"):
+        fat.autotune(configs=[fat.Config(B=1)], key=["n"], **{option: True})
+
+
+def test_prune_configs_by_in_triton_form_says_how_to_write_it(pm):
+    def early_config_prune(configs, named_args, **kwargs):
+        return [c for c in configs if c.kwargs["B"] <= named_args["n"]]
+
+    with pytest.raises(TypeError, match=r"prune_configs_by= takes one callable, prune\(configs, \*\*named_args\) -> "
+                                        r"configs, got the mapping .*early_config_prune, perf_model and top_k"):
+        fat.autotune(configs=[fat.Config(B=1)], key=["n"],
+                     prune_configs_by={"early_config_prune": early_config_prune, "perf_model": None, "top_k": None})(
+            lambda n, B=None: B)
+    with pytest.raises(TypeError, match=r"prune_configs_by=.* requires the argument 'named_args', which is not a "
+                                        r"parameter of <lambda>\(n, B=None\).*lambda configs, \*\*named: "
+                                        r"early_config_prune\(configs, named\)"):
+        fat.autotune(configs=[fat.Config(B=1)], key=["n"], prune_configs_by=early_config_prune)(lambda n, B=None: B)
+    # what the message says to write works
+    tuned = fat.autotune(configs=[fat.Config(B=1), fat.Config(B=4)], key=["n"], name="t_prune_translated",
+                         plugin_manager=pm,
+                         prune_configs_by=lambda configs, **named: early_config_prune(configs, named))(
+        lambda n, B=None: B)
+    assert tuned(2) == 1 and tuned.last_source == "search"

@@ -45,6 +45,21 @@ def _takes_keyword(fn: Callable[..., Any], name: str) -> bool:
                for p in params)
 
 
+def _required_unknown(fn: Callable[..., Any], sig: Signature, skip: int) -> Optional[str]:
+    """The first parameter of ``fn`` after its first ``skip`` that needs a value and that no call of a launch
+    of signature ``sig`` passes (no parameter of that name): ``fn(..., **named_args)`` can never be called."""
+    try:
+        params = list(inspect.signature(fn).parameters.values())
+    except (TypeError, ValueError):
+        return None
+    for p in params[skip:]:
+        if p.kind in (p.VAR_POSITIONAL, p.VAR_KEYWORD) or p.default is not p.empty:
+            continue
+        if p.kind is p.POSITIONAL_ONLY or p.name not in sig.sig.parameters:
+            return p.name
+    return None
+
+
 def _paths(what: str, paths: Any) -> tuple:
     """``packs=``/``source_files=``: one path or an iterable of paths."""
     if isinstance(paths, (str, os.PathLike)):
@@ -137,7 +152,23 @@ class Autotuner:
                 raise ValueError(f"autotune({self.name!r}): outputs names {n!r}, which restore_value or reset_to_zero "
                                  f"also names; outputs= is for tensors the launch only writes (it reads none of them)")
         self.default = optional_callable("default", default)
+        if isinstance(prune_configs_by, Mapping):
+            raise TypeError(
+                f"autotune({self.name!r}): prune_configs_by= takes one callable, prune(configs, **named_args) -> "
+                f"configs, got the mapping {prune_configs_by!r} (@triton.autotune's form, with its keys "
+                f"early_config_prune, perf_model and top_k). Pass one function that does what they did: "
+                f"prune_configs_by=lambda configs, **named: early_config_prune(configs, named), and rank by a "
+                f"performance model and keep the top k in the same function if you used them")
         self.prune_configs_by = optional_callable("prune_configs_by", prune_configs_by)
+        if prune_configs_by is not None and not self.sig.var_kw:
+            stray = _required_unknown(prune_configs_by, self.sig, skip=1)
+            if stray is not None:
+                raise TypeError(
+                    f"autotune({self.name!r}): prune_configs_by={prune_configs_by!r} requires the argument "
+                    f"{stray!r}, which is not a parameter of {self.sig.describe()}: it is called "
+                    f"prune(configs, **named_args), each call argument by its name. For @triton.autotune's "
+                    f"early_config_prune(configs, named_args, **kwargs) pass "
+                    f"prune_configs_by=lambda configs, **named: early_config_prune(configs, named)")
         self.do_bench = optional_callable("do_bench", do_bench)
         if do_bench is not None and not _takes_keyword(do_bench, "setup"):
             raise TypeError(
@@ -524,6 +555,9 @@ def autotune(configs: Sequence[Config] | Callable[..., Sequence[Config]], *args:
         ``fn(*args, **config.kwargs)`` would, with the config's work done once; cache
         hits call it; None there means "use fn"), ``plugin_manager=``.
     """
+    for option in options:
+        if option in _TRITON_ONLY and option not in _TUNER_SIGNATURE.parameters:
+            raise TypeError(f"autotune: got an unexpected keyword argument {option!r}: {_TRITON_ONLY[option]}")
     try:  # a misspelled option fails here, where it was written, not at decoration
         _TUNER_SIGNATURE.bind(None, None, configs, *args, **options)
     except TypeError as exc:
@@ -536,6 +570,21 @@ def autotune(configs: Sequence[Config] | Callable[..., Sequence[Config]], *args:
 
 
 _TUNER_SIGNATURE = inspect.signature(Autotuner.__init__)
+
+#: @triton.autotune's options that this tuner does not take, and what does their work here.
+_TRITON_ONLY = {
+    "pre_hook": "@triton.autotune's pre_hook(args, reset_only=False), run before every benchmarked launch, has no "
+                "counterpart here: restore_value= and reset_to_zero= do what Triton's own one does; for other work "
+                "before each run give the configs a pre_hook (Config(..., pre_hook=fn): fn gets one dict, the launch's "
+                "arguments and the config's kwargs by name, before every run, timed ones and cache hits alike)",
+    "post_hook": "@triton.autotune's post_hook(args, exception), run after every benchmarked launch, has no "
+                 "counterpart here: the tuner restores the restore_value= tensors itself; other work after each "
+                 "timed run belongs in a do_bench= of your own (do_bench(fn, setup=None) -> ms)",
+    "use_cuda_graph": "the GPU backends time by CUDA/HIP-graph replay wherever capture works, with no option "
+                      "(docs/autotune.md, 'How a search decides')",
+    "cache_results": "winners are always kept, across processes, in the user's tuning store (FLYAUTOTUNE_CACHE_DIR "
+                     "moves it; docs/store.md)",
+}
 # help(autotune) shows Autotuner's own arguments (less self and fn): one signature, declared once.
 autotune.__signature__ = _TUNER_SIGNATURE.replace(  # type: ignore[attr-defined]
     parameters=list(_TUNER_SIGNATURE.parameters.values())[2:])
