@@ -101,3 +101,12 @@ def test_prune_configs_by_in_triton_form_says_how_to_write_it(pm):
                          prune_configs_by=lambda configs, **named: early_config_prune(configs, named))(
         lambda n, B=None: B)
     assert tuned(2) == 1 and tuned.last_source == "search"
+
+
+def test_a_compiler_option_given_as_a_kwarg_points_at_compile_hints(pm):
+    tuned = fat.autotune(configs=[fat.Config(B=1, num_ctas=2)], key=["n"], name="t_num_ctas", plugin_manager=pm)(
+        lambda n, B=None: B)
+    with pytest.raises(fat.IncompatibleConfigError, match=r"sets 'num_ctas', which nothing consumes: <lambda> takes "
+                                                          r"n, B\. .*a compiler option goes in "
+                                                          r"compile_hints=\{'num_ctas': 2\}"):
+        tuned(3)

@@ -45,7 +45,9 @@ def check_fits(name: str, sig: Signature, pm: Any, configs: Sequence[Config], ta
             if arg not in sig.sig.parameters and not sig.var_kw:
                 raise IncompatibleConfigError(
                     f"{name}: config {config!r} sets {arg!r}, which nothing consumes: "
-                    f"{sig.fn_name} takes {', '.join(sig.params)}"
+                    f"{sig.fn_name} takes {', '.join(sig.params)}. A kernel kwarg must be a parameter of the "
+                    f"launch; a compiler option goes in compile_hints={{{arg!r}: {config.kwargs[arg]!r}}} (only "
+                    f"num_warps, num_stages, maxnreg and waves_per_eu are hints when given by name)"
                 )
         merged = _hints.merge_hints(base, config.hints)
         try:
