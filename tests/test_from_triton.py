@@ -110,3 +110,29 @@ def test_a_compiler_option_given_as_a_kwarg_points_at_compile_hints(pm):
                                                           r"n, B\. .*a compiler option goes in "
                                                           r"compile_hints=\{'num_ctas': 2\}"):
         tuned(3)
+
+
+def test_a_winner_with_a_pre_hook_is_not_stored_and_the_tuner_says_so(pm, counting_bench, caplog):
+    zeroed = []
+
+    def launch(x, out, n, S=None):
+        out.add_(x)  # accumulates: the pre_hook zeroes out first
+        return S
+
+    def make():
+        return fat.autotune(configs=[fat.Config(S=s, pre_hook=lambda nargs: zeroed.append(nargs["out"].zero_()))
+                                     for s in (1, 2)], key=["n"], name="t_pre_hook_winner", plugin_manager=pm,
+                            do_bench=counting_bench(cost=lambda i: float(i)))(launch)
+
+    x, out = torch.ones(4), torch.zeros(4)
+    with caplog.at_level("WARNING", logger="flyautotune"):
+        tuned = make()
+        tuned(x, out, 4)
+        tuned(x, out, 4)
+    assert torch.equal(out, x) and zeroed  # the hook ran on the call too
+    assert caplog.text.count("has a pre_hook, and a function is never stored") == 1
+    assert "every new process searches this key again" in caplog.text and "reset_to_zero=[...]" in caplog.text
+    assert tuned.store().entries("t_pre_hook_winner") == []
+    fresh = make()  # as a new process's tuner: nothing stored, so it searches again
+    fresh(x, out, 4)
+    assert fresh.last_source == "search"

@@ -183,6 +183,7 @@ class Autotuner:
         self.specialize = optional_callable("specialize", specialize)
         self._specialize_warned = False  # a failing specialize= is reported once per tuner
         self._stale_pack_warned = False  # a pack tuned from another version of the source: said once
+        self._pre_hook_warned = False  # a winner with a pre_hook is not stored: said once
         self.check = verify.check_arg(check)
         self.tolerance = verify.tolerance_arg(tolerance)
         if max_search_s is not None and (isinstance(max_search_s, bool) or not isinstance(max_search_s, (int, float))

@@ -220,7 +220,21 @@ def search(t: Any, call: Call, target: Target, snapshot: tuple, kd: dict, key: s
         prov.update(margin=margin, noise=noise)
         stored = [{k: v for k, v in r.items() if k in _STORED} for r in rows if isinstance(r["config"], dict)]
         store.put(t.name, key, key, winner.to_dict(), stored, prov)
+    else:
+        unstored(t, winner)
     return Selection(winner, "search", key, tuple(rows), margin, noise)
+
+
+def unstored(t: Any, winner: Config) -> None:
+    """Say once per tuner that a winner with a ``pre_hook`` is not stored (a function is no data): every
+    process searches its key again."""
+    if t._pre_hook_warned:
+        return
+    t._pre_hook_warned = True
+    log.warning("%s: the winner %s has a pre_hook, and a function is never stored: it is kept in this process "
+                "only, so every new process searches this key again. A pre_hook that zeroes or restores tensors "
+                "is reset_to_zero=[...] or restore_value=[...] of the tuner, whose winners are stored", t.name,
+                winner)
 
 
 #: Per-candidate fields the store keeps.
@@ -291,6 +305,8 @@ def agreed(t: Any, call: Call, target: Target, snapshot: tuple, kd: dict, key: s
     if result.writer and winner.pre_hook is None:
         store.put(t.name, key, key, winner.to_dict(), [],
                   provenance(target, kd, runs[0].elapsed() if runs else 0.0, t._space_fp, call.device))
+    elif result.writer:
+        unstored(t, winner)
     t.search_count += 1
     return Selection(winner, "search", key)
 
