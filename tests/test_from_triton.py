@@ -136,3 +136,24 @@ def test_a_winner_with_a_pre_hook_is_not_stored_and_the_tuner_says_so(pm, counti
     fresh = make()  # as a new process's tuner: nothing stored, so it searches again
     fresh(x, out, 4)
     assert fresh.last_source == "search"
+
+
+def test_an_accumulating_candidate_rejected_after_the_nan_fill_is_told_about_reset_to_zero(pm, counting_bench):
+    def launch(x, out, n, SPLIT=None):
+        if SPLIT == 1:
+            out.copy_(x)
+        else:  # a split-K-like launch: adds its partial results into out, which must start at zero
+            out.add_(x)
+
+    configs = [fat.Config(SPLIT=1), fat.Config(SPLIT=2)]
+    x = torch.ones(8)
+    bare = fat.autotune(configs=configs, key=["n"], name="t_split_bare", plugin_manager=pm,
+                        do_bench=counting_bench())(launch)
+    rows = {r["config"]["kwargs"]["SPLIT"]: r for r in bare.select(x, torch.zeros(8), 8, force=True).timings}
+    assert rows[2]["error"].startswith("rejected: argument out differs from the reference")
+    assert ("it was filled with NaN before this candidate ran, and NaN came out where the reference has numbers: if "
+            "the launch adds into out, with atomics or +=, declare reset_to_zero=['out']") in rows[2]["error"]
+    zeroed = fat.autotune(configs=configs, key=["n"], name="t_split_zeroed", plugin_manager=pm, reset_to_zero=["out"],
+                          do_bench=counting_bench())(launch)
+    rows = zeroed.select(x, torch.zeros(8), 8, force=True).timings
+    assert [r["error"] for r in rows] == [None, None]

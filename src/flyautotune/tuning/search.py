@@ -214,7 +214,28 @@ class Search:
             self._written = self._snapshot.changed()
             self._reference = verify.clone(verify.outputs(result, self.call.tensors, self._written))
             return None
-        return verify.compare(self._reference, got, self.t.tolerance)
+        problem = verify.compare(self._reference, got, self.t.tolerance)
+        if problem is not None:
+            problem += self._poisoned_hint(got)
+        return problem
+
+    def _poisoned_hint(self, got: list) -> str:
+        """Why a candidate may have failed the check: it added into an output the check filled with NaN
+        (a split-K kernel's atomics, ``+=``), which a tuner without ``reset_to_zero``/``restore_value`` for it
+        does not clear."""
+        if self.t.check is not True or not self._poison:
+            return ""
+        kept = set(self.t.restore_value) | set(self.t.reset_to_zero)
+        for (label, ref), (_, out) in zip(self._reference, got):
+            name = label[len("argument "):] if label.startswith("argument ") else None
+            if name is None or name not in self._written or name in kept or not out.is_floating_point():
+                continue
+            if out.shape == ref.shape and bool((out.isnan() & ~ref.isnan()).any()):
+                return (f" (it was filled with NaN before this candidate ran, and NaN came out where the reference "
+                        f"has numbers: if the launch adds into {name}, with atomics or +=, declare "
+                        f"reset_to_zero=[{name!r}] (or restore_value=[{name!r}]) so every run starts from the "
+                        f"caller's values)")
+        return ""
 
     def _cjson(self, cand: Candidate) -> Optional[str]:
         # the store's own identity of a candidate: its timings and crash markers are keyed by it
