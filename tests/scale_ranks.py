@@ -180,3 +180,39 @@ def silent_rank_scenario(rank: int, world: int, port: int, out: str, timeout_s: 
         json.dump(report, f)
     dist.barrier()
     os._exit(0)  # the tuning collective rank 1 never joined is still pending on the tuning group
+
+
+def checked_search_scenario(rank: int, world: int, port: int, out: str) -> None:
+    """The group's search checks outputs and restores inputs as a search of one process does: candidate B=3
+    is the fastest but computes the wrong answer; the launch adds to ``acc`` in place (``restore_value``)."""
+    import torch
+    import torch.distributed as dist
+
+    import flyautotune as fat
+
+    _init(rank, world, port)
+    seen: dict = {}
+
+    def bench(fn, setup=None):
+        if setup is not None:
+            setup()
+        fn()
+        return {3: 0.5, 4: 0.7}.get(seen["B"], 1.0 + seen["B"] / 10.0)
+
+    os.environ["FLYAUTOTUNE_CACHE_DIR"] = os.path.join(out, f"store{rank}")
+    pm = fat.build_plugin_manager(entry_points=False)
+
+    @fat.autotune(configs=[fat.Config(B=b) for b in range(N)], key=["n"], plugin_manager=pm, name="checked",
+                  restore_value=["acc"], do_bench=bench)
+    def launch(x, acc, n, B=None):
+        seen["B"] = B
+        acc.add_(x * (3 if B == 3 else 2))
+
+    x, acc = torch.ones(4), torch.zeros(4)
+    with fat.distributed(timeout_s=20):
+        launch(x, acc, 2)
+    report = {"ran": seen["B"], "source": launch.last_source, "acc": acc.tolist(),
+              "stored": [e.config["kwargs"] for e in launch.store().entries("checked")]}
+    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+        json.dump(report, f)
+    dist.destroy_process_group()

@@ -142,3 +142,14 @@ def test_a_timed_out_agreement_leaves_the_jobs_own_group_working(tmp_path, ranks
     assert r1["warnings"] == []
     # the job's own all_reduce on the default group pairs up: tuning ran on a gloo group of its own
     assert r0["sum"] == r1["sum"] == 3.0
+
+
+@pytest.mark.slow
+def test_the_groups_search_checks_outputs_and_restores_inputs(tmp_path, ranks):
+    r0, r1 = spawn(ranks.checked_search_scenario, 2, tmp_path)
+    # B=3 (timed by rank 1) is the fastest but wrong: rejected against the default's outputs, as alone;
+    # B=4 (timed by rank 0) wins on both ranks, and is the one stored
+    assert (r0["ran"], r0["source"]) == (r1["ran"], r1["source"]) == (4, "search")
+    assert r0["stored"] == [{"B": 4}] and r1["stored"] == []
+    # the in-place launch ran once on the caller's inputs: the timing's reps were undone
+    assert r0["acc"] == r1["acc"] == [2.0] * 4

@@ -494,18 +494,7 @@ class Search:
             self._take_back_markers()  # before the exception goes on: the process is not dying
             raise
         finally:
-            self.settle()
-            timing_events.release_flush_buffers()  # the cache-flush buffers are the search's, not the caller's
-            if self.precompiler is not None:
-                self.precompiler.stop()
-            if self._snapshot is not None:
-                import torch
-
-                with torch.no_grad():
-                    self._snapshot.restore()
-            with streams.on_stream(self.stream):
-                if self.setup is not None:
-                    self.setup()  # the caller sees one clean run: restore inputs touched by the reps
+            self._finish()
         winner, margin, noise = self.decide()
         rows = [c.row() for c in self.cands]
         duration = self.elapsed()
@@ -524,6 +513,52 @@ class Search:
         self._emit("search_end", winner=config_repr(winner.config), ms=winner.ms, duration_s=duration,
                    candidates=rows, margin=margin, noise=noise)
         return winner.config, rows, margin, noise, duration
+
+
+    def time_share(self, indices: list) -> dict:
+        """One rank's share of a search the ranks of a ``fat.distributed`` group split: ``{index: ms or None}``
+        for the candidates at ``indices`` of :attr:`cands` (None: the candidate failed, or its outputs
+        disagree with the reference's). Each rank first runs the probe, so every rank checks its share
+        against the same reference (the first candidate's outputs, the default's, on pristine inputs), as
+        a search's first pass does; the caller's inputs are restored after, as after a search."""
+        out: dict = {}
+        try:
+            with short_switch_interval():
+                self.probe()
+                self.rotations = self._rotations()
+                for i in indices:
+                    cand = self.cands[i]
+                    try:
+                        self.prepare_check()
+                        held: list = []
+                        cand.measurement = self.measure(cand, result=held)
+                        problem = self.check(cand, held[-1] if held else None)
+                        if problem is not None:
+                            cand.measurement = None
+                            raise _Rejected(f"rejected: {problem}")
+                        out[i] = cand.measurement.ms
+                    except Exception as exc:  # a failing candidate is skipped on every rank alike
+                        cand.error = str(exc) if isinstance(exc, _Rejected) else f"{type(exc).__name__}: {exc}"
+                        log.warning("%s: candidate %s failed: %s", self.t.name, cand.config, cand.error)
+                        out[i] = None
+        finally:
+            self._finish()
+        return out
+
+    def _finish(self) -> None:
+        """After the timing (a search's, or a rank's share): the caller sees one clean run."""
+        self.settle()
+        timing_events.release_flush_buffers()  # the cache-flush buffers are the search's, not the caller's
+        if self.precompiler is not None:
+            self.precompiler.stop()
+        if self._snapshot is not None:
+            import torch
+
+            with torch.no_grad():
+                self._snapshot.restore()
+        with streams.on_stream(self.stream):
+            if self.setup is not None:
+                self.setup()  # restore inputs touched by the reps
 
 
 def rotates_on(device: Any) -> bool:
