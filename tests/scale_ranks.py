@@ -216,3 +216,42 @@ def checked_search_scenario(rank: int, world: int, port: int, out: str) -> None:
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
         json.dump(report, f)
     dist.destroy_process_group()
+
+
+def slow_share_scenario(rank: int, world: int, port: int, out: str, timeout_s: float) -> None:
+    """Rank 1's share of the group's search takes longer than the bound: rank 0 gives up in the gather of the
+    timings; rank 1 gets there later, when rank 0's share of that gather is already sent."""
+    import torch
+    import torch.distributed as dist
+
+    import flyautotune as fat
+
+    _init(rank, world, port)
+    seen: dict = {}
+
+    def bench(fn, setup=None):
+        b = fn()
+        if rank == 1 and b == 1:
+            time.sleep(timeout_s + 2)
+        return 0.5 if b == 3 else 1.0 + b / 10.0  # B=3 wins the search, over B=0 (the fallback)
+
+    os.environ["FLYAUTOTUNE_CACHE_DIR"] = os.path.join(out, f"store{rank}")
+    pm = fat.build_plugin_manager(entry_points=False)
+
+    @fat.autotune(configs=[fat.Config(B=b) for b in range(N)], key=["n"], plugin_manager=pm, name="slow",
+                  do_bench=bench)
+    def launch(x, n, B=None):
+        seen["B"] = B
+        return B
+
+    report: dict = {}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with fat.distributed(timeout_s=timeout_s):
+            report["ran"], report["source"] = launch(torch.zeros(2), 2), launch.last_source
+    dist.barrier()  # on the job's own group: rank 0 is still there while rank 1 gathers
+    report["warnings"] = [str(w.message) for w in caught if "flyautotune" in str(w.message)]
+    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+        json.dump(report, f)
+    dist.barrier()
+    os._exit(0)  # the tuning collectives rank 0 left are still pending on the tuning group

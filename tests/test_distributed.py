@@ -153,3 +153,14 @@ def test_the_groups_search_checks_outputs_and_restores_inputs(tmp_path, ranks):
     assert r0["stored"] == [{"B": 4}] and r1["stored"] == []
     # the in-place launch ran once on the caller's inputs: the timing's reps were undone
     assert r0["acc"] == r1["acc"] == [2.0] * 4
+
+
+@pytest.mark.slow
+def test_a_rank_whose_share_outlasts_the_bound_runs_the_default_as_the_others_do(tmp_path, ranks):
+    r0, r1 = spawn(ranks.slow_share_scenario, 2, tmp_path, 2.0)
+    # rank 0 gave up waiting for rank 1's timings; rank 1 completed that gather later, and still runs what
+    # rank 0 runs (the space's first config: there is no default), not the search's winner (B=3)
+    assert (r0["ran"], r0["source"]) == (r1["ran"], r1["source"]) == (0, "default")
+    for r in (r0, r1):
+        (warning,) = r["warnings"]
+        assert "every rank runs the default config" in warning and "raise it above that" in warning

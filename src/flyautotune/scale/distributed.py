@@ -181,6 +181,9 @@ def _fail(group: Any, why: str, remember: bool = True) -> Agreement:
     return Agreement(failed=why)
 
 
+_kept: list = []  # the last agreement's tensors (see _Bounded)
+
+
 class _Bounded:
     """Runs collectives on ``group`` against a deadline: each waits at most the time left."""
 
@@ -188,6 +191,13 @@ class _Bounded:
         self.dist, self.group = dist, group
         self.timeout_s = timeout_s
         self.restart()
+        # The tensors of this agreement's collectives stay referenced here until the next agreement: a gloo
+        # worker thread that drops the last reference to a tensor Python let go of must take the GIL to free
+        # it, and one that does so while the interpreter shuts down (a job that exits right after its last
+        # tuning call) aborts the process ("terminate called without an active exception").
+        global _kept
+        self.kept: list = []
+        _kept = self.kept
         backend = str(dist.get_backend(group)).lower()
         if backend == "gloo":
             self.device = "cpu"
@@ -199,24 +209,26 @@ class _Bounded:
     def restart(self) -> None:
         self.deadline = time.monotonic() + self.timeout_s
 
-    def wait(self, work: Any, what: str) -> None:
+    def wait(self, work: Any, what: str, hint: str = "") -> None:
         left = self.deadline - time.monotonic()
         if left <= 0:
-            raise AgreementError(f"{what}: no time left of the {self.timeout_s:g} s bound")
+            raise AgreementError(f"{what}: no time left of the {self.timeout_s:g} s bound{hint}")
         try:
             ok = work.wait(timeout=datetime.timedelta(seconds=left))
         except Exception as exc:
             raise AgreementError(f"{what} failed or timed out after {self.timeout_s:g} s: "
-                                 f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}") from exc
+                                 f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}{hint}") from exc
         if ok is False:
-            raise AgreementError(f"{what} timed out after {self.timeout_s:g} s")
+            raise AgreementError(f"{what} timed out after {self.timeout_s:g} s{hint}")
 
     def broadcast(self, tensor: Any, src: int, what: str) -> None:
+        self.kept.append(tensor)
         self.wait(self.dist.broadcast(tensor, src=src, group=self.group, async_op=True), what)
 
-    def all_gather(self, tensor: Any, size: int, what: str) -> list:
+    def all_gather(self, tensor: Any, size: int, what: str, hint: str = "") -> list:
         out = [tensor.new_empty(tensor.shape) for _ in range(size)]
-        self.wait(self.dist.all_gather(out, tensor, group=self.group, async_op=True), what)
+        self.kept.extend([tensor, *out])
+        self.wait(self.dist.all_gather(out, tensor, group=self.group, async_op=True), what, hint)
         return out
 
 
@@ -246,6 +258,18 @@ def _mismatch(group: Any, strays: list, key: str) -> Agreement:
         warnings.warn(f"flyautotune: {why}; every rank runs the default config for such keys",
                       RuntimeWarning, stacklevel=3)
     return Agreement(failed=why, default=True)
+
+
+def _confirm(io: _Bounded, size: int, what: str, hint: str = "") -> None:
+    """One more collective after a gather that followed each rank's own work (its share of the timing, its
+    check of rank 0's winner). A rank whose bound ran out in that gather has given up and runs the default,
+    but its share of the gather was sent: the later ranks still complete it. Here they find it gone and
+    time out too, so no rank runs a config the others do not. (Every rank leaves the gather together, so
+    this step waits for no one's work.)"""
+    import torch
+
+    io.restart()
+    io.all_gather(torch.ones(1, dtype=torch.int64, device=io.device), size, what, hint)
 
 
 def agree(*, key: str, n_candidates: int, time_some: Callable[[list], dict], decide: Callable[[dict], int],
@@ -321,8 +345,10 @@ def agree(*, key: str, n_candidates: int, time_some: Callable[[list], dict], dec
                 log.warning("%s: rank 0's winner %s cannot run here: %s: %s", _brief(key), config,
                             type(exc).__name__, exc)
                 ok = False
+            io.restart()  # this rank's own check does not eat the bound; waiting for slower ranks does
             flag = torch.tensor([int(ok)], dtype=torch.int64, device=io.device)
             flags = [int(f.cpu()[0]) for f in io.all_gather(flag, size, f"checking rank 0's winner for {_brief(key)}")]
+            _confirm(io, size, f"confirming rank 0's winner for {_brief(key)}")
             refused = [r for r in range(size) if not flags[r]]
             if refused:
                 log.warning("%s: rank(s) %s cannot run rank 0's winner %s; every rank runs the default",
@@ -342,7 +368,11 @@ def agree(*, key: str, n_candidates: int, time_some: Callable[[list], dict], dec
             ms = timed.get(i)
             if ms is not None and math.isfinite(ms):
                 row[i] = float(ms)
-        rows = [r.cpu() for r in io.all_gather(row, size, f"gathering the timings for {_brief(key)}")]
+        slow = " (a rank's share of the timing may take longer than timeout_s: raise it above that)"
+        rows = [r.cpu() for r in io.all_gather(row, size, f"gathering the timings for {_brief(key)}", slow)]
+        _confirm(io, size, f"confirming the timings for {_brief(key)}",
+                 " (another rank gave up waiting for them: a rank's share of the timing may take longer than "
+                 "timeout_s: raise it above that)")
         gathered = {i: float(rows[i % size][i]) for i in range(n_candidates) if not math.isnan(rows[i % size][i])}
     except AgreementError as exc:
         return _fail(group, str(exc))
