@@ -5,6 +5,7 @@ from __future__ import annotations
 import datetime
 import importlib
 import json
+import logging
 import os
 import time
 import warnings
@@ -255,3 +256,48 @@ def slow_share_scenario(rank: int, world: int, port: int, out: str, timeout_s: f
         json.dump(report, f)
     dist.barrier()
     os._exit(0)  # the tuning collectives rank 0 left are still pending on the tuning group
+
+
+def refused_scenario(rank: int, world: int, port: int, out: str, timeout_s: float) -> None:
+    """Rank 0's stored winner (B=5) passes every rank's check, but rank 0's launcher refuses it at launch."""
+    import torch
+    import torch.distributed as dist
+
+    import flyautotune as fat
+
+    _init(rank, world, port)
+    refuse = {"on": False}
+    os.environ["FLYAUTOTUNE_CACHE_DIR"] = os.path.join(out, f"store{rank}")
+    pm = fat.build_plugin_manager(entry_points=False)
+
+    @fat.autotune(configs=[fat.Config(B=b) for b in range(N)], key=["n"], plugin_manager=pm, name="refused",
+                  default=lambda **_: fat.Config(B=0), do_bench=lambda fn, setup=None: 0.5 if fn() == 5 else 1.0)
+    def launch(x, n, B=None):
+        if refuse["on"] and rank == 0 and B == 5:
+            raise fat.IncompatibleConfigError("B=5 needs more shared memory than this device has")
+        return B
+
+    logged: list = []
+    handler = logging.Handler(logging.WARNING)
+    handler.emit = lambda record: logged.append(record.getMessage())  # type: ignore[method-assign]
+    logging.getLogger("flyautotune").addHandler(handler)
+    x = torch.zeros(2)
+    report: dict = {}
+    if rank == 0:  # an earlier job stored B=5 on rank 0
+        report["stored"] = launch.select(x, 3, force=True).config.kwargs["B"]
+        launch.clear()
+    refuse["on"] = True
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with fat.distributed(timeout_s=timeout_s):
+            report["ran3"], report["source3"] = launch(x, 3), launch.last_source
+            report["again3"], report["source_again3"] = launch(x, 3), launch.last_source
+            report["ran4"], report["source4"] = launch(x, 4), launch.last_source  # the group's next key
+    report["warnings"] = [str(w.message) for w in caught if "flyautotune" in str(w.message)]
+    report["in_store"] = [e.config["kwargs"] for e in launch.store().entries("refused")]
+    report["logged"] = logged
+    dist.barrier()
+    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+        json.dump(report, f)
+    dist.barrier()
+    os._exit(0)  # without the fix a tuning collective is left pending

@@ -164,3 +164,20 @@ def test_a_rank_whose_share_outlasts_the_bound_runs_the_default_as_the_others_do
     for r in (r0, r1):
         (warning,) = r["warnings"]
         assert "every rank runs the default config" in warning and "raise it above that" in warning
+
+
+@pytest.mark.slow
+def test_a_winner_the_launcher_refuses_on_one_rank_does_not_take_the_group_out_of_step(tmp_path, ranks):
+    r0, r1 = spawn(ranks.refused_scenario, 2, tmp_path, 3.0)
+    assert r0["stored"] == 5
+    # rank 1 ran rank 0's winner; rank 0's launcher refused it, so rank 0 runs the default for that key, and
+    # answers it from memory, as rank 1 does, without a collective of its own
+    assert (r1["ran3"], r1["source3"]) == (5, "store") and (r0["ran3"], r0["source3"]) == (0, "default")
+    assert r0["source_again3"] == r1["source_again3"] == "memory"
+    # the group stays in step: the next key is one collective of both ranks (no stray key, no time-out)
+    assert (r0["ran4"], r0["source4"]) == (r1["ran4"], r1["source4"]) == (0, "default")
+    assert r0["warnings"] == r1["warnings"] == []
+    assert r0["in_store"] == []  # the refused winner is gone from rank 0's store: the next job agrees anew
+    (said,) = [m for m in r0["logged"] if "does not fit the kernel on this rank" in m]
+    assert "the other ranks keep the group's winner" in said and "flyautotune clear" in said
+    assert r1["logged"] == []

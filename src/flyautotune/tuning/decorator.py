@@ -349,6 +349,7 @@ class Autotuner:
             fastpath.remember(self, args, plan, call)
         # An omitted stream stays None: the launch's own current stream, where the zeroing below runs too.
         stream = launch_stream(self.sig, call)
+        alone = None
         with streams.on_stream(stream):
             if self.reset_to_zero:
                 zero(self.reset_to_zero, call)
@@ -357,11 +358,17 @@ class Autotuner:
             except IncompatibleConfigError as exc:
                 if plan.source not in ("store", "pack"):
                     raise
-                self._forget(plan, exc)
+                if plan.agreed is not None and plan.agreed == agreed_token():
+                    alone = self._run_alone(plan, exc, call)
+                else:
+                    self._forget(plan, exc)
             except Exception as exc:
                 explain_interpreter_error(exc)
                 raise
-        return self._call(args, kwargs)
+        result = self._call(args, kwargs)
+        if alone is not None:  # answered from memory, where this rank put what it runs instead
+            self._last = Last(alone.config, "default")
+        return result
 
     def _forget(self, plan: Plan, exc: BaseException) -> None:
         """A stored/shipped winner the launcher refused: drop it (once, with a warning) and choose again."""
@@ -372,6 +379,33 @@ class Autotuner:
             self.store().delete(self.name, plan.key)
         self._memo = {k: v for k, v in self._memo.items() if v is not plan}
         self._drop_fast(plan)
+
+    def _run_alone(self, plan: Plan, exc: BaseException, call: Call) -> Plan:
+        """Inside ``fat.distributed``: the launcher refused the winner the group agreed on, on this rank only
+        (the others ran it). This rank runs what the group runs when it cannot answer (the default, else the
+        space's first config) for the key, without asking the group again: the others answer from memory
+        and would never join that collective."""
+        fallback = lookup.fallback_config(self, call)
+        log.warning("%s: the group's %s winner %s does not fit the kernel on this rank (%s); this rank runs %s for "
+                    "this key, and the other ranks keep the group's winner. Drop the winner from rank 0's store "
+                    "(flyautotune clear) or tune the key again (FLYAUTOTUNE=1) so that every rank runs one config",
+                    self.name, plan.source, plan.config, exc, fallback)
+        self._refused.add(plan.key)
+        store = self.store()
+        entry = store.get(self.name, plan.key) if plan.source == "store" else None
+        try:
+            own = entry is not None and Config.from_dict(entry.config) == plan.config
+        except (TypeError, ValueError):
+            own = False
+        if own:  # this rank's own copy of the winner (not another winner this rank's store holds)
+            store.delete(self.name, plan.key)
+        alone = Plan(fallback, plan.target, "default", self._snapshot(), self._pm, plan.key,
+                     Selection(fallback, "default", plan.key))
+        alone.min_pos = _min_pos(self.sig, alone.kwargs)
+        alone.agreed = plan.agreed  # what this rank answers from memory in this group, as the others do
+        self._memo = {k: (alone if v is plan else v) for k, v in self._memo.items()}
+        self._drop_fast(plan)
+        return alone
 
     def _drop_fast(self, plan: Plan) -> None:
         """Forget the cache-hit paths' entries that run ``plan`` (in place: the C path holds this dict)."""

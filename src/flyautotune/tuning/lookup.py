@@ -69,6 +69,18 @@ def default_config(t: Any, call: Call) -> Optional[Config]:
     return config
 
 
+def fallback_config(t: Any, call: Call) -> Config:
+    """What a rank of a ``fat.distributed`` group runs where the group cannot answer: the default, else the
+    first config a search would time."""
+    default = default_config(t, call)
+    if default is not None:
+        return default
+    order = search_configs(t, call)
+    if not order:
+        raise AutotuneError(f"{t.name}: the config space is empty for this call, and there is no default")
+    return order[0]
+
+
 def _emit(t: Any, key: str, config: Config, source: str) -> None:
     events.emit(t.pm, "select", tuner=t.name, key=key, config=config_repr(config), source=source)
 
