@@ -301,3 +301,31 @@ def refused_scenario(rank: int, world: int, port: int, out: str, timeout_s: floa
         json.dump(report, f)
     dist.barrier()
     os._exit(0)  # without the fix a tuning collective is left pending
+
+
+def forced_on_one_rank_scenario(rank: int, world: int, port: int, out: str) -> None:
+    """``FLYAUTOTUNE=1`` on rank 1 only; rank 0 runs its default on a miss, so the group does not search."""
+    import torch
+    import torch.distributed as dist
+
+    import flyautotune as fat
+
+    _init(rank, world, port)
+    if rank == 1:
+        os.environ["FLYAUTOTUNE"] = "1"
+    launch = _tuner(rank, out, default=lambda **_: fat.Config(B=0))
+    x = torch.zeros(2)
+    report: dict = {"ran": [], "sources": []}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with fat.distributed(timeout_s=20):
+            for n in (3, 3, 3, 4):  # keyword calls and select() look the key up in the tuner's memory each time
+                report["ran"].append(launch(x, n=n))
+                report["sources"].append(launch.last_source)
+            report["select"] = launch.select(x, 3).source
+    report["warnings"] = [str(w.message) for w in caught if "flyautotune" in str(w.message)]
+    dist.barrier()
+    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+        json.dump(report, f)
+    dist.barrier()
+    os._exit(0)  # without the fix a tuning collective is left pending

@@ -181,3 +181,13 @@ def test_a_winner_the_launcher_refuses_on_one_rank_does_not_take_the_group_out_o
     (said,) = [m for m in r0["logged"] if "does not fit the kernel on this rank" in m]
     assert "the other ranks keep the group's winner" in said and "flyautotune clear" in said
     assert r1["logged"] == []
+
+
+@pytest.mark.slow
+def test_flyautotune_1_on_one_rank_keeps_the_groups_answer(tmp_path, ranks):
+    r0, r1 = spawn(ranks.forced_on_one_rank_scenario, 2, tmp_path)
+    # rank 0 runs the default on a miss: the group does not search, and rank 1 (FLYAUTOTUNE=1) keeps that
+    # answer instead of asking the group again, alone, on every call
+    for r in (r0, r1):
+        assert r["ran"] == [0, 0, 0, 0] and r["sources"] == ["default", "memory", "memory", "default"]
+        assert r["select"] == "memory" and r["warnings"] == []

@@ -451,12 +451,12 @@ class Autotuner:
         snapshot = self._snapshot()
         mkey = memo_key(self.name, self.key, call, snapshot)
         plan = self._memo.get(mkey)
-        if plan is not None and (not forced or (plan.source == "search" and not force)):
+        if plan is not None and (not forced or (not force and _answered(plan))):
             self._last = plan.hit
             return plan
         with self._lock_for(mkey):
             plan = self._memo.get(mkey)
-            if plan is not None and (not forced or (plan.source == "search" and not force)):
+            if plan is not None and (not forced or (not force and _answered(plan))):
                 self._last = plan.hit
                 return plan
             target = target_for(call.device, self.pm)
@@ -549,6 +549,15 @@ def forget_unagreed(token: int) -> None:
                 dropped.add(id(plan))
         for k in [k for k, entry in list(tuner._fast_memo.items()) if id(entry[1]) in dropped]:
             tuner._fast_memo.pop(k, None)  # in place: the C path holds this dict
+
+
+def _answered(plan: Plan) -> bool:
+    """Whether ``FLYAUTOTUNE=1`` keeps ``plan`` (``select(force=True)`` keeps none): a search's winner, or inside
+    ``fat.distributed`` the group's answer in this group. Whether the group searches is rank 0's decision; a
+    rank with ``FLYAUTOTUNE=1`` that asked again would ask alone, while the others answer from memory."""
+    if plan.source == "search":
+        return True
+    return plan.agreed is not None and plan.agreed == agreed_token()
 
 
 def _min_pos(sig: Signature, kwargs: dict) -> int:
