@@ -329,3 +329,51 @@ def forced_on_one_rank_scenario(rank: int, world: int, port: int, out: str) -> N
         json.dump(report, f)
     dist.barrier()
     os._exit(0)  # without the fix a tuning collective is left pending
+
+
+def candidates_scenario(rank: int, world: int, port: int, out: str) -> None:
+    """Spaces that differ between the ranks: listed in another order (n=3), raising on rank 1 (n=4, n=5)."""
+    import torch
+    import torch.distributed as dist
+
+    import flyautotune as fat
+
+    _init(rank, world, port)
+
+    def space(n, **_):
+        if n == 3:  # the same configs, in a rank's own order (as a list made from a set can be)
+            return [fat.Config(B=b) for b in (range(N) if rank == 0 else reversed(range(N)))]
+        if n in (4, 5) and rank == 1:
+            raise RuntimeError("no space for n=%d on this rank" % n)
+        return [fat.Config(B=b) for b in range(N)]
+
+    os.environ["FLYAUTOTUNE_CACHE_DIR"] = os.path.join(out, f"store{rank}")
+    pm = fat.build_plugin_manager(entry_points=False)
+
+    @fat.autotune(configs=space, key=["n"], plugin_manager=pm, name="agreed", default=lambda **_: fat.Config(B=0),
+                  do_bench=lambda fn, setup=None: rank_ms(rank, fn()))
+    def launch(x, n, B=None):
+        return B
+
+    x = torch.zeros(2)
+    report: dict = {}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with fat.distributed(timeout_s=20):
+            # forced: the group searches, and finds that the ranks list the candidates in other orders
+            sel = launch.select(x, 3, force=True)
+            report["n3"] = (sel.config.kwargs["B"], sel.source)
+            # not forced: rank 0 runs the default; no rank needs the space, as outside the block
+            report["n4"] = (launch(x, 4), launch.last_source)
+            # forced: rank 1's space raises there; rank 0 runs the default
+            try:
+                sel = launch.select(x, 5, force=True)
+                report["n5"] = (sel.config.kwargs["B"], sel.source)
+            except RuntimeError as exc:
+                report["n5"] = str(exc)
+            # the group is still in step: the next search takes one winner from both ranks' timings
+            report["n6"] = launch.select(x, 6, force=True).config.kwargs["B"]
+    report["warnings"] = [str(w.message) for w in caught if "flyautotune" in str(w.message)]
+    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+        json.dump(report, f)
+    dist.destroy_process_group()

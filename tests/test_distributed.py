@@ -191,3 +191,22 @@ def test_flyautotune_1_on_one_rank_keeps_the_groups_answer(tmp_path, ranks):
     for r in (r0, r1):
         assert r["ran"] == [0, 0, 0, 0] and r["sources"] == ["default", "memory", "memory", "default"]
         assert r["select"] == "memory" and r["warnings"] == []
+
+
+@pytest.mark.slow
+def test_ranks_compare_the_candidates_they_search_and_compute_them_only_to_search(tmp_path, ranks):
+    r0, r1 = spawn(ranks.candidates_scenario, 2, tmp_path)
+    # the same number of candidates in another order: one winning index would be two configs; the ranks
+    # see the lists differ and both run the default, with one warning naming rank 1 and the remedy
+    assert r0["n3"] == r1["n3"] == [0, "default"]
+    for r in (r0, r1):
+        (warning,) = r["warnings"]
+        assert "rank(s) [1] list other candidates (or another order) than rank 0" in warning
+        assert "configs= and prune_configs_by=" in warning
+    # rank 0 runs the default on a miss: rank 1's space, which raises, is not needed, as outside the block
+    assert r0["n4"] == r1["n4"] == [0, "default"]
+    # a space that raises on rank 1 raises there, after the group learnt of it; rank 0 runs the default
+    assert r1["n5"] == "agreed: configs(...) raised RuntimeError: no space for n=5 on this rank"
+    assert r0["n5"] == [0, "default"]
+    gathered = {i: ranks.rank_ms(i % 2, i) for i in range(ranks.N)}
+    assert r0["n6"] == r1["n6"] == ranks.decide(gathered)

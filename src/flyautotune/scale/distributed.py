@@ -23,7 +23,7 @@ import threading
 import time
 import warnings
 import weakref
-from typing import Any, Callable, Iterator, Optional
+from typing import Any, Callable, Iterator, Optional, Sequence
 
 import attrs
 
@@ -245,18 +245,16 @@ def _brief(key: str) -> str:
 _mismatch_warned: set = set()
 
 
-def _mismatch(group: Any, strays: list, key: str) -> Agreement:
-    """Ranks asked about different keys: every rank knows it (the keys were gathered), so every rank runs the
-    default for the key it asked about. Warned once per group; the group stays in use (the ranks are still in
-    step: each joined the same collective)."""
-    why = (f"rank(s) {strays} asked about another key (or another number of candidates) than rank 0 "
-           f"({_brief(key)} here); agreement needs the same calls in the same order on every rank")
+def _mismatch(group: Any, why: str) -> Agreement:
+    """The ranks asked about different things (keys, candidate lists): every rank knows it (what they asked
+    was gathered), so every rank runs the default for the key it asked about. Warned once per group; the
+    group stays in use (the ranks are still in step: each joined the same collective)."""
     with _broken_lock:
         first = id(group) not in _mismatch_warned
         _mismatch_warned.add(id(group))
     if first:
         warnings.warn(f"flyautotune: {why}; every rank runs the default config for such keys",
-                      RuntimeWarning, stacklevel=3)
+                      RuntimeWarning, stacklevel=4)
     return Agreement(failed=why, default=True)
 
 
@@ -272,21 +270,28 @@ def _confirm(io: _Bounded, size: int, what: str, hint: str = "") -> None:
     io.all_gather(torch.ones(1, dtype=torch.int64, device=io.device), size, what, hint)
 
 
-def agree(*, key: str, n_candidates: int, time_some: Callable[[list], dict], decide: Callable[[dict], int],
-          stored: Optional[dict], group: Any = None, timeout_s: float = 60.0, source: str = "store",
-          use_default: bool = False, accept: Optional[Callable[[dict], bool]] = None) -> Agreement:
+def agree(*, key: str, time_some: Callable[[list], dict], decide: Callable[[dict], int],
+          stored: Optional[dict], n_candidates: Optional[int] = None,
+          candidates: Optional[Callable[[], Sequence[str]]] = None, group: Any = None, timeout_s: float = 60.0,
+          source: str = "store", use_default: bool = False,
+          accept: Optional[Callable[[dict], bool]] = None) -> Agreement:
     """Agree on one config for ``key`` across ``group``'s ranks; call it on every rank.
 
     :param key: the canonical key. Every rank must ask about the same one: the ranks
         compare it first, and where any differs every rank runs the default
         (``failed`` says which rank asked about another key), with one warning.
-    :param n_candidates: how many candidates the search has (the same on every rank).
     :param time_some: ``time_some(indices) -> {index: ms or None}`` times this rank's
         share of the candidates (None: the candidate failed).
     :param decide: ``decide({index: ms}) -> index``, deterministic: every rank applies
         it to the same gathered timings.
     :param stored: this rank's stored winner (``Config.to_dict()`` form) or None; only
         rank 0's counts, and it is broadcast.
+    :param n_candidates: how many candidates the search has; or
+    :param candidates: ``candidates() -> [name, ...]``: the search's candidates, in
+        order, each named alike on every rank; called only where the group searches.
+        The ranks compare the lists: where any differs from rank 0's, every rank runs
+        the default (one warning), as where a rank's ``candidates()`` raised, which is
+        raised again on that rank once the others know.
     :param group: the process group (None: the default group).
     :param timeout_s: the bound on each phase: the key check and rank 0's answer, and
         the gather after this rank timed its share (which includes waiting for slower
@@ -302,6 +307,8 @@ def agree(*, key: str, n_candidates: int, time_some: Callable[[list], dict], dec
         group) when a collective failed or timed out.
     """
     _positive_timeout(None, None, timeout_s)
+    if (n_candidates is None) == (candidates is None):
+        raise TypeError("agree: give n_candidates or candidates, one of them")
     try:
         import torch
         import torch.distributed as dist
@@ -313,72 +320,113 @@ def agree(*, key: str, n_candidates: int, time_some: Callable[[list], dict], dec
         broken = _broken.get(id(group))
     if broken is not None:
         return Agreement(failed=f"agreement is off after an earlier failure: {broken}")
+    raised: list = []  # what this rank's candidates() raised: raised again once the other ranks know
     try:
-        rank, size = dist.get_rank(group), dist.get_world_size(group)
-        root = dist.get_global_rank(group, 0) if group is not None else 0
-        io = _Bounded(dist, group, timeout_s)
-        # 1. the key (and the number of candidates) every rank asks about, and the length of rank 0's
-        # answer (0: search together)
-        answer = None
-        if rank == 0 and stored is not None:
-            answer = {"config": stored, "source": source}
-        elif rank == 0 and use_default:
-            answer = {"default": True}
-        blob = json.dumps(answer, sort_keys=True).encode() if answer is not None else b""
-        head = torch.tensor(_key_words(key) + [int(n_candidates), len(blob)], dtype=torch.int64, device=io.device)
-        heads = [h.cpu().tolist() for h in io.all_gather(head, size, f"comparing the key of {_brief(key)}")]
-        strays = [r for r in range(size) if heads[r][:-1] != heads[0][:-1]]
-        if strays:
-            return _mismatch(group, strays, key)
-        n = int(heads[0][-1])
-        if n:
-            # 2. rank 0's answer wins everywhere: its winner (which every rank must be able to run), or the default
-            data = torch.tensor(list(blob) if rank == 0 else [0] * n, dtype=torch.uint8, device=io.device)
-            io.broadcast(data, root, f"broadcasting rank 0's answer for {_brief(key)}")
-            answer = json.loads(bytes(data.cpu().tolist()).decode())
-            if answer.get("default"):
-                return Agreement(default=True)
-            config = answer["config"]
-            try:
-                ok = bool(accept(config)) if accept is not None else True
-            except Exception as exc:  # this rank cannot run it: every rank runs the default
-                log.warning("%s: rank 0's winner %s cannot run here: %s: %s", _brief(key), config,
-                            type(exc).__name__, exc)
-                ok = False
-            io.restart()  # this rank's own check does not eat the bound; waiting for slower ranks does
-            flag = torch.tensor([int(ok)], dtype=torch.int64, device=io.device)
-            flags = [int(f.cpu()[0]) for f in io.all_gather(flag, size, f"checking rank 0's winner for {_brief(key)}")]
-            _confirm(io, size, f"confirming rank 0's winner for {_brief(key)}")
-            refused = [r for r in range(size) if not flags[r]]
-            if refused:
-                log.warning("%s: rank(s) %s cannot run rank 0's winner %s; every rank runs the default",
-                            _brief(key), refused, config)
-                return Agreement(default=True)
-            return Agreement(config=config, source=str(answer.get("source", "store")), writer=False)
-        # 2. each rank times its round-robin share; NaN marks a failed candidate.
-        mine = [i for i in range(n_candidates) if i % size == rank]
-        try:
-            timed = time_some(mine) if mine else {}
-        except Exception as exc:  # this rank's share counts as failed; the others still gather
-            log.warning("%s: timing candidates %s failed: %s: %s", key, mine, type(exc).__name__, exc)
-            timed = {}
-        io.restart()  # this rank's own timing does not eat the bound; waiting for slower ranks does
-        row = torch.full((n_candidates,), math.nan, dtype=torch.float64, device=io.device)
-        for i in mine:
-            ms = timed.get(i)
-            if ms is not None and math.isfinite(ms):
-                row[i] = float(ms)
-        slow = " (a rank's share of the timing may take longer than timeout_s: raise it above that)"
-        rows = [r.cpu() for r in io.all_gather(row, size, f"gathering the timings for {_brief(key)}", slow)]
-        _confirm(io, size, f"confirming the timings for {_brief(key)}",
-                 " (another rank gave up waiting for them: a rank's share of the timing may take longer than "
-                 "timeout_s: raise it above that)")
-        gathered = {i: float(rows[i % size][i]) for i in range(n_candidates) if not math.isnan(rows[i % size][i])}
+        result = _agree(torch, dist, key, time_some, stored, n_candidates, candidates, group, timeout_s, source,
+                        use_default, accept, raised)
     except AgreementError as exc:
-        return _fail(group, str(exc))
+        result = _fail(group, str(exc))
     except RuntimeError as exc:  # a collective that raised outright (a peer left, a closed connection)
-        return _fail(group, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+        result = _fail(group, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+    if raised:
+        raise raised[0]
+    if isinstance(result, Agreement):
+        return result
+    gathered, writer = result
     if not gathered:
         return Agreement(failed=f"every candidate failed on every rank for {key}", writer=False)
-    winner = decide(gathered)
-    return Agreement(winner=winner, writer=rank == 0)
+    return Agreement(winner=decide(gathered), writer=writer)
+
+
+def _agree(torch: Any, dist: Any, key: str, time_some: Callable[[list], dict], stored: Optional[dict],
+           n_candidates: Optional[int], candidates: Optional[Callable[[], Sequence[str]]], group: Any,
+           timeout_s: float, source: str, use_default: bool, accept: Optional[Callable[[dict], bool]],
+           raised: list) -> Any:
+    """:func:`agree`'s collectives: an :class:`Agreement`, or ``(gathered timings, writer)`` of a search."""
+    rank, size = dist.get_rank(group), dist.get_world_size(group)
+    root = dist.get_global_rank(group, 0) if group is not None else 0
+    io = _Bounded(dist, group, timeout_s)
+    # 1. the key every rank asks about, and the length of rank 0's answer (0: search together)
+    answer = None
+    if rank == 0 and stored is not None:
+        answer = {"config": stored, "source": source}
+    elif rank == 0 and use_default:
+        answer = {"default": True}
+    blob = json.dumps(answer, sort_keys=True).encode() if answer is not None else b""
+    head = torch.tensor(_key_words(key) + [len(blob)], dtype=torch.int64, device=io.device)
+    heads = [h.cpu().tolist() for h in io.all_gather(head, size, f"comparing the key of {_brief(key)}")]
+    strays = [r for r in range(size) if heads[r][:-1] != heads[0][:-1]]
+    if strays:
+        return _mismatch(group, f"rank(s) {strays} asked about another key than rank 0 ({_brief(key)} here); "
+                                f"agreement needs the same calls in the same order on every rank")
+    n = int(heads[0][-1])
+    if n:
+        # 2. rank 0's answer wins everywhere: its winner (which every rank must be able to run), or the default
+        data = torch.tensor(list(blob) if rank == 0 else [0] * n, dtype=torch.uint8, device=io.device)
+        io.broadcast(data, root, f"broadcasting rank 0's answer for {_brief(key)}")
+        answer = json.loads(bytes(data.cpu().tolist()).decode())
+        if answer.get("default"):
+            return Agreement(default=True)
+        config = answer["config"]
+        try:
+            ok = bool(accept(config)) if accept is not None else True
+        except Exception as exc:  # this rank cannot run it: every rank runs the default
+            log.warning("%s: rank 0's winner %s cannot run here: %s: %s", _brief(key), config,
+                        type(exc).__name__, exc)
+            ok = False
+        io.restart()  # this rank's own check does not eat the bound; waiting for slower ranks does
+        flag = torch.tensor([int(ok)], dtype=torch.int64, device=io.device)
+        flags = [int(f.cpu()[0]) for f in io.all_gather(flag, size, f"checking rank 0's winner for {_brief(key)}")]
+        _confirm(io, size, f"confirming rank 0's winner for {_brief(key)}")
+        refused = [r for r in range(size) if not flags[r]]
+        if refused:
+            log.warning("%s: rank(s) %s cannot run rank 0's winner %s; every rank runs the default",
+                        _brief(key), refused, config)
+            return Agreement(default=True)
+        return Agreement(config=config, source=str(answer.get("source", "store")), writer=False)
+    # 2. the group searches: every rank must search the same candidates, in the same order (a space a rank
+    # computes from its own state, or lists from a set, would map one winning index to different configs)
+    if candidates is not None:
+        try:
+            names = [str(c) for c in candidates()]
+        except Exception as exc:
+            raised.append(exc)
+            names = None
+    else:
+        names = [str(i) for i in range(int(n_candidates or 0))]
+    listing = (_key_words(json.dumps(names)) + [len(names)]) if names is not None else [0, 0, 0, 0, -1]
+    io.restart()  # computing the space does not eat the bound
+    mine = torch.tensor(listing, dtype=torch.int64, device=io.device)
+    lists = [h.cpu().tolist() for h in io.all_gather(mine, size, f"comparing the candidates of {_brief(key)}")]
+    failed = [r for r in range(size) if lists[r][-1] < 0]
+    differ = [r for r in range(size) if lists[r] != lists[0] and r not in failed]
+    if failed or differ:
+        why = []
+        if failed:
+            why.append(f"the candidates of rank(s) {failed} could not be listed (the error is raised there)")
+        if differ:
+            why.append(f"rank(s) {differ} list other candidates (or another order) than rank 0")
+        return _mismatch(group, f"{'; '.join(why)} for {_brief(key)}; a search across ranks needs configs= and "
+                                f"prune_configs_by= to give every rank the same list, in the same order, for "
+                                f"the same call")
+    n_candidates = len(names)
+    # 3. each rank times its round-robin share; NaN marks a failed candidate.
+    mine_ix = [i for i in range(n_candidates) if i % size == rank]
+    try:
+        timed = time_some(mine_ix) if mine_ix else {}
+    except Exception as exc:  # this rank's share counts as failed; the others still gather
+        log.warning("%s: timing candidates %s failed: %s: %s", key, mine_ix, type(exc).__name__, exc)
+        timed = {}
+    io.restart()  # this rank's own timing does not eat the bound; waiting for slower ranks does
+    row = torch.full((n_candidates,), math.nan, dtype=torch.float64, device=io.device)
+    for i in mine_ix:
+        ms = timed.get(i)
+        if ms is not None and math.isfinite(ms):
+            row[i] = float(ms)
+    slow = " (a rank's share of the timing may take longer than timeout_s: raise it above that)"
+    rows = [r.cpu() for r in io.all_gather(row, size, f"gathering the timings for {_brief(key)}", slow)]
+    _confirm(io, size, f"confirming the timings for {_brief(key)}",
+             " (another rank gave up waiting for them: a rank's share of the timing may take longer than "
+             "timeout_s: raise it above that)")
+    gathered = {i: float(rows[i % size][i]) for i in range(n_candidates) if not math.isnan(rows[i % size][i])}
+    return gathered, rank == 0

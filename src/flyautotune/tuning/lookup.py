@@ -45,7 +45,10 @@ def search_space(t: Any, call: Call) -> tuple:
 def search_configs(t: Any, call: Call) -> list:
     """Every config a search of this call times, in its order: the default first (the reference and the
     bar), then the rest of the space (what ``flyautotune report`` compiles)."""
-    configs, default = search_space(t, call)
+    return _ordered(*search_space(t, call))
+
+
+def _ordered(configs: list, default: Optional[Config]) -> list:
     cands = [(c, c == default) for c in configs]
     if default is not None and not any(is_default for _, is_default in cands):
         cands.insert(0, (default, True))
@@ -264,15 +267,24 @@ def agreed(t: Any, call: Call, target: Target, snapshot: tuple, kd: dict, key: s
     """
     from ..scale.distributed import agree, tuning_group
 
-    configs, default = search_space(t, call)
-    every = configs + ([default] if default is not None else [])
-    checks.check_caller(t.name, t.sig, every, call)
-    checks.check_fits(t.name, t.sig, t.pm, every, target, snapshot)
-    order = search_configs(t, call) if every else []  # the candidates, in the order Search times them
+    space: list = []  # (configs, default, order): evaluated only where the group searches, as alone
+
+    def candidates() -> list:
+        configs, default = search_space(t, call)
+        every = configs + ([default] if default is not None else [])
+        checks.check_caller(t.name, t.sig, every, call)
+        checks.check_fits(t.name, t.sig, t.pm, every, target, snapshot)
+        order = _ordered(configs, default)  # the candidates, in the order Search times them
+        if not order:
+            raise AutotuneError(f"{t.name}: the config space is empty for this call, and there is no default")
+        space.append((configs, default, order))
+        return [repr(c) for c in order]  # what the ranks compare: the same list, in the same order
+
     runs: list = []
 
     def time_some(indices: list) -> dict:
         if not runs:  # made only where the ranks search (it copies restore_value's tensors)
+            configs, default, _ = space[0]
             stream = streams.resolve_stream(call.named.get("stream") if t.sig.has_stream else None, call.device)
             runs.append(Search(t, call, target, snapshot, key, configs, default, {}, stream))
         # checked against the default's outputs, and the inputs restored after, as in a search of one process
@@ -292,21 +304,25 @@ def agreed(t: Any, call: Call, target: Target, snapshot: tuple, kd: dict, key: s
         return config is not None
 
     shared = local is not None and local.source in ("store", "pack")
-    result = agree(key=key, n_candidates=len(order), time_some=time_some, decide=decide,
+    result = agree(key=key, candidates=candidates, time_some=time_some, decide=decide,
                    stored=local.config.to_dict() if shared else None,
                    source=local.source if shared else "store",
                    use_default=local is not None and local.source == "default",
                    accept=accept, group=tuning_group(settings.group), timeout_s=settings.timeout_s)
-    fallback = default if default is not None else (order[0] if order else None)
     if result.failed is not None and result.failed.startswith("every candidate failed"):
         raise AutotuneError(f"{t.name}: {result.failed}")
     if result.config is not None:
         return Selection(accepted[-1], result.source or "store", key)
-    if fallback is None:
-        raise AutotuneError(f"{t.name}: the config space is empty for this call, and there is no default")
     if result.failed is not None or result.default:
+        if space:
+            configs, default, order = space[0]
+            fallback = default if default is not None else order[0]
+        else:
+            fallback = fallback_config(t, call)
+            checks.check_caller(t.name, t.sig, [fallback], call)
+            checks.check_fits(t.name, t.sig, t.pm, [fallback], target, snapshot)
         return Selection(fallback, "default", key)
-    winner = order[result.winner]
+    winner = space[0][2][result.winner]
     if result.writer and winner.pre_hook is None:
         store.put(t.name, key, key, winner.to_dict(), [],
                   provenance(target, kd, runs[0].elapsed() if runs else 0.0, t._space_fp, call.device))
