@@ -377,3 +377,35 @@ def candidates_scenario(rank: int, world: int, port: int, out: str) -> None:
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
         json.dump(report, f)
     dist.destroy_process_group()
+
+
+def subgroup_scenario(rank: int, world: int, port: int, out: str, timeout_s: float) -> None:
+    """Every step: the job's block, and inside it a block of a subgroup that only rank 1 is in (and enters)."""
+    import torch
+    import torch.distributed as dist
+
+    import flyautotune as fat
+
+    _init(rank, world, port)
+    sub = dist.new_group(ranks=[1], backend="gloo")  # a collective of every rank, member or not
+    launch = _tuner(rank, out, default=lambda **_: fat.Config(B=0))
+    x = torch.zeros(2)
+    report: dict = {"alone": launch.select(x, 3, force=True).config.kwargs["B"], "steps": []}
+    launch.clear()
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for _ in range(2):
+            step = {}
+            with fat.distributed(timeout_s=timeout_s):
+                step["job"] = (launch(x, 3), launch.last_source)
+                if rank == 1:
+                    with fat.distributed(group=sub, timeout_s=timeout_s):
+                        step["sub"] = (launch(x, 3), launch.last_source)
+                step["job_after"] = (launch(x, 3), launch.last_source)
+            report["steps"].append(step)
+    report["warnings"] = [str(w.message) for w in caught if "flyautotune" in str(w.message)]
+    dist.barrier()
+    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+        json.dump(report, f)
+    dist.barrier()
+    os._exit(0)  # without the fix a tuning collective is left pending

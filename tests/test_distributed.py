@@ -210,3 +210,43 @@ def test_ranks_compare_the_candidates_they_search_and_compute_them_only_to_searc
     assert r0["n5"] == [0, "default"]
     gathered = {i: ranks.rank_ms(i % 2, i) for i in range(ranks.N)}
     assert r0["n6"] == r1["n6"] == ranks.decide(gathered)
+
+
+@pytest.mark.slow
+def test_a_subgroups_block_inside_the_jobs_block_keeps_both_groups_answers(tmp_path, ranks):
+    r0, r1 = spawn(ranks.subgroup_scenario, 2, tmp_path, 3.0)
+    assert r0["alone"] != r1["alone"]  # each rank's store holds its own winner
+    job, sub = r0["alone"], r1["alone"]  # the job's rank 0 is rank 0; the subgroup's is rank 1
+    first, second = r1["steps"]
+    # in the subgroup's block rank 1 runs the subgroup's answer; back in the job's block, the job's again,
+    # as rank 0 does, and the next step answers every lookup from memory, with no collective of rank 1 alone
+    assert first == {"job": [job, "store"], "sub": [sub, "store"], "job_after": [job, "memory"]}
+    assert second == {"job": [job, "memory"], "sub": [sub, "memory"], "job_after": [job, "memory"]}
+    assert r0["steps"] == [{"job": [job, "store"], "job_after": [job, "memory"]},
+                           {"job": [job, "memory"], "job_after": [job, "memory"]}]
+    assert r0["warnings"] == r1["warnings"] == []
+
+
+def test_entering_the_same_groups_block_again_still_drops_a_plan_chosen_outside_since(tmp_path, monkeypatch):
+    # entering the block again skips the scan of the memories when nothing changed since: a plan chosen
+    # outside the block in between is such a change
+    import flyautotune as fat
+
+    monkeypatch.setenv("FLYAUTOTUNE_CACHE_DIR", str(tmp_path))
+
+    @fat.autotune(configs=[fat.Config(B=b) for b in range(3)], key=["n"], default=lambda **_: fat.Config(B=0),
+                  plugin_manager=fat.build_plugin_manager(entry_points=False), name="again")
+    def launch(x, n, B=None):
+        return B
+
+    x = torch.zeros(2)
+    with distributed(timeout_s=1):
+        pass
+    launch(x, n=3)  # chosen alone
+    assert launch.last_source == "default"
+    with pytest.warns(RuntimeWarning, match="not initialized"):  # no job here: the group's answer is the default
+        with distributed(timeout_s=1):
+            launch(x, n=3)
+            assert launch.last_source == "default"  # looked up again, not answered from memory
+            launch(x, n=3)
+            assert launch.last_source == "memory"

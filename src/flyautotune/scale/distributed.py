@@ -108,6 +108,8 @@ def distributed(group: Any = None, timeout_s: float = 60.0) -> Iterator[Distribu
         yield settings
     finally:
         stack.pop()
+        if stack and _token(stack[-1].group) != _token(group):
+            _forget_unagreed(stack[-1])  # back in the enclosing block: its group's plans, not this one's
 
 
 _own: dict = {}  # "group": (weak WORLD, weak gloo group over every rank or None), made once per WORLD

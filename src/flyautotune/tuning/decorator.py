@@ -228,6 +228,9 @@ class Autotuner:
     def clear(self) -> None:
         """Forget this process's winners, refusals and failures (the store is untouched)."""
         self._memo: dict = {}
+        # plans agreed in another group than the innermost fat.distributed block's: set aside at its entry,
+        # back in memory when a block of their group is entered again ({token: {memo key: plan}})
+        self._held: dict = {}
         self._locks: dict = {}
         self._refused: set = set()  # keys whose stored/shipped winner the launcher refused
         self._failed: dict = {}  # keys whose every candidate failed: not searched again in this process
@@ -403,6 +406,7 @@ class Autotuner:
                      Selection(fallback, "default", plan.key))
         alone.min_pos = _min_pos(self.sig, alone.kwargs)
         alone.agreed = plan.agreed  # what this rank answers from memory in this group, as the others do
+        _entered["dirty"] = True
         self._memo = {k: (alone if v is plan else v) for k, v in self._memo.items()}
         self._drop_fast(plan)
         return alone
@@ -441,6 +445,7 @@ class Autotuner:
             cache_dir = env.cache_dir_setting()
             if cache_dir != self._cache_dir:  # another store: this process's winners came from the old one
                 self._memo = {}
+                self._held = {}
                 self._fast_memo.clear()
                 self._cache_dir = cache_dir
             self._fast_memo.clear()  # a forced search must not be skipped by the fast path
@@ -464,6 +469,8 @@ class Autotuner:
             plan = Plan(selection.config, target, selection.source, snapshot, self._pm, selection.key, selection)
             plan.min_pos = _min_pos(self.sig, plan.kwargs)
             plan.agreed = agreed_token()  # inside fat.distributed every cold lookup is the group's collective
+            if plan.agreed != _entered["token"]:
+                _entered["dirty"] = True  # the next block's entry has this plan to sort
             if self._memo.get(mkey) is not None:  # a forced search replaced a plan: its cache hits must not run
                 self._drop_fast(self._memo[mkey])  # the old one (the generated and C paths read this memo)
             self._memo[mkey] = plan
@@ -535,18 +542,34 @@ def clear_all() -> None:
         tuner.clear()
 
 
+#: the group the last ``forget_unagreed`` sorted the memories for, and whether a plan of another group (or of
+#: none) has been made since: entering the same group's block again, every step, then has nothing to scan
+_entered: dict = {"token": object(), "dirty": True}
+
+
 def forget_unagreed(token: int) -> None:
-    """Drop from every live tuner's memory the plans not agreed in the group ``token`` names (entering
-    ``fat.distributed``): each such key's next lookup is the group's collective again."""
+    """Entering (or returning to) a ``fat.distributed`` block of the group ``token`` names: every live tuner's
+    memory holds only the plans agreed in that group, so each other key's next lookup is the group's
+    collective. Plans agreed in another group are set aside, not dropped: a block of a subgroup inside the
+    job's block (entered by its members only) must not cost them the job-wide plans, which the other ranks
+    still answer from memory, and returning to that subgroup answers its keys from memory again."""
+    if token == _entered["token"] and not _entered["dirty"]:
+        return
+    _entered["token"], _entered["dirty"] = token, False  # before the scan: a plan made meanwhile marks it again
     for tuner in list(_TUNERS):
-        stale = [k for k, plan in list(tuner._memo.items()) if plan.agreed != token]
-        if not stale:
+        held = tuner._held
+        back = held.pop(token, None)
+        stale = [(k, plan) for k, plan in list(tuner._memo.items()) if plan.agreed != token]
+        if not stale and not back:
             continue
         dropped = set()
-        for k in stale:
-            plan = tuner._memo.pop(k, None)
-            if plan is not None:
+        for k, plan in stale:
+            if tuner._memo.pop(k, None) is not None:
                 dropped.add(id(plan))
+                if plan.agreed is not None:
+                    held.setdefault(plan.agreed, {})[k] = plan
+        for k, plan in (back or {}).items():
+            tuner._memo.setdefault(k, plan)
         for k in [k for k, entry in list(tuner._fast_memo.items()) if id(entry[1]) in dropped]:
             tuner._fast_memo.pop(k, None)  # in place: the C path holds this dict
 
