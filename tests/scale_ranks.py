@@ -409,3 +409,24 @@ def subgroup_scenario(rank: int, world: int, port: int, out: str, timeout_s: flo
         json.dump(report, f)
     dist.barrier()
     os._exit(0)  # without the fix a tuning collective is left pending
+
+
+def non_member_scenario(rank: int, world: int, port: int, out: str) -> None:
+    """Rank 1 enters the block of a subgroup it is not in."""
+    import torch
+    import torch.distributed as dist
+
+    import flyautotune as fat
+
+    _init(rank, world, port)
+    sub = dist.new_group(ranks=[0], backend="gloo")
+    launch = _tuner(rank, out, default=lambda **_: fat.Config(B=0))
+    report: dict = {}
+    try:
+        with fat.distributed(group=sub, timeout_s=20):
+            report["ran"] = launch(torch.zeros(2), 3)
+    except ValueError as exc:
+        report["error"] = str(exc)
+    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+        json.dump(report, f)
+    dist.destroy_process_group()

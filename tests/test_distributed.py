@@ -250,3 +250,12 @@ def test_entering_the_same_groups_block_again_still_drops_a_plan_chosen_outside_
             assert launch.last_source == "default"  # looked up again, not answered from memory
             launch(x, n=3)
             assert launch.last_source == "memory"
+
+
+@pytest.mark.slow
+def test_a_rank_outside_the_group_is_told_where_it_enters_the_block(tmp_path, ranks):
+    r0, r1 = spawn(ranks.non_member_scenario, 2, tmp_path)
+    assert r0 == {"ran": 0}
+    assert r1["error"] == ("fat.distributed: this process (rank 1 of the job) is not a member of the group it was "
+                           "given; enter a subgroup's block on its members only (where "
+                           "torch.distributed.get_rank(group) >= 0)")

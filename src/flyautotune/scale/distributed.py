@@ -96,6 +96,7 @@ def distributed(group: Any = None, timeout_s: float = 60.0) -> Iterator[Distribu
     :yields: the :class:`DistributedSettings` in force.
     """
     _positive_timeout(None, None, timeout_s)
+    _check_member(group)
     settings = DistributedSettings(group, float(timeout_s))
     if group is None:
         tuning_group(None)  # made here, where every rank is, not at a later lookup one rank may skip
@@ -110,6 +111,26 @@ def distributed(group: Any = None, timeout_s: float = 60.0) -> Iterator[Distribu
         stack.pop()
         if stack and _token(stack[-1].group) != _token(group):
             _forget_unagreed(stack[-1])  # back in the enclosing block: its group's plans, not this one's
+
+
+def _check_member(group: Any) -> None:
+    """A rank outside ``group`` cannot take part in its agreement: say so where the block is entered."""
+    if group is None:
+        return
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return
+    if not (dist.is_available() and dist.is_initialized()):
+        return
+    try:
+        rank = dist.get_rank(group)
+    except Exception:  # not a process group torch knows: the first collective says what is wrong with it
+        return
+    if rank < 0:
+        raise ValueError(f"fat.distributed: this process (rank {dist.get_rank()} of the job) is not a member of "
+                         f"the group it was given; enter a subgroup's block on its members only (where "
+                         f"torch.distributed.get_rank(group) >= 0)")
 
 
 _own: dict = {}  # "group": (weak WORLD, weak gloo group over every rank or None), made once per WORLD
