@@ -113,8 +113,10 @@ def _tuner(rank: int, out: str, **options):
 
     pm = fat.build_plugin_manager(entry_points=False)
 
+    options.setdefault("do_bench", lambda fn, setup=None: rank_ms(rank, fn()))
+
     @fat.autotune(configs=[fat.Config(B=b) for b in range(N)], key=["n"], plugin_manager=pm, name="agreed",
-                  do_bench=lambda fn, setup=None: rank_ms(rank, fn()), **options)
+                  **options)
     def launch(x, n, B=None):
         return B
 
@@ -430,3 +432,47 @@ def non_member_scenario(rank: int, world: int, port: int, out: str) -> None:
     with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
         json.dump(report, f)
     dist.destroy_process_group()
+
+
+def threads_scenario(rank: int, world: int, port: int, out: str, timeout_s: float) -> None:
+    """Two threads on each rank tune in blocks of the same group at once; rank 0 holds a winner for every key,
+    so every agreement has several collectives (the key, rank 0's answer, every rank's check of it)."""
+    import threading
+
+    import torch
+    import torch.distributed as dist
+
+    import flyautotune as fat
+
+    _init(rank, world, port)
+    launch = _tuner(rank, out, default=lambda **_: fat.Config(B=0),
+                    do_bench=lambda fn, setup=None: 0.5 if fn() == 2 else 1.0)
+    x = torch.zeros(2)
+    keys = {"a": list(range(10, 16)), "b": list(range(20, 26))}
+    if rank == 0:
+        for ns in keys.values():
+            for n in ns:
+                launch.select(x, n, force=True)  # B=2 stored for every key
+        launch.clear()
+    ran: dict = {}
+    with fat.distributed(timeout_s=timeout_s):  # the group made on the main thread, where every rank is
+        pass
+
+    def work(name):
+        with fat.distributed(timeout_s=timeout_s):
+            for n in keys[name]:
+                ran[n] = launch(x, n)
+
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        threads = [threading.Thread(target=work, args=(name,)) for name in keys]
+        for t in threads:
+            t.start()
+        for t in threads:
+            t.join()
+    report = {"ran": ran, "warnings": [str(w.message) for w in caught if "flyautotune" in str(w.message)]}
+    dist.barrier()
+    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+        json.dump(report, f)
+    dist.barrier()
+    os._exit(0)  # without the fix a tuning collective may be left pending

@@ -259,3 +259,15 @@ def test_a_rank_outside_the_group_is_told_where_it_enters_the_block(tmp_path, ra
     assert r1["error"] == ("fat.distributed: this process (rank 1 of the job) is not a member of the group it was "
                            "given; enter a subgroup's block on its members only (where "
                            "torch.distributed.get_rank(group) >= 0)")
+
+
+@pytest.mark.slow
+def test_two_threads_tuning_in_blocks_of_one_group_stay_in_step(tmp_path, ranks):
+    r0, r1 = spawn(ranks.threads_scenario, 2, tmp_path, 3.0)
+    # each agreement's collectives run in a row: every key runs one config on both ranks (rank 0's winner,
+    # or where the threads' orders differ between the ranks, the default), and no collective timed out
+    assert r0["ran"] == r1["ran"] and len(r0["ran"]) == 12
+    assert set(r0["ran"].values()) <= {0, 2}
+    for r in (r0, r1):
+        assert not [w for w in r["warnings"] if "could not agree" in w]
+        assert all("give each its own group" in w for w in r["warnings"])

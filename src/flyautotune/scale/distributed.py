@@ -281,6 +281,22 @@ def _mismatch(group: Any, why: str) -> Agreement:
     return Agreement(failed=why, default=True)
 
 
+_locks: dict = {}  # id(group) -> (group, the lock its agreements take in this process)
+
+
+def _group_lock(group: Any) -> threading.RLock:
+    """Two threads in blocks of one group would interleave their agreements' collectives (a broadcast of one
+    meeting a gather of the other: a time-out, or gloo aborting the process on the size mismatch). Each
+    agreement takes the group's lock, so its collectives run in a row; the threads' agreements still come
+    in no set order, so where the ranks' orders differ, the key comparison tells (every rank runs the
+    default). Reentrant: a launch timed in a search may itself make a tuned call in the block."""
+    with _broken_lock:
+        held = _locks.get(id(group))
+        if held is None or held[0] is not group:
+            held = _locks[id(group)] = (group, threading.RLock())
+        return held[1]
+
+
 def _confirm(io: _Bounded, size: int, what: str, hint: str = "") -> None:
     """One more collective after a gather that followed each rank's own work (its share of the timing, its
     check of rank 0's winner). A rank whose bound ran out in that gather has given up and runs the default,
@@ -345,8 +361,9 @@ def agree(*, key: str, time_some: Callable[[list], dict], decide: Callable[[dict
         return Agreement(failed=f"agreement is off after an earlier failure: {broken}")
     raised: list = []  # what this rank's candidates() raised: raised again once the other ranks know
     try:
-        result = _agree(torch, dist, key, time_some, stored, n_candidates, candidates, group, timeout_s, source,
-                        use_default, accept, raised)
+        with _group_lock(group):  # one agreement at a time on a group in this process: its collectives in a row
+            result = _agree(torch, dist, key, time_some, stored, n_candidates, candidates, group, timeout_s,
+                            source, use_default, accept, raised)
     except AgreementError as exc:
         result = _fail(group, str(exc))
     except RuntimeError as exc:  # a collective that raised outright (a peer left, a closed connection)
@@ -381,7 +398,8 @@ def _agree(torch: Any, dist: Any, key: str, time_some: Callable[[list], dict], s
     strays = [r for r in range(size) if heads[r][:-1] != heads[0][:-1]]
     if strays:
         return _mismatch(group, f"rank(s) {strays} asked about another key than rank 0 ({_brief(key)} here); "
-                                f"agreement needs the same calls in the same order on every rank")
+                                f"agreement needs the same calls in the same order on every rank (threads that "
+                                f"tune in blocks of one group call in no set order: give each its own group)")
     n = int(heads[0][-1])
     if n:
         # 2. rank 0's answer wins everywhere: its winner (which every rank must be able to run), or the default
