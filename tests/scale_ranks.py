@@ -476,3 +476,36 @@ def threads_scenario(rank: int, world: int, port: int, out: str, timeout_s: floa
         json.dump(report, f)
     dist.barrier()
     os._exit(0)  # without the fix a tuning collective may be left pending
+
+
+def reinit_scenario(rank: int, world: int, port: int, out: str, timeout_s: float) -> None:
+    """A job ends (destroy_process_group) and another starts in the same processes (init_process_group)."""
+    import torch
+    import torch.distributed as dist
+
+    import flyautotune as fat
+
+    _init(rank, world, port)
+    launch = _tuner(rank, out, default=lambda **_: fat.Config(B=0))
+    x = torch.zeros(2)
+    report: dict = {}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with fat.distributed(timeout_s=timeout_s):
+            if rank == 0:  # only rank 0 tunes n=3 in the first job (a collective of its own: it times out)
+                report["first"] = (launch(x, 3), launch.last_source)
+        report["first_warnings"] = len(caught)
+        dist.barrier()
+        dist.destroy_process_group()
+        dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port + 1}", rank=rank, world_size=world,
+                                timeout=datetime.timedelta(seconds=30))
+        del caught[:]
+        with fat.distributed(timeout_s=timeout_s):  # the new job's group: agreement on again, nothing carried
+            report["n3"] = (launch(x, 3), launch.last_source)
+            report["n4"] = (launch(x, 4), launch.last_source)
+        report["warnings"] = [str(w.message) for w in caught if "flyautotune" in str(w.message)]
+    dist.barrier()
+    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+        json.dump(report, f)
+    dist.barrier()
+    os._exit(0)  # the first job's timed-out collective is still pending

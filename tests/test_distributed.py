@@ -271,3 +271,13 @@ def test_two_threads_tuning_in_blocks_of_one_group_stay_in_step(tmp_path, ranks)
     for r in (r0, r1):
         assert not [w for w in r["warnings"] if "could not agree" in w]
         assert all("give each its own group" in w for w in r["warnings"])
+
+
+@pytest.mark.slow
+def test_a_new_job_in_the_same_processes_agrees_afresh(tmp_path, ranks):
+    r0, r1 = spawn(ranks.reinit_scenario, 2, tmp_path, 2.0)
+    assert r0["first"] == [0, "default"] and r0["first_warnings"] == 1  # the first job's group failed
+    # the new job's group is another group: what the first one agreed (or failed) does not count, so the
+    # ranks ask it about n=3 together, and it stays in use for n=4
+    assert r0["n3"] == r1["n3"] == [0, "default"] and r0["n4"] == r1["n4"] == [0, "default"]
+    assert r0["warnings"] == r1["warnings"] == []

@@ -16,6 +16,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import hashlib
+import itertools
 import json
 import logging
 import math
@@ -37,6 +38,8 @@ class DistributedSettings:
 
     group: Any = None
     timeout_s: float = 60.0
+    #: what plans agreed in this block are marked with (:func:`_token`), taken at the block's entry
+    token: int = attrs.field(default=0, eq=False, repr=False)
 
 
 @attrs.frozen
@@ -66,7 +69,7 @@ class AgreementError(RuntimeError):
 
 
 _local = threading.local()
-_broken: dict = {}  # id(group) -> why: a group whose collective failed is not used again
+_broken: dict = {}  # _token(group) -> why: a group whose collective failed is not used again
 _broken_lock = threading.Lock()
 
 
@@ -97,9 +100,9 @@ def distributed(group: Any = None, timeout_s: float = 60.0) -> Iterator[Distribu
     """
     _positive_timeout(None, None, timeout_s)
     _check_member(group)
-    settings = DistributedSettings(group, float(timeout_s))
     if group is None:
         tuning_group(None)  # made here, where every rank is, not at a later lookup one rank may skip
+    settings = DistributedSettings(group, float(timeout_s), _token(group))
     _forget_unagreed(settings)
     stack = getattr(_local, "stack", None)
     if stack is None:
@@ -109,7 +112,7 @@ def distributed(group: Any = None, timeout_s: float = 60.0) -> Iterator[Distribu
         yield settings
     finally:
         stack.pop()
-        if stack and _token(stack[-1].group) != _token(group):
+        if stack and stack[-1].token != settings.token:
             _forget_unagreed(stack[-1])  # back in the enclosing block: its group's plans, not this one's
 
 
@@ -173,18 +176,52 @@ def _forget_unagreed(settings: DistributedSettings) -> None:
     block is a collective on every rank (a rank that chose a key alone would skip it, and the others wait)."""
     from ..tuning.decorator import forget_unagreed
 
-    forget_unagreed(_token(settings.group))
+    forget_unagreed(settings.token)
+
+
+_serials: "weakref.WeakKeyDictionary" = weakref.WeakKeyDictionary()  # group -> its token
+_serials_kept: dict = {}  # the same, for a group that takes no weak reference
+_next_serial = itertools.count(1)
+_serial_lock = threading.Lock()
 
 
 def _token(group: Any) -> int:
-    """What a plan agreed in ``group`` is marked with (the group None stands for the default group)."""
-    return id(group) if group is not None else 0
+    """What marks a group in this process: the plans agreed in it, its failure, its warning, its lock. A
+    number of its own for each group object (None: the job's default group, as it is now; 0 where there is
+    none), never reused: after ``destroy_process_group`` and ``init_process_group`` again, the new job's
+    group is another group, and nothing agreed or failed in the old one counts for it (an ``id()`` could
+    be the old object's, once it is freed)."""
+    if group is None:
+        group = _world()
+        if group is None:
+            return 0
+    with _serial_lock:
+        try:
+            token = _serials.get(group)
+            table: Any = _serials
+        except TypeError:  # no weak reference to it (a name in a test, a sentinel): kept
+            token = _serials_kept.get(group)
+            table = _serials_kept
+        if token is None:
+            token = table[group] = next(_next_serial)
+        return token
+
+
+def _world() -> Any:
+    """The job's default group now, or None outside an initialized job."""
+    try:
+        import torch.distributed as dist
+    except ImportError:
+        return None
+    if not (dist.is_available() and dist.is_initialized()):
+        return None
+    return dist.group.WORLD
 
 
 def agreed_token() -> Optional[int]:
     """The token of the group this thread's cold lookups agree in (None outside ``distributed``)."""
     stack = getattr(_local, "stack", None)
-    return _token(stack[-1].group) if stack else None
+    return stack[-1].token if stack else None
 
 
 def active() -> Optional[DistributedSettings]:
@@ -194,10 +231,11 @@ def active() -> Optional[DistributedSettings]:
 
 
 def _fail(group: Any, why: str, remember: bool = True) -> Agreement:
+    token = _token(group)
     with _broken_lock:
-        first = id(group) not in _broken
+        first = token not in _broken
         if remember:
-            _broken.setdefault(id(group), why)
+            _broken.setdefault(token, why)
     if first:
         warnings.warn(f"flyautotune: ranks could not agree on a config ({why}); every rank runs the default "
                       f"config, and tuning does not use this process group again", RuntimeWarning, stacklevel=3)
@@ -272,16 +310,17 @@ def _mismatch(group: Any, why: str) -> Agreement:
     """The ranks asked about different things (keys, candidate lists): every rank knows it (what they asked
     was gathered), so every rank runs the default for the key it asked about. Warned once per group; the
     group stays in use (the ranks are still in step: each joined the same collective)."""
+    token = _token(group)
     with _broken_lock:
-        first = id(group) not in _mismatch_warned
-        _mismatch_warned.add(id(group))
+        first = token not in _mismatch_warned
+        _mismatch_warned.add(token)
     if first:
         warnings.warn(f"flyautotune: {why}; every rank runs the default config for such keys",
                       RuntimeWarning, stacklevel=4)
     return Agreement(failed=why, default=True)
 
 
-_locks: dict = {}  # id(group) -> (group, the lock its agreements take in this process)
+_locks: dict = {}  # _token(group) -> the lock its agreements take in this process
 
 
 def _group_lock(group: Any) -> threading.RLock:
@@ -290,11 +329,12 @@ def _group_lock(group: Any) -> threading.RLock:
     agreement takes the group's lock, so its collectives run in a row; the threads' agreements still come
     in no set order, so where the ranks' orders differ, the key comparison tells (every rank runs the
     default). Reentrant: a launch timed in a search may itself make a tuned call in the block."""
+    token = _token(group)
     with _broken_lock:
-        held = _locks.get(id(group))
-        if held is None or held[0] is not group:
-            held = _locks[id(group)] = (group, threading.RLock())
-        return held[1]
+        lock = _locks.get(token)
+        if lock is None:
+            lock = _locks[token] = threading.RLock()
+        return lock
 
 
 def _confirm(io: _Bounded, size: int, what: str, hint: str = "") -> None:
@@ -355,8 +395,9 @@ def agree(*, key: str, time_some: Callable[[list], dict], decide: Callable[[dict
         return _fail(group, "torch.distributed is not available", remember=False)
     if not (dist.is_available() and dist.is_initialized()):
         return _fail(group, "torch.distributed is not initialized (call init_process_group first)", remember=False)
+    token = _token(group)
     with _broken_lock:
-        broken = _broken.get(id(group))
+        broken = _broken.get(token)
     if broken is not None:
         return Agreement(failed=f"agreement is off after an earlier failure: {broken}")
     raised: list = []  # what this rank's candidates() raised: raised again once the other ranks know
