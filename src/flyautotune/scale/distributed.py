@@ -242,9 +242,6 @@ def _fail(group: Any, why: str, remember: bool = True) -> Agreement:
     return Agreement(failed=why)
 
 
-_kept: list = []  # the last agreement's tensors (see _Bounded)
-
-
 class _Bounded:
     """Runs collectives on ``group`` against a deadline: each waits at most the time left."""
 
@@ -252,13 +249,6 @@ class _Bounded:
         self.dist, self.group = dist, group
         self.timeout_s = timeout_s
         self.restart()
-        # The tensors of this agreement's collectives stay referenced here until the next agreement: a gloo
-        # worker thread that drops the last reference to a tensor Python let go of must take the GIL to free
-        # it, and one that does so while the interpreter shuts down (a job that exits right after its last
-        # tuning call) aborts the process ("terminate called without an active exception").
-        global _kept
-        self.kept: list = []
-        _kept = self.kept
         backend = str(dist.get_backend(group)).lower()
         if backend == "gloo":
             self.device = "cpu"
@@ -283,14 +273,29 @@ class _Bounded:
             raise AgreementError(f"{what} timed out after {self.timeout_s:g} s{hint}")
 
     def broadcast(self, tensor: Any, src: int, what: str) -> None:
-        self.kept.append(tensor)
         self.wait(self.dist.broadcast(tensor, src=src, group=self.group, async_op=True), what)
+        _released([tensor])
 
     def all_gather(self, tensor: Any, size: int, what: str, hint: str = "") -> list:
         out = [tensor.new_empty(tensor.shape) for _ in range(size)]
-        self.kept.extend([tensor, *out])
         self.wait(self.dist.all_gather(out, tensor, group=self.group, async_op=True), what, hint)
+        _released([tensor, *out])
         return out
+
+
+def _released(tensors: list) -> None:
+    """After a collective completed: wait (yielding the GIL, 0.1 s at most) until its worker thread has let
+    go of its tensors. A gloo worker that drops the last C++ reference to a tensor Python made must take the
+    GIL to release it; one that does so while the interpreter shuts down (a job that exits right after its
+    last tuning call) aborts the process: ``terminate called without an active exception``. Usually the
+    worker is done before the wait returns, and this costs one check."""
+    for _ in range(200):
+        try:
+            if all(t._use_count() <= 1 for t in tensors):
+                return
+        except AttributeError:  # a torch without the count: nothing to wait for
+            return
+        time.sleep(0.0005)
 
 
 def _key_words(key: str) -> list:
