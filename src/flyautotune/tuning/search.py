@@ -514,7 +514,6 @@ class Search:
                    candidates=rows, margin=margin, noise=noise)
         return winner.config, rows, margin, noise, duration
 
-
     def time_share(self, indices: list) -> dict:
         """One rank's share of a search the ranks of a ``fat.distributed`` group split: ``{index: ms or None}``
         for the candidates at ``indices`` of :attr:`cands` (None: the candidate failed, or its outputs
