@@ -106,6 +106,19 @@ def tuner_scenario(rank: int, world: int, port: int, out: str) -> None:
     dist.destroy_process_group()
 
 
+def _leave(rank: int, out: str, report: dict, caught: list) -> None:
+    """Write this rank's report (with flyautotune's warnings) once every rank is done, then exit at once:
+    without the fix under test a tuning collective may be left pending, and a normal exit would wait on it."""
+    import torch.distributed as dist
+
+    report["warnings"] = [str(w.message) for w in caught if "flyautotune" in str(w.message)]
+    dist.barrier()
+    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
+        json.dump(report, f)
+    dist.barrier()
+    os._exit(0)
+
+
 def _tuner(rank: int, out: str, **options):
     """A tuner whose candidate ``B`` times as ``rank_ms(rank, B)`` on this rank, with its own store per rank."""
     os.environ["FLYAUTOTUNE_CACHE_DIR"] = os.path.join(out, f"store{rank}")
@@ -308,7 +321,6 @@ def refused_scenario(rank: int, world: int, port: int, out: str, timeout_s: floa
 def forced_on_one_rank_scenario(rank: int, world: int, port: int, out: str) -> None:
     """``FLYAUTOTUNE=1`` on rank 1 only; rank 0 runs its default on a miss, so the group does not search."""
     import torch
-    import torch.distributed as dist
 
     import flyautotune as fat
 
@@ -325,12 +337,7 @@ def forced_on_one_rank_scenario(rank: int, world: int, port: int, out: str) -> N
                 report["ran"].append(launch(x, n=n))
                 report["sources"].append(launch.last_source)
             report["select"] = launch.select(x, 3).source
-    report["warnings"] = [str(w.message) for w in caught if "flyautotune" in str(w.message)]
-    dist.barrier()
-    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
-        json.dump(report, f)
-    dist.barrier()
-    os._exit(0)  # without the fix a tuning collective is left pending
+    _leave(rank, out, report, caught)
 
 
 def candidates_scenario(rank: int, world: int, port: int, out: str) -> None:
@@ -405,12 +412,7 @@ def subgroup_scenario(rank: int, world: int, port: int, out: str, timeout_s: flo
                         step["sub"] = (launch(x, 3), launch.last_source)
                 step["job_after"] = (launch(x, 3), launch.last_source)
             report["steps"].append(step)
-    report["warnings"] = [str(w.message) for w in caught if "flyautotune" in str(w.message)]
-    dist.barrier()
-    with open(os.path.join(out, f"rank{rank}.json"), "w") as f:
-        json.dump(report, f)
-    dist.barrier()
-    os._exit(0)  # without the fix a tuning collective is left pending
+    _leave(rank, out, report, caught)
 
 
 def non_member_scenario(rank: int, world: int, port: int, out: str) -> None:
