@@ -267,8 +267,10 @@ class _Bounded:
         try:
             ok = work.wait(timeout=datetime.timedelta(seconds=left))
         except Exception as exc:
+            from ..progress import first_line
+
             raise AgreementError(f"{what} failed or timed out after {self.timeout_s:g} s: "
-                                 f"{str(exc).splitlines()[0] if str(exc) else type(exc).__name__}{hint}") from exc
+                                 f"{first_line(exc) or type(exc).__name__}{hint}") from exc
         if ok is False:
             raise AgreementError(f"{what} timed out after {self.timeout_s:g} s{hint}")
 
@@ -413,7 +415,9 @@ def agree(*, key: str, time_some: Callable[[list], dict], decide: Callable[[dict
     except AgreementError as exc:
         result = _fail(group, str(exc))
     except RuntimeError as exc:  # a collective that raised outright (a peer left, a closed connection)
-        result = _fail(group, f"{type(exc).__name__}: {str(exc).splitlines()[0] if str(exc) else ''}")
+        from ..progress import first_line
+
+        result = _fail(group, f"{type(exc).__name__}: {first_line(exc)}")
     if raised:
         raise raised[0]
     if isinstance(result, Agreement):

@@ -21,6 +21,7 @@ from urllib.parse import urlsplit
 
 from .._markers import hookimpl
 from ..devices import use_triton_interpreter
+from ..progress import first_line
 
 import attrs
 
@@ -140,12 +141,7 @@ def connect(ray: Any, address: str, timeout_s: float, **kwargs: Any) -> None:
     except Exception as exc:  # Ray's ConnectionError, a missing ray[client], ...
         where = f"{target[0]}:{target[1]} answers, but " if target is not None else ""
         raise RayConnectError(address, f"cannot connect to the Ray cluster at {address!r}: {where}Ray could not "
-                                       f"connect ({type(exc).__name__}: {_first_line(exc)})") from None
-
-
-def _first_line(exc: BaseException) -> str:
-    lines = str(exc).strip().splitlines()
-    return lines[0] if lines else ""
+                                       f"connect ({type(exc).__name__}: {first_line(exc)})") from None
 
 
 def _tune_in_worker(key: dict, force: bool, plugins: tuple, known: Optional[str], use_gpu: bool,
@@ -301,7 +297,7 @@ def run_ray(plan: Plan, *, address: Optional[str] = None, workers: Optional[int]
                 try:
                     results[i] = KeyResult.from_dict(ray.get(ref))
                 except Exception as exc:  # retries exhausted, or the task could not run at all
-                    results[i] = KeyResult(key, "error", error=f"{type(exc).__name__}: {str(exc).splitlines()[0]}")
+                    results[i] = KeyResult(key, "error", error=f"{type(exc).__name__}: {first_line(exc)}")
                 # Into the driver's store now: a Ctrl-C later must not lose what the workers finished.
                 merge_into_store(PlanResult([results[i]]))
                 merged.add(i)
