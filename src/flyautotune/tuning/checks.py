@@ -47,7 +47,7 @@ def check_fits(name: str, sig: Signature, pm: Any, configs: Sequence[Config], ta
                     f"{name}: config {config!r} sets {arg!r}, which nothing consumes: "
                     f"{sig.fn_name} takes {', '.join(sig.params)}. A kernel kwarg must be a parameter of the "
                     f"launch; a compiler option goes in compile_hints={{{arg!r}: {config.kwargs[arg]!r}}} (only "
-                    f"num_warps, num_stages, maxnreg and waves_per_eu are hints when given by name)"
+                    f"{', '.join(_hints.KNOWN_HINTS)} are hints when given by name)"
                 )
         merged = _hints.merge_hints(base, config.hints)
         try:
