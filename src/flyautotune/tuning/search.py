@@ -371,13 +371,17 @@ class Search:
         runs): the decision compares them in pairs. Rounds go on, up to ``MAX_ROUNDS``, while the
         best challenger's gain is inside its noise band and the band is wider than
         ``SETTLED_NOISE``."""
-        if self.t.do_bench is not None or self.default is None or self.default.ms is None:
+        if not retimes(self.t) or self.default is None or self.default.ms is None:
             return
-        ok = sorted((c for c in self.cands if c.ms is not None and not c.is_default and not c.reused),
-                    key=lambda c: c.ms)
-        finalists = [self.default] + ok[:FINALISTS]
-        if len(finalists) < 2:
-            return
+        rivals = best_challengers((c, c.ms) for c in self.cands
+                                  if c.ms is not None and not c.is_default and not c.reused)
+        if rivals:
+            self.retime([self.default] + rivals)
+
+    def retime(self, finalists: list) -> list:
+        """Time ``finalists`` (the default first, each timed once already) again in interleaved rounds, as
+        :meth:`rerank` describes; returns those still standing (a finalist that fails a round drops out, its
+        ``error`` says why). :attr:`rounds` counts the rounds run."""
         for r in range(MAX_ROUNDS):
             if self.over_budget() or (r >= ROUNDS and self._settled(finalists)):
                 break
@@ -395,6 +399,7 @@ class Search:
                 break
             self.rounds = r + 1
         self.finalists = finalists
+        return finalists
 
     def _settled(self, finalists: list) -> bool:
         verdicts = [compare(c, self.default) for c in finalists if c is not self.default]
@@ -413,13 +418,7 @@ class Search:
         if d is None or d.ms is None or d.error is not None:
             return min(ok, key=lambda c: c.ms), None, None
         rivals = [c for c in ok if c is not d and (not self.rounds or c in self.finalists or c.reused)]
-        if not rivals:
-            return d, 0.0, 0.0
-        verdicts = [(c, *compare(c, d)) for c in sorted(rivals, key=lambda c: c.ms)]
-        wins = [v for v in verdicts if v[1] > v[2]]
-        if wins:
-            return max(wins, key=lambda v: v[1])
-        return d, 0.0, verdicts[0][2]  # the band is still reported, against the closest challenger
+        return verdict(d, [(c, *compare(c, d)) for c in sorted(rivals, key=lambda c: c.ms)])
 
     def probe(self) -> None:
         """Run the first config untimed on pristine inputs: its outputs are the reference.
@@ -563,6 +562,28 @@ class Search:
 def rotates_on(device: Any) -> bool:
     """Whether a search rotates copies of its inputs on ``device``: not on the host (no cache to flush)."""
     return getattr(device, "type", "cpu") not in ("cpu", "meta")
+
+
+def retimes(tuner: Any) -> bool:
+    """Whether a search of ``tuner`` re-times its finalists: not with a ``do_bench=`` of the user's, whose
+    timing is used as given."""
+    return tuner.do_bench is None
+
+
+def best_challengers(timed: Any) -> list:
+    """The ``FINALISTS`` fastest of ``(challenger, ms)`` pairs, ties in the order given: the challengers a
+    search re-times against the default."""
+    return [c for c, _ in sorted(timed, key=lambda p: p[1])[:FINALISTS]]
+
+
+def verdict(default: Any, verdicts: list) -> tuple:
+    """``(winner, margin, noise)`` from ``[(challenger, gain, noise), ...]`` over ``default``, the closest
+    challenger first: the challenger that beats the default by the most beyond its noise band (the first
+    of equals), else the default, with margin ``0.0`` and the band of the closest challenger."""
+    wins = [v for v in verdicts if v[1] > v[2]]
+    if wins:
+        return max(wins, key=lambda v: v[1])
+    return default, 0.0, verdicts[0][2] if verdicts else 0.0
 
 
 def compare(c: Candidate, d: Candidate) -> tuple:
