@@ -5,6 +5,7 @@ and reject candidates whose outputs disagree with the reference's."""
 from __future__ import annotations
 
 import logging
+import math
 import statistics
 import threading
 import time
@@ -107,6 +108,7 @@ class Search:
         self._check_named = named_for(tuner, tuner.check, call) if callable(tuner.check) else None
         self.rounds = 0  # re-timing rounds run
         self.finalists: list = []
+        self._probed = False  # a group rank's probe ran (its share and its re-timing run one)
         self._warming = warming  # a clock warm-up the caller started (joined before the first timing)
 
     # -- plumbing ---------------------------------------------------------------------
@@ -522,26 +524,72 @@ class Search:
         out: dict = {}
         try:
             with short_switch_interval():
-                self.probe()
-                self.rotations = self._rotations()
+                self._ready()
                 for i in indices:
-                    cand = self.cands[i]
-                    try:
-                        self.prepare_check()
-                        held: list = []
-                        cand.measurement = self.measure(cand, result=held)
-                        problem = self.check(cand, held[-1] if held else None)
-                        if problem is not None:
-                            cand.measurement = None
-                            raise _Rejected(f"rejected: {problem}")
-                        out[i] = cand.measurement.ms
-                    except Exception as exc:  # a failing candidate is skipped on every rank alike
-                        cand.error = str(exc) if isinstance(exc, _Rejected) else f"{type(exc).__name__}: {exc}"
-                        log.warning("%s: candidate %s failed: %s", self.t.name, cand.config, cand.error)
-                        out[i] = None
+                    out[i] = self._share_timing(self.cands[i])
         finally:
             self._finish()
         return out
+
+    def retime_share(self, indices: list) -> dict:
+        """One rank's re-timing of the finalists of a ``fat.distributed`` group's search, at ``indices`` of
+        :attr:`cands`, the default first: every rank re-times all of them on its own device, in interleaved
+        rounds, as :meth:`rerank` does (a finalist another rank timed is first timed here once, checked as
+        in :meth:`time_share`). Returns ``{index: (gain, noise)}`` over the default on this device
+        (:func:`compare`; the default's own is ``(0.0, 0.0)``); a finalist missing failed here, and all are
+        missing where the default did. The caller's inputs are restored after."""
+        finalists: list = []
+        try:
+            with short_switch_interval():
+                self._ready()
+                for i in indices:
+                    cand = self.cands[i]
+                    if cand.samples or self._share_timing(cand) is not None:  # timed here already, or now
+                        finalists.append(cand)
+                if self.default in finalists and len(finalists) >= 2:
+                    standing = self.retime(finalists)
+                    for cand in finalists:
+                        if cand not in standing:  # alone, its row says so; here only this rank's log does
+                            log.warning("%s: finalist %s %s", self.t.name, cand.config, cand.error)
+                    finalists = standing
+        finally:
+            self._finish()
+        d = self.cands[indices[0]] if indices else None
+        if d is not self.default or d not in finalists:
+            return {}
+        out = {i: compare(self.cands[i], d) for i in indices[1:] if self.cands[i] in finalists}
+        log.info("%s: re-timed %d finalists on this rank in %d rounds: %s", self.t.name, len(indices), self.rounds,
+                 "; ".join(f"{self.cands[i].config} {gain:+.2%} (noise band {noise:.2%})"
+                           for i, (gain, noise) in out.items()) or "every challenger failed")
+        out[indices[0]] = (0.0, 0.0)
+        return out
+
+    def _ready(self) -> None:
+        """Before a rank's first timing of a group's search (its share, or the re-timing): the probe and the
+        rotated inputs, once."""
+        if self._probed:
+            return
+        self._probed = True
+        self.probe()
+        self.rotations = self._rotations()
+
+    def _share_timing(self, cand: Candidate) -> Optional[float]:
+        """A group rank's checked timing of ``cand`` (its first sample): its ms, or None where it failed or
+        its outputs disagree with the reference's (its ``error`` says which)."""
+        try:
+            self.prepare_check()
+            held: list = []
+            cand.measurement = self.measure(cand, result=held)
+            problem = self.check(cand, held[-1] if held else None)
+            if problem is not None:
+                cand.measurement = None
+                raise _Rejected(f"rejected: {problem}")
+        except Exception as exc:  # a failing candidate is skipped on every rank alike
+            cand.error = str(exc) if isinstance(exc, _Rejected) else f"{type(exc).__name__}: {exc}"
+            log.warning("%s: candidate %s failed: %s", self.t.name, cand.config, cand.error)
+            return None
+        cand.samples.append(cand.measurement.ms)
+        return cand.measurement.ms
 
     def _finish(self) -> None:
         """After the timing (a search's, or a rank's share): the caller sees one clean run."""
@@ -584,6 +632,30 @@ def verdict(default: Any, verdicts: list) -> tuple:
     if wins:
         return max(wins, key=lambda v: v[1])
     return default, 0.0, verdicts[0][2] if verdicts else 0.0
+
+
+def group_verdict(order: list, ranks: list) -> tuple:
+    """The decision of a ``fat.distributed`` group's re-timing: ``(winner, margin, noise)`` from every rank's
+    ``{finalist: (gain, noise)}`` over the default ``order[0]`` (:meth:`Search.retime_share`), the same on
+    every rank; the winner is None where the default failed on some rank (then the fastest of the rest
+    wins, as alone). A finalist missing on some rank failed there and cannot win."""
+    d = order[0]
+    if any(d not in seen for seen in ranks):
+        return None, None, None
+    judged = []
+    for c in order[1:]:
+        per_rank = [seen.get(c) for seen in ranks]
+        if any(v is None for v in per_rank):
+            continue
+        # each rank's gain is a ratio on one device (devices' differences cancel); their mean's band: sqrt(sum b^2)/n
+        gain = math.fsum(g for g, _ in per_rank) / len(per_rank)
+        noise = math.sqrt(math.fsum(n * n for _, n in per_rank)) / len(per_rank)
+        # every rank runs the winner: none may have measured it slower than the default beyond its own band
+        judged.append((c, gain, noise, any(g < -n for g, n in per_rank)))
+    winner = verdict(d, [(c, gain, noise) for c, gain, noise, lost in judged if not lost])
+    if winner[0] == d and judged:
+        return d, 0.0, judged[0][2]  # the band is still reported, against the closest challenger
+    return winner
 
 
 def compare(c: Candidate, d: Candidate) -> tuple:
