@@ -511,3 +511,102 @@ def reinit_scenario(rank: int, world: int, port: int, out: str, timeout_s: float
         json.dump(report, f)
     dist.barrier()
     os._exit(0)  # the first job's timed-out collective is still pending
+
+
+#: Each rank's device: rank r times every config ``SPEED[r]`` times as long as rank 0 does (a faster GPU).
+SPEED = (1.0, 0.8, 0.9, 0.7)
+#: What each config takes on rank 0, side by side, per case (configs not named take 1.0 ms).
+RETIME_CASES = {
+    # every challenger is 2% slower than the default; those timed on the faster devices look fastest
+    "flattered": {b: 1.02 for b in range(1, N)},
+    # B=5 (timed by rank 1) is 10% faster than the default on every device
+    "faster": {5: 0.9},
+    # B=3 looks fastest and is, but fails when rank 1 times it again; B=5 is 10% faster
+    "flaky": {3: 0.8, 5: 0.9},
+}
+
+
+def retime_scenario(rank: int, world: int, port: int, out: str, case: str) -> None:
+    """A forced search of the group with a default, timed through a benchmark hook (so the ranks re-time the
+    finalists): config B takes ``RETIME_CASES[case].get(B, 1.0) * SPEED[rank]`` ms on this rank."""
+    import torch
+
+    import flyautotune as fat
+    from flyautotune.measurement import Measurement
+
+    _init(rank, world, port)
+    calls: dict = {}
+
+    class RankTimes:
+        @fat.hookimpl(tryfirst=True)
+        def flyautotune_benchmark(self, fn, setup, target, stream, warmup, rep, rotations, cutoff_ms):
+            if setup is not None:
+                setup()
+            b = fn()
+            calls[b] = calls.get(b, 0) + 1
+            if case == "flaky" and rank == 1 and b == 3 and calls[b] > 1:
+                raise RuntimeError("B=3 lost its device on the re-run")
+            return Measurement(RETIME_CASES[case].get(b, 1.0) * SPEED[rank], spread=0.001, method="fixed", reps=rep)
+
+    os.environ["FLYAUTOTUNE_CACHE_DIR"] = os.path.join(out, f"store{rank}")
+    pm = fat.build_plugin_manager(entry_points=False)
+    pm.register(RankTimes())
+
+    @fat.autotune(configs=[fat.Config(B=b) for b in range(N)], key=["n"], plugin_manager=pm, name="retimed",
+                  default=lambda **_: fat.Config(B=0))
+    def launch(x, n, B=None):
+        return B
+
+    rounds: list = []
+    listener = fat.add_listener(lambda e: rounds.append(e["round"]) if e["event"] == "retime" else None)
+    logged: list = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = lambda record: logged.append(record.getMessage())  # type: ignore[method-assign]
+    logging.getLogger("flyautotune").addHandler(handler)
+    logging.getLogger("flyautotune").setLevel(logging.INFO)
+    x = torch.zeros(2)
+    report: dict = {}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        t0 = time.monotonic()
+        with fat.distributed(timeout_s=20):
+            sel = launch.select(x, 2, force=True)
+            report["ran"] = launch(x, 2)
+        report["took"] = time.monotonic() - t0
+    fat.remove_listener(listener)
+    report.update(selected=sel.config.kwargs["B"], source=sel.source, margin=sel.margin, noise=sel.noise,
+                  rounds=rounds, calls=calls, logged=logged,
+                  stored=[{"B": e.config["kwargs"]["B"], "margin": e.provenance.get("margin"),
+                           "noise": e.provenance.get("noise")} for e in launch.store().entries("retimed")])
+    _leave(rank, out, report, caught)
+
+
+def retime_agree_scenario(rank: int, world: int, port: int, out: str) -> None:
+    """``agree`` with a re-timing step: a rank whose re-timing raises, a default that fails on one rank, and a
+    challenger every rank finds faster."""
+    from flyautotune.scale.distributed import agree
+
+    _init(rank, world, port)
+
+    def finalists(timings):
+        return [0] + sorted((i for i in timings if i != 0), key=lambda i: (timings[i], i))[:2]
+
+    def retimed(behaviour):
+        def retime(order):
+            if behaviour == "raises" and rank == 1:
+                raise RuntimeError("the device went away")
+            if behaviour == "default fails" and rank == 1:
+                return {}
+            return {i: ((0.0, 0.0) if i == 0 else (0.05 if i == order[-1] else -0.01, 0.01)) for i in order}
+        return retime
+
+    report: dict = {}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for behaviour in ("raises", "default fails", "wins"):
+            a = agree(key=behaviour, n_candidates=N, time_some=lambda ix: {i: rank_ms(rank, i) for i in ix},
+                      decide=decide, stored=None, timeout_s=20, finalists=finalists, retime=retimed(behaviour))
+            gathered = {i: rank_ms(i % world, i) for i in range(N)}
+            report[behaviour] = {"winner": a.winner, "margin": a.margin, "noise": a.noise, "failed": a.failed,
+                                 "finalists": finalists(gathered)}
+    _leave(rank, out, report, caught)

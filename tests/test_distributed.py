@@ -281,3 +281,82 @@ def test_a_new_job_in_the_same_processes_agrees_afresh(tmp_path, ranks):
     # ranks ask it about n=3 together, and it stays in use for n=4
     assert r0["n3"] == r1["n3"] == [0, "default"] and r0["n4"] == r1["n4"] == [0, "default"]
     assert r0["warnings"] == r1["warnings"] == []
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("world", [2, 4])
+def test_a_challenger_a_faster_rank_flatters_does_not_beat_the_default(tmp_path, ranks, world):
+    reports = spawn(ranks.retime_scenario, world, tmp_path, "flattered")
+    assert len(reports) == world
+    # first pass: the challengers timed on the faster ranks look fastest; side by side, on every rank, each
+    # is 2% slower than the default: every rank keeps the default, and so does the store
+    for r in reports:
+        assert (r["selected"], r["ran"], r["source"]) == (0, 0, "search")
+        assert r["margin"] == 0.0 and 0 < r["noise"] < 0.01
+        assert r["rounds"][:2] == [1, 2]  # every rank re-timed the finalists itself
+        assert r["warnings"] == []
+    assert reports[0]["stored"] == [{"B": 0, "margin": 0.0, "noise": reports[0]["noise"]}]
+    assert all(r["stored"] == [] for r in reports[1:])
+    # a challenger that rank 0 never timed in its share was timed there before the rounds
+    assert reports[0]["calls"]["1"] >= 3 and "re-timed 3 finalists on this rank" in " ".join(reports[0]["logged"])
+
+
+@pytest.mark.slow
+def test_a_challenger_faster_on_every_rank_wins_with_its_margin(tmp_path, ranks):
+    r0, r1 = spawn(ranks.retime_scenario, 2, tmp_path, "faster")
+    for r in (r0, r1):
+        assert (r["selected"], r["ran"], r["source"]) == (5, 5, "search")
+        assert r["margin"] == pytest.approx(0.1) and 0 < r["noise"] < 0.01
+        assert r["warnings"] == []
+    assert r0["stored"] == [{"B": 5, "margin": r0["margin"], "noise": r0["noise"]}] and r1["stored"] == []
+    said = [m for m in r0["logged"] if "the group's winner" in m]
+    assert said and "10.00% faster than the default" in said[0]
+
+
+@pytest.mark.slow
+def test_a_finalist_that_fails_when_one_rank_re_times_it_wins_nowhere(tmp_path, ranks):
+    r0, r1 = spawn(ranks.retime_scenario, 2, tmp_path, "flaky")
+    # B=3 is the fastest, but its re-run failed on rank 1: it cannot win anywhere; B=5 wins on both ranks
+    for r in (r0, r1):
+        assert (r["selected"], r["ran"], r["source"]) == (5, 5, "search")
+        assert r["margin"] == pytest.approx(0.1) and r["warnings"] == [] and r["took"] < 15
+    assert r0["stored"] == [{"B": 5, "margin": r0["margin"], "noise": r0["noise"]}]
+    (said,) = [m for m in r1["logged"] if "B=3 lost its device" in m]
+    assert "failed when re-timed" in said
+
+
+@pytest.mark.slow
+def test_agreement_with_re_timing_is_one_decision_whatever_a_rank_reports(tmp_path, ranks):
+    reports = spawn(ranks.retime_agree_scenario, 2, tmp_path)
+    gathered = {i: ranks.rank_ms(i % 2, i) for i in range(ranks.N)}
+    for r in reports:
+        assert r["warnings"] == []
+        # a rank whose re-timing raised still joined the gather: no challenger wins, the default stands
+        assert (r["raises"]["winner"], r["raises"]["margin"], r["raises"]["failed"]) == (0, 0.0, None)
+        # the default failed on rank 1: the fastest of the candidates that did not fail, as alone
+        finalists = r["default fails"]["finalists"]
+        rest = {i: ms for i, ms in gathered.items() if i not in finalists}
+        assert r["default fails"]["winner"] == ranks.decide(rest) and r["default fails"]["margin"] is None
+        # every rank finds the last finalist 5% faster: it wins, with the mean gain and the combined band
+        wins = r["wins"]
+        assert wins["winner"] == wins["finalists"][-1] != ranks.decide(gathered)
+        assert wins["margin"] == pytest.approx(0.05) and wins["noise"] == pytest.approx(0.01 * 2 ** 0.5 / 2)
+    assert reports[0] == reports[1]
+
+
+def test_the_groups_verdict_takes_the_mean_gain_against_the_combined_band():
+    from flyautotune.tuning.search import group_verdict
+
+    # 3 beats the default by 4% on both ranks, 5 by 1% inside the band: 3 wins, with the mean gain and
+    # sqrt(0.01^2 + 0.01^2) / 2 as its band
+    assert group_verdict([0, 3, 5], [{0: (0, 0), 3: (0.03, 0.01), 5: (0.01, 0.01)},
+                                     {0: (0, 0), 3: (0.05, 0.01), 5: (0.01, 0.02)}]) == \
+        (3, pytest.approx(0.04), pytest.approx(0.01 * 2 ** 0.5 / 2))
+    # a large gain on one rank does not outvote a rank where the challenger is slower beyond its band
+    assert group_verdict([0, 3], [{0: (0, 0), 3: (0.20, 0.01)}, {0: (0, 0), 3: (-0.03, 0.01)}]) == \
+        (0, 0.0, pytest.approx(0.01 * 2 ** 0.5 / 2))
+    # a finalist missing on a rank failed there: it cannot win, and the band is the next challenger's
+    assert group_verdict([0, 3, 5], [{0: (0, 0), 5: (0.001, 0.01)}, {0: (0, 0), 3: (0.5, 0.01), 5: (0.0, 0.01)}]) \
+        == (0, 0.0, pytest.approx(0.01 * 2 ** 0.5 / 2))
+    # the default failed on a rank: no verdict (the caller takes the fastest of the rest)
+    assert group_verdict([0, 3], [{3: (0.5, 0.01)}, {0: (0, 0), 3: (0.5, 0.01)}]) == (None, None, None)

@@ -5,7 +5,9 @@ collective of the whole group. The ranks first check that they all ask about the
 same key; then rank 0's own answer wins everywhere: its stored or shipped winner
 (broadcast, and checked by every rank), or its decision to run the default. Only
 where rank 0 would search do the ranks split the candidates round-robin, time
-their share, gather every timing and apply one deterministic decision. Every
+their share and gather every timing; then every rank re-times the default and
+the best challengers side by side on its own device, the ranks gather each
+one's verdicts, and every rank applies one deterministic decision. Every
 collective is bounded by ``timeout_s``: a failure or a timeout gives
 ``Agreement.failed`` (the caller runs the default), with one warning, and the
 group is not used for agreement again.
@@ -54,6 +56,11 @@ class Agreement:
         or a rank could not use rank 0's winner.
     :param writer: True on the one rank that writes the store (rank 0 of the group).
     :param failed: why agreement failed; then every rank runs the default.
+    :param margin: where the ranks re-timed the finalists: the winner's gain over
+        the default on the group's evidence (``0.0`` when the default was kept),
+        else None.
+    :param noise: where the ranks re-timed the finalists: the band the decision
+        used, else None.
     """
 
     winner: Optional[int] = None
@@ -62,6 +69,8 @@ class Agreement:
     default: bool = False
     writer: bool = False
     failed: Optional[str] = None
+    margin: Optional[float] = None
+    noise: Optional[float] = None
 
 
 class AgreementError(RuntimeError):
@@ -360,7 +369,9 @@ def agree(*, key: str, time_some: Callable[[list], dict], decide: Callable[[dict
           stored: Optional[dict], n_candidates: Optional[int] = None,
           candidates: Optional[Callable[[], Sequence[str]]] = None, group: Any = None, timeout_s: float = 60.0,
           source: str = "store", use_default: bool = False,
-          accept: Optional[Callable[[dict], bool]] = None) -> Agreement:
+          accept: Optional[Callable[[dict], bool]] = None,
+          finalists: Optional[Callable[[dict], list]] = None,
+          retime: Optional[Callable[[list], dict]] = None) -> Agreement:
     """Agree on one config for ``key`` across ``group``'s ranks; call it on every rank.
 
     :param key: the canonical key. Every rank must ask about the same one: the ranks
@@ -389,6 +400,18 @@ def agree(*, key: str, time_some: Callable[[list], dict], decide: Callable[[dict
     :param accept: ``accept(config) -> bool``: whether this rank can run rank 0's
         broadcast winner. Every rank's answer is gathered; if any rank cannot, every
         rank runs the default.
+    :param finalists: ``finalists({index: ms}) -> [index, ...]``, deterministic: from
+        the gathered timings, the candidates every rank re-times, the default first
+        (fewer than two: no re-timing, on every rank alike, and ``decide`` decides).
+    :param retime: ``retime(finalists) -> {index: (gain, noise)}``: this rank's
+        side-by-side re-timing of the finalists on its own device, each one's gain
+        over the default and the band it must beat (the default's own entry, any
+        pair); a finalist missing failed on this rank and cannot win, and where the
+        default is missing it failed. Every rank's verdicts are gathered; a
+        challenger wins only where it beats the default on the group's evidence
+        (:func:`flyautotune.tuning.search.group_verdict`), else the default wins;
+        where the default failed, ``decide`` picks from the rest. A rank whose
+        ``retime`` raises still joins the gather: no challenger wins there.
     :returns: an :class:`Agreement`; ``failed`` set (and one warning issued per
         group) when a collective failed or timed out.
     """
@@ -411,7 +434,7 @@ def agree(*, key: str, time_some: Callable[[list], dict], decide: Callable[[dict
     try:
         with _group_lock(group):  # one agreement at a time on a group in this process: its collectives in a row
             result = _agree(torch, dist, key, time_some, stored, n_candidates, candidates, group, timeout_s,
-                            source, use_default, accept, raised)
+                            source, use_default, accept, raised, finalists, retime)
     except AgreementError as exc:
         result = _fail(group, str(exc))
     except RuntimeError as exc:  # a collective that raised outright (a peer left, a closed connection)
@@ -422,7 +445,12 @@ def agree(*, key: str, time_some: Callable[[list], dict], decide: Callable[[dict
         raise raised[0]
     if isinstance(result, Agreement):
         return result
-    gathered, writer = result
+    gathered, writer, judged = result
+    if judged is not None:
+        winner, margin, noise, failed = judged
+        if winner is not None:
+            return Agreement(winner=winner, writer=writer, margin=margin, noise=noise)
+        gathered = {i: ms for i, ms in gathered.items() if i not in failed}  # the default failed: as alone
     if not gathered:
         return Agreement(failed=f"every candidate failed on every rank for {key}", writer=False)
     return Agreement(winner=decide(gathered), writer=writer)
@@ -431,8 +459,10 @@ def agree(*, key: str, time_some: Callable[[list], dict], decide: Callable[[dict
 def _agree(torch: Any, dist: Any, key: str, time_some: Callable[[list], dict], stored: Optional[dict],
            n_candidates: Optional[int], candidates: Optional[Callable[[], Sequence[str]]], group: Any,
            timeout_s: float, source: str, use_default: bool, accept: Optional[Callable[[dict], bool]],
-           raised: list) -> Any:
-    """:func:`agree`'s collectives: an :class:`Agreement`, or ``(gathered timings, writer)`` of a search."""
+           raised: list, finalists: Optional[Callable[[dict], list]] = None,
+           retime: Optional[Callable[[list], dict]] = None) -> Any:
+    """:func:`agree`'s collectives: an :class:`Agreement`, or ``(gathered timings, writer, judged)`` of a
+    search (``judged``: None, or what the re-timing decided, :func:`_retimed`)."""
     rank, size = dist.get_rank(group), dist.get_world_size(group)
     root = dist.get_global_rank(group, 0) if group is not None else 0
     io = _Bounded(dist, group, timeout_s)
@@ -520,4 +550,38 @@ def _agree(torch: Any, dist: Any, key: str, time_some: Callable[[list], dict], s
              " (another rank gave up waiting for them: a rank's share of the timing may take longer than "
              "timeout_s: raise it above that)")
     gathered = {i: float(rows[i % size][i]) for i in range(n_candidates) if not math.isnan(rows[i % size][i])}
-    return gathered, rank == 0
+    # 4. every rank re-times the same finalists (chosen from the gathered timings: no rank skips this step alone)
+    order = [int(i) for i in finalists(gathered)] if finalists is not None and retime is not None else []
+    if len(order) < 2:
+        return gathered, rank == 0, None
+    return gathered, rank == 0, _retimed(torch, io, key, order, retime, size)
+
+
+def _retimed(torch: Any, io: _Bounded, key: str, order: list, retime: Callable[[list], dict], size: int) -> tuple:
+    """The re-timing step of a group's search: this rank re-times the finalists ``order`` (the default first)
+    on its own device, the ranks gather every rank's ``(gain, noise)`` of each (NaN: it failed there) and
+    each applies the same decision. Returns ``(winner or None, margin, noise, failed)``: the winner None
+    where the default failed on some rank; ``failed``, the finalists that failed on some rank."""
+    from ..tuning.search import group_verdict
+
+    verdicts = [math.nan] * (2 * len(order))
+    try:
+        mine = retime(order)
+        for j, i in enumerate(order):
+            gain, noise = (float(v) for v in mine[i]) if mine.get(i) is not None else (math.nan, math.nan)
+            if math.isfinite(gain) and math.isfinite(noise):
+                verdicts[2 * j], verdicts[2 * j + 1] = gain, noise
+    except Exception as exc:  # no evidence from this rank: no challenger may win, the default stands
+        log.warning("%s: re-timing the finalists %s failed: %s: %s", _brief(key), order, type(exc).__name__, exc)
+        verdicts = [0.0, 0.0] + [math.nan] * (2 * len(order) - 2)
+    io.restart()  # this rank's own re-timing does not eat the bound; waiting for slower ranks does
+    row = torch.tensor(verdicts, dtype=torch.float64, device=io.device)
+    slow = " (a rank's re-timing of the finalists may take longer than timeout_s: raise it above that)"
+    rows = [r.cpu().tolist() for r in io.all_gather(row, size, f"gathering the re-timings for {_brief(key)}", slow)]
+    _confirm(io, size, f"confirming the re-timings for {_brief(key)}",
+             " (another rank gave up waiting for them: a rank's re-timing may take longer than timeout_s: raise "
+             "it above that)")
+    ranks = [{i: (r[2 * j], r[2 * j + 1]) for j, i in enumerate(order) if not math.isnan(r[2 * j])} for r in rows]
+    failed = {i for i in order if any(i not in seen for seen in ranks)}
+    winner, margin, noise = group_verdict(order, ranks)
+    return winner, margin, noise, failed

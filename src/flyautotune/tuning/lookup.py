@@ -15,7 +15,7 @@ from . import checks
 from .binding import Call, key_dict
 from .callables import named_for, run_callable
 from .background import warm_in_background
-from .search import AutotuneError, Search, config_repr
+from .search import AutotuneError, Search, best_challengers, config_repr, retimes
 from .selection import Selection
 
 log = logging.getLogger("flyautotune")
@@ -262,8 +262,10 @@ def agreed(t: Any, call: Call, target: Target, snapshot: tuple, kd: dict, key: s
 
     The ranks check they ask about the same key; then rank 0's own answer (``local`` there: its stored or
     shipped winner, or the default) runs on every rank. Where rank 0 would search, the ranks split the
-    candidates, time their share, gather the timings and apply one deterministic decision. If a collective
-    fails, every rank runs the default (``agree`` warns once).
+    candidates, time their share and gather the timings; then every rank re-times the default and the best
+    challengers side by side, as a search of one process does, and the ranks keep the default unless a
+    challenger beats it on their combined verdicts (``Selection.margin``/``noise`` say by how much, and which
+    band). If a collective fails, every rank runs the default (``agree`` warns once).
     """
     from ..scale.distributed import agree, tuning_group
 
@@ -278,17 +280,30 @@ def agreed(t: Any, call: Call, target: Target, snapshot: tuple, kd: dict, key: s
         if not order:
             raise AutotuneError(f"{t.name}: the config space is empty for this call, and there is no default")
         space.append((configs, default, order))
-        return [repr(c) for c in order]  # what the ranks compare: the same list, in the same order
+        # what the ranks compare: the same list, in the same order, the default marked (it picks the finalists)
+        return [repr(c) + (" (default)" if default is not None and i == 0 else "") for i, c in enumerate(order)]
 
     runs: list = []
 
-    def time_some(indices: list) -> dict:
+    def share() -> Search:
         if not runs:  # made only where the ranks search (it copies restore_value's tensors)
             configs, default, _ = space[0]
             stream = streams.resolve_stream(call.named.get("stream") if t.sig.has_stream else None, call.device)
             runs.append(Search(t, call, target, snapshot, key, configs, default, {}, stream))
+        return runs[0]
+
+    def time_some(indices: list) -> dict:
         # checked against the default's outputs, and the inputs restored after, as in a search of one process
-        return runs[0].time_share(indices)
+        return share().time_share(indices)
+
+    def finalists(timings: dict) -> list:
+        # the default (first in the order, where there is one) and the best challengers, as a search re-times
+        if not retimes(t) or space[0][1] is None or 0 not in timings:
+            return []
+        return [0] + best_challengers((i, timings[i]) for i in sorted(timings) if i != 0)
+
+    def retime(indices: list) -> dict:
+        return share().retime_share(indices)
 
     def decide(timings: dict) -> int:
         ok = {i: ms for i, ms in timings.items() if ms is not None and ms == ms}
@@ -308,7 +323,8 @@ def agreed(t: Any, call: Call, target: Target, snapshot: tuple, kd: dict, key: s
                    stored=local.config.to_dict() if shared else None,
                    source=local.source if shared else "store",
                    use_default=local is not None and local.source == "default",
-                   accept=accept, group=tuning_group(settings.group), timeout_s=settings.timeout_s)
+                   accept=accept, group=tuning_group(settings.group), timeout_s=settings.timeout_s,
+                   finalists=finalists, retime=retime)
     if result.failed is not None and result.failed.startswith("every candidate failed"):
         raise AutotuneError(f"{t.name}: {result.failed}")
     if result.config is not None:
@@ -323,13 +339,19 @@ def agreed(t: Any, call: Call, target: Target, snapshot: tuple, kd: dict, key: s
             checks.check_fits(t.name, t.sig, t.pm, [fallback], target, snapshot)
         return Selection(fallback, "default", key)
     winner = space[0][2][result.winner]
+    duration = runs[0].elapsed() if runs else 0.0
+    if result.margin is not None:
+        log.info("%s: the group's winner %s after %.2f s; %s", t.name, winner, duration,
+                 "default kept" if result.margin == 0 else
+                 f"{result.margin:.2%} faster than the default (noise band {result.noise:.2%})")
     if result.writer and winner.pre_hook is None:
-        store.put(t.name, key, key, winner.to_dict(), [],
-                  provenance(target, kd, runs[0].elapsed() if runs else 0.0, t._space_fp, call.device))
+        prov = provenance(target, kd, duration, t._space_fp, call.device)
+        prov.update(margin=result.margin, noise=result.noise)
+        store.put(t.name, key, key, winner.to_dict(), [], prov)
     elif result.writer:
         unstored(t, winner)
     t.search_count += 1
-    return Selection(winner, "search", key)
+    return Selection(winner, "search", key, (), result.margin, result.noise)
 
 
 def provenance(target: Target, kd: dict, duration: float, space_fp: Optional[str], device: Any) -> dict:
