@@ -61,13 +61,14 @@ def test_forced_search_bypasses_store_and_default(pm, counting_bench, monkeypatc
     first(torch.zeros(4), 4)  # stores BLOCK=2
     monkeypatch.setenv("FLYAUTOTUNE", "yes")
     # The default (BLOCK=8, outside the space) is timed first: it is what a search must beat.
-    bench2 = counting_bench(cost=lambda i: {1: 3.0, 2: 0.5, 3: 1.0, 4: 2.0}[i])
+    bench2 = counting_bench(times={8: 3.0, 1: 0.5, 2: 1.0, 4: 2.0})
     forced, _ = make_tuner(pm, bench2, name="t_forced", default=lambda **kw: fat.Config(BLOCK=8))
     assert forced(torch.zeros(4), 4) == 1
     assert forced.last_source == "search"
-    assert len(bench2.calls) == 4
+    # each timed once, then the default and the best two again side by side in two rounds
+    assert bench2.calls == [8, 1, 2, 4] + [8, 1, 2] + [1, 2, 8]
     forced(torch.zeros(4), 4)  # this process's fresh winner is reused
-    assert len(bench2.calls) == 4
+    assert len(bench2.calls) == 10
 
 
 def test_callable_configs_only_evaluated_for_a_search(pm, counting_bench):

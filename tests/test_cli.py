@@ -656,8 +656,10 @@ def test_event_log_matches_the_documented_schema(cli, tmp_path):
         assert isinstance(r["time"], float) and r["tuner"] == "clidemo"
         assert json.loads(r["key"])["args"] == {"n": 16}
     kinds = [r["event"] for r in records]
-    # first run: the default answers the first call, then the command searches; second run: the store
-    assert kinds == ["select", "search_start"] + ["candidate"] * 4 + ["search_end", "select", "select"]
+    # first run: the default answers the first call, then the command searches (the default and the best two
+    # timed again side by side in two rounds, by the tuner's own do_bench); second run: the store
+    assert kinds == (["select", "search_start"] + ["candidate"] * 4 + ["retime"] * 2
+                     + ["search_end", "select", "select"])
     assert [r["source"] for r in records if r["event"] == "select"] == ["default", "search", "store"]
     start = records[1]
     assert start["candidates"] == 4
@@ -666,11 +668,12 @@ def test_event_log_matches_the_documented_schema(cli, tmp_path):
     failed = next(c for c in cands if c["config"]["kwargs"]["BLOCK"] == 3)
     assert failed["ms"] is None and failed["error"] == "ValueError: BLOCK=3 does not divide the rows"
     assert all(c["ms"] > 0 and c["error"] is None for c in cands if c is not failed)
-    end = records[6]
+    assert [[f["kwargs"]["BLOCK"] for f in r["finalists"]] for r in records[6:8]] == [[1, 4, 2], [4, 2, 1]]
+    end = records[8]
     assert end["winner"] == {"kwargs": {"BLOCK": 4}, "compile_hints": {}}
     assert end["duration_s"] > 0 and end["ms"] == min(c["ms"] for c in cands if c["ms"] is not None)
     assert len(end["candidates"]) == 4 and {"config", "ms", "error"} <= set(end["candidates"][0])
-    assert records[7]["config"] == end["winner"]
+    assert records[9]["config"] == end["winner"]
 
 
 # -- report ---------------------------------------------------------------------------------------------

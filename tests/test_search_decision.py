@@ -603,3 +603,62 @@ def test_a_forced_search_replaces_what_later_calls_in_this_process_run(pm):
     assert launch.select(x, 2, force=True).config == fat.Config(B=2)
     assert [launch(x, 2), launch(x, 2)] == [2, 2] and launch.last_config == fat.Config(B=2)
     assert launch(torch.zeros(3), 3) == 1  # another key: untouched by the search
+
+
+# -- a tuner's own do_bench= ----------------------------------------------------------------------------------
+
+
+class OwnBench:
+    """A ``do_bench=`` of the user's, timing nothing: a config's first call returns ``first[B]``, every later
+    one ``rounds.get(B, first[B])``; records each call's config."""
+
+    def __init__(self, first, rounds=None):
+        self.first, self.rounds = first, rounds or {}
+        self.calls = []
+
+    def __call__(self, fn, setup=None):
+        b = fn()
+        seen = b in self.calls
+        self.calls.append(b)
+        return self.rounds.get(b, self.first[b]) if seen else self.first[b]
+
+    def per_config(self):
+        return {b: self.calls.count(b) for b in self.first}
+
+
+def test_a_do_bench_of_the_users_re_times_the_finalists_and_keeps_the_default_on_a_tie(pm):
+    # @triton.autotune's do_bench ported as it is: the first pass makes B=2 look 5% faster than the default,
+    # but timed beside it, round after round, the two are the same
+    bench = OwnBench({1: 1.0, 2: 0.95, 3: 1.2, 4: 2.0}, rounds={2: 1.0})
+    seen = []
+    listener = fat.add_listener(lambda e: seen.append(e) if e["tuner"] == "d_own_tie" else None)
+    try:
+        sel = tuner(pm, "d_own_tie", space=(1, 2, 3, 4), do_bench=bench).select(torch.zeros(2), 2, force=True)
+    finally:
+        fat.remove_listener(listener)
+    assert sel.config == fat.Config(B=1) and sel.source == "search" and sel.margin == 0.0
+    # the default and the best two challengers: timed once, then in three rounds side by side (two were not
+    # enough to settle a 5% first-pass gap); B=4 is no finalist
+    assert bench.per_config() == {1: 4, 2: 4, 3: 4, 4: 1}
+    assert [e["round"] for e in seen if e["event"] == "retime"] == [1, 2, 3]  # what a progress display shows
+    rows = {r["config"]["kwargs"]["B"]: r for r in sel.timings}
+    assert rows[2]["samples"] == [0.95, 1.0, 1.0, 1.0] and rows[2]["ms"] == 1.0
+    assert {r["method"] for r in sel.timings} == {"do_bench"}  # in the stored rows, and in `flyautotune show`
+
+
+def test_a_do_bench_of_the_users_keeps_the_default_against_a_gain_below_the_least_band(pm):
+    # a bare number carries no spread, and rounds that agree exactly have none either: a 0.2% gain in every
+    # round is no win (the band is never below 0.5% then), where a band of zero would make any gain one
+    bench = OwnBench({1: 1.0, 2: 0.998, 3: 1.2})
+    sel = tuner(pm, "d_own_floor", do_bench=bench).select(torch.zeros(2), 2, force=True)
+    assert sel.config == fat.Config(B=1) and sel.margin == 0.0 and sel.noise == pytest.approx(0.005)
+    assert bench.per_config() == {1: 3, 2: 3, 3: 3}  # a band that narrow is settled after two rounds
+
+
+def test_a_do_bench_of_the_users_lets_a_clear_win_replace_the_default(pm, caplog):
+    bench = OwnBench({1: 1.0, 2: 0.5, 3: 0.9})
+    with caplog.at_level("INFO", logger="flyautotune"):
+        sel = tuner(pm, "d_own_win", do_bench=bench).select(torch.zeros(2), 2, force=True)
+    assert sel.config == fat.Config(B=2) and sel.margin == pytest.approx(0.5) and sel.noise < 0.5
+    assert bench.per_config() == {1: 3, 2: 3, 3: 3}  # the first pass and the two rounds every search takes
+    assert "50.00% faster than the default (noise band 0.50%)" in caplog.text

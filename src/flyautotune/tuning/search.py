@@ -11,6 +11,8 @@ import threading
 import time
 from typing import Any, Optional
 
+import attrs
+
 from .. import events, streams
 from ..timing import events as timing_events
 from ..config import Config
@@ -36,6 +38,9 @@ ROUNDS = 2
 MAX_ROUNDS = 6
 #: A decision whose noise band is this narrow needs no more rounds.
 SETTLED_NOISE = 0.005
+#: The narrowest band against a timing that reports no spread (a bare number, as a ``do_bench=`` returns):
+#: rounds that happen to agree closely must not make any gain at all a win.
+UNKNOWN_SPREAD_NOISE = SETTLED_NOISE
 #: A round whose challenger/default ratio is this many times off the others' median was disturbed.
 HICCUP = 1.5
 #: A candidate whose first timing exceeds this multiple of the best so far is cut short.
@@ -168,13 +173,15 @@ class Search:
                 return out
 
         rotations = [fn] + [self._runner(cand.config, c) for c in self.rotations[1:]] if self.rotations else []
+        rep = self.t.rep if rep is None else rep
         with streams.on_stream(self.stream):
             if self.t.do_bench is not None:
                 raw = self.t.do_bench(fn, setup=self.setup)
-                return Measurement.coerce(raw, who=f"do_bench for {cand.config}")
+                m = Measurement.coerce(raw, who=f"do_bench for {cand.config}")
+                return m if m.method else attrs.evolve(m, method="do_bench")
             raw = self.t.pm.hook.flyautotune_benchmark(
                 fn=fn, setup=self.setup, target=self.target, stream=self.stream, warmup=self.t.warmup,
-                rep=self.t.rep if rep is None else rep, rotations=rotations, cutoff_ms=cutoff_ms,
+                rep=rep, rotations=rotations, cutoff_ms=cutoff_ms,
             )
         if raw is None:
             raise LookupError(f"no flyautotune_benchmark plugin times {self.target.backend} targets")
@@ -366,14 +373,15 @@ class Search:
         cand.samples.append(cand.measurement.ms)
 
     def rerank(self) -> None:
-        """Re-time the best few and the default in interleaved rounds (hook benchmarkers only).
+        """Re-time the best few and the default in interleaved rounds (with the benchmark hook or the
+        tuner's own ``do_bench``, called once per finalist a round).
 
         Each round times every finalist once, back to back, so a challenger's time and the
         default's from the same round share the device's state (clocks, temperature, what else
         runs): the decision compares them in pairs. Rounds go on, up to ``MAX_ROUNDS``, while the
         best challenger's gain is inside its noise band and the band is wider than
         ``SETTLED_NOISE``."""
-        if not retimes(self.t) or self.default is None or self.default.ms is None:
+        if self.default is None or self.default.ms is None:
             return
         rivals = best_challengers((c, c.ms) for c in self.cands
                                   if c.ms is not None and not c.is_default and not c.reused)
@@ -668,8 +676,11 @@ def compare(c: Candidate, d: Candidate) -> tuple:
     a round whose ratio is more than ``HICCUP`` times off the median is a disturbed
     measurement, not noise, and is left out (while two rounds remain), so one hiccup can
     neither hide a win nor fake one. The noise is never below that of the two medians' own
-    samples. Otherwise the medians are compared and their noises combined."""
+    samples. Otherwise the medians are compared and their noises combined. Either way, where a
+    timing reports no spread (a bare number), the noise is never below ``UNKNOWN_SPREAD_NOISE``."""
     within = (c.noise(within=True) ** 2 + d.noise(within=True) ** 2) ** 0.5
+    if any(m is None or m.spread is None for m in (c.measurement, d.measurement)):
+        within = max(within, UNKNOWN_SPREAD_NOISE)
     rounds_c, rounds_d = c.samples[1:], d.samples[1:]
     n = min(len(rounds_c), len(rounds_d))
     if n >= 3 and not c.reused:
@@ -678,7 +689,7 @@ def compare(c: Candidate, d: Candidate) -> tuple:
         kept = [r for r in ratios if mid / HICCUP <= r <= mid * HICCUP]
         ratios = kept if len(kept) >= 2 else ratios
         return 1.0 - statistics.median(ratios), max(within, 2.0 * statistics.stdev(ratios) / len(ratios) ** 0.5)
-    return (d.ms - c.ms) / d.ms, (c.noise() ** 2 + d.noise() ** 2) ** 0.5
+    return (d.ms - c.ms) / d.ms, max(within, (c.noise() ** 2 + d.noise() ** 2) ** 0.5)
 
 
 class _Rejected(Exception):
