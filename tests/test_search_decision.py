@@ -662,3 +662,48 @@ def test_a_do_bench_of_the_users_lets_a_clear_win_replace_the_default(pm, caplog
     assert sel.config == fat.Config(B=2) and sel.margin == pytest.approx(0.5) and sel.noise < 0.5
     assert bench.per_config() == {1: 3, 2: 3, 3: 3}  # the first pass and the two rounds every search takes
     assert "50.00% faster than the default (noise band 0.50%)" in caplog.text
+
+
+def test_a_do_bench_that_takes_warmup_and_rep_gets_the_tuners(pm, caplog):
+    got = []
+
+    def bench(fn, setup=None, warmup=25, rep=100):  # triton.testing.do_bench's names
+        got.append((fn(), warmup, rep))
+        return {1: 1.0, 2: 0.9, 3: 1.1}[got[-1][0]]
+
+    with caplog.at_level("WARNING", logger="flyautotune"):
+        sel = tuner(pm, "d_own_rep", do_bench=bench, warmup=10, rep=40).select(torch.zeros(2), 2, force=True)
+    assert sel.config == fat.Config(B=2) and "ignored" not in caplog.text
+    # the first pass ranks every candidate with half of rep; the rounds take all of it
+    assert got[:3] == [(1, 10, 20), (2, 10, 20), (3, 10, 20)]
+    assert len(got) > 3 and {(w, r) for _, w, r in got[3:]} == {(10, 40)}
+    # only what it takes: rep= alone, and the tuner's defaults where none were given
+    reps = []
+    tuner(pm, "d_own_rep_only", do_bench=lambda fn, setup=None, rep=100: reps.append((fn(), rep)) or 1.0
+          ).select(torch.zeros(2), 2, force=True)
+    assert reps[:3] == [(1, 10), (2, 10), (3, 10)] and {r for _, r in reps[3:]} == {20}
+    kwargs = []
+    tuner(pm, "d_own_kwargs", do_bench=lambda fn, setup=None, **kw: kwargs.append(kw) or 1.0
+          ).select(torch.zeros(2), 2, force=True)
+    assert kwargs[0] == {"warmup": 5, "rep": 10} and kwargs[-1] == {"warmup": 5, "rep": 20}
+
+
+def test_warmup_and_rep_a_do_bench_cannot_take_are_said_to_be_ignored_once(pm, caplog):
+    bench = OwnBench({1: 1.0, 2: 0.5, 3: 0.9})
+    with caplog.at_level("WARNING", logger="flyautotune"):
+        launch = tuner(pm, "d_own_ignored", do_bench=bench, warmup=25, rep=100)
+        launch.select(torch.zeros(2), 2, force=True)
+        launch.select(torch.zeros(3), 3, force=True)
+    said = [r.getMessage() for r in caplog.records if "ignored" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith("d_own_ignored: warmup=25 and rep=100 are ignored: do_bench=")
+    assert "takes no warmup= or rep= keyword" in said[0]
+    assert "do_bench(fn, setup=None, warmup=..., rep=...)" in said[0]
+    assert bench.calls  # still called as it is, do_bench(fn, setup=None)
+    caplog.clear()
+    with caplog.at_level("WARNING", logger="flyautotune"):
+        tuner(pm, "d_own_ignored_rep", do_bench=bench, rep=100)  # only what was given is named
+        tuner(pm, "d_own_not_given", do_bench=bench)  # nothing given: nothing to say
+        tuner(pm, "d_own_taken", do_bench=lambda fn, setup=None, rep=100: 1.0, rep=100)
+    said = [r.getMessage() for r in caplog.records if "ignored" in r.getMessage()]
+    assert len(said) == 1 and said[0].startswith("d_own_ignored_rep: rep=100 is ignored: ")
+    assert "takes no rep= keyword" in said[0]

@@ -35,12 +35,12 @@ def _triton_kernel(fn: Any) -> Optional[str]:
     return None
 
 
-def _takes_keyword(fn: Callable[..., Any], name: str) -> bool:
-    """Whether ``fn`` can be called with ``name=`` (True where its signature cannot be read)."""
+def _takes_keyword(fn: Callable[..., Any], name: str, unreadable: bool = True) -> bool:
+    """Whether ``fn`` can be called with ``name=`` (``unreadable`` where its signature cannot be read)."""
     try:
         params = inspect.signature(fn).parameters.values()
     except (TypeError, ValueError):
-        return True
+        return unreadable
     return any(p.kind is p.VAR_KEYWORD or (p.name == name and p.kind in (p.POSITIONAL_OR_KEYWORD, p.KEYWORD_ONLY))
                for p in params)
 
@@ -70,6 +70,12 @@ def _paths(what: str, paths: Any) -> tuple:
         raise TypeError(f"autotune: {what}= must be a path or a list of paths, got {paths!r}") from None
 
 
+#: Untimed launches before each timing, and graph replays (or timed launches) per timing, unless the tuner
+#: is given ``warmup=``/``rep=``.
+WARMUP = 5
+REP = 20
+
+
 class Autotuner:
     """A launch callable wrapped with config selection; see :func:`autotune`."""
 
@@ -92,8 +98,8 @@ class Autotuner:
         reset_to_zero: Iterable[str] = (),
         do_bench: Optional[Callable[..., float]] = None,
         hints: Optional[Mapping[str, Any]] = None,
-        warmup: int = 5,
-        rep: int = 20,
+        warmup: Optional[int] = None,
+        rep: Optional[int] = None,
         packs: Iterable[str] | Callable[[], Iterable[str]] = (),
         source_files: Iterable[str] = (),
         plugin_manager: Any = None,
@@ -194,11 +200,26 @@ class Autotuner:
             raise TypeError(f"autotune: hints= must be a mapping of hint name -> value, got {hints!r}")
         self.hints = _hints.normalize_hints(hints)
         self._hint_base = _hints.merge_hints(self.hints)
+        given = {arg: value for arg, value in (("warmup", warmup), ("rep", rep)) if value is not None}
+        warmup = WARMUP if warmup is None else warmup
+        rep = REP if rep is None else rep
         for arg, value, least in (("warmup", warmup, 0), ("rep", rep, 1)):
             if isinstance(value, bool) or not isinstance(value, int) or value < least:
                 raise ValueError(f"autotune: {arg} must be an int >= {least}, got {value!r}")
         self.warmup = warmup
         self.rep = rep
+        #: the tuner's timing options a custom do_bench takes as keywords (read once: measure() passes them)
+        self._bench_keywords = () if do_bench is None else tuple(
+            arg for arg in ("warmup", "rep") if _takes_keyword(do_bench, arg, unreadable=False))
+        ignored = [f"{arg}={value!r}" for arg, value in given.items()
+                   if do_bench is not None and arg not in self._bench_keywords]
+        if ignored:
+            log.warning("%s: %s %s ignored: do_bench=%r takes no %s keyword, and the tuner passes warmup= and rep= "
+                        "only to a do_bench that accepts them (do_bench(fn, setup=None, warmup=..., rep=...) -> ms, "
+                        "the names triton.testing.do_bench uses; or **kwargs). Accept them in your do_bench, or "
+                        "leave them out of autotune(...)", self.name, " and ".join(ignored),
+                        "is" if len(ignored) == 1 else "are", do_bench,
+                        " or ".join(f"{a.split('=')[0]}=" for a in ignored))
         self._packs = packs if callable(packs) else _paths("packs", packs)
         self._source_files = tuple(keys.source_files(fn)) + _paths("source_files", source_files)
         self.source_fingerprint = keys.file_fingerprint(self._source_files)
@@ -600,16 +621,23 @@ def autotune(configs: Sequence[Config] | Callable[..., Sequence[Config]], *args:
     :param prune_configs_by: ``prune(configs, **named_args) -> configs`` before a search.
     :param restore_value: tensor args snapshotted once and restored before every rep.
     :param reset_to_zero: tensor args zeroed before every rep and before the real call.
-    :param do_bench: ``do_bench(fn, setup=None) -> ms``; None = the backend's hook.
+    :param do_bench: your own timing, ``do_bench(fn, setup=None) -> ms``, in place of the backend's hook
+        (None): ``fn`` runs one launch, ``setup`` (when not None) must run untimed before every timed
+        ``fn()``; it returns one launch's milliseconds (a number, or a :class:`Measurement`). One that also
+        takes ``warmup=`` and ``rep=`` as keywords (or ``**kwargs``) is given the tuner's: ``rep`` is the
+        first pass's share of it there, all of it in the re-timing rounds. As with the hook, a search
+        with a default calls it for every candidate, then for the default and the two best challengers
+        once each in 2 to 6 interleaved rounds, and keeps the default unless a challenger beats it by more
+        than the noise those rounds show (at least 0.5 % for a bare number, which has no spread).
     :param outputs: tensor args the launch only writes (its outputs). A search times each candidate over
         rotated copies of the other tensors (cold in the caches, as inputs are in real use); outputs are
         not copied, so every timed launch writes the caller's buffer, as an output allocated per call
         usually lands in the block the previous call freed, still in L2. Default: none (every tensor
         argument is rotated, outputs written cold).
     :param options: the rest of :class:`Autotuner`'s keyword arguments: ``hints=``
-        persistent compile hints, ``warmup=``, ``rep=`` (graph replays or timed launches per timing:
-        each re-timing round of the finalists takes all of them, the first pass over every
-        candidate half, at least 5), ``packs=`` shipped JSON
+        persistent compile hints, ``warmup=`` (default 5), ``rep=`` (default 20; graph replays or timed
+        launches per timing: each re-timing round of the finalists takes all of them, the first pass over
+        every candidate half, at least 5; a ``do_bench`` that takes them gets them), ``packs=`` shipped JSON
         packs, ``source_files=`` extra files in the source fingerprint,
         ``check=`` (True: compare each candidate's outputs with the default's;
         False; or ``check(result, **named)``), ``tolerance=`` ((rtol, atol) or

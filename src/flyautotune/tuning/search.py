@@ -176,7 +176,8 @@ class Search:
         rep = self.t.rep if rep is None else rep
         with streams.on_stream(self.stream):
             if self.t.do_bench is not None:
-                raw = self.t.do_bench(fn, setup=self.setup)
+                given = {"warmup": self.t.warmup, "rep": rep}  # only those the user's do_bench takes
+                raw = self.t.do_bench(fn, setup=self.setup, **{k: given[k] for k in self.t._bench_keywords})
                 m = Measurement.coerce(raw, who=f"do_bench for {cand.config}")
                 return m if m.method else attrs.evolve(m, method="do_bench")
             raw = self.t.pm.hook.flyautotune_benchmark(
