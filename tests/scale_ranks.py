@@ -526,9 +526,10 @@ RETIME_CASES = {
 }
 
 
-def retime_scenario(rank: int, world: int, port: int, out: str, case: str) -> None:
-    """A forced search of the group with a default, timed through a benchmark hook (so the ranks re-time the
-    finalists): config B takes ``RETIME_CASES[case].get(B, 1.0) * SPEED[rank]`` ms on this rank."""
+def retime_scenario(rank: int, world: int, port: int, out: str, case: str, via: str = "hook") -> None:
+    """A forced search of the group with a default, timed through a benchmark hook (``via="hook"``) or the
+    tuner's own ``do_bench=`` (``via="do_bench"``, a bare number of ms): config B takes
+    ``RETIME_CASES[case].get(B, 1.0) * SPEED[rank]`` ms on this rank."""
     import torch
 
     import flyautotune as fat
@@ -548,12 +549,19 @@ def retime_scenario(rank: int, world: int, port: int, out: str, case: str) -> No
                 raise RuntimeError("B=3 lost its device on the re-run")
             return Measurement(RETIME_CASES[case].get(b, 1.0) * SPEED[rank], spread=0.001, method="fixed", reps=rep)
 
+    def do_bench(fn, setup=None):
+        if setup is not None:
+            setup()
+        b = fn()
+        calls[b] = calls.get(b, 0) + 1
+        return RETIME_CASES[case].get(b, 1.0) * SPEED[rank]
+
     os.environ["FLYAUTOTUNE_CACHE_DIR"] = os.path.join(out, f"store{rank}")
     pm = fat.build_plugin_manager(entry_points=False)
     pm.register(RankTimes())
 
     @fat.autotune(configs=[fat.Config(B=b) for b in range(N)], key=["n"], plugin_manager=pm, name="retimed",
-                  default=lambda **_: fat.Config(B=0))
+                  default=lambda **_: fat.Config(B=0), do_bench=do_bench if via == "do_bench" else None)
     def launch(x, n, B=None):
         return B
 

@@ -302,6 +302,20 @@ def test_a_challenger_a_faster_rank_flatters_does_not_beat_the_default(tmp_path,
 
 
 @pytest.mark.slow
+def test_a_group_timing_with_its_own_do_bench_re_times_too(tmp_path, ranks):
+    # the same flattered challengers, timed by the tuner's do_bench (bare numbers, no spread): every rank
+    # calls it again for the finalists, side by side, and the default stands
+    reports = spawn(ranks.retime_scenario, 2, tmp_path, "flattered", "do_bench")
+    for r in reports:
+        assert (r["selected"], r["ran"], r["source"]) == (0, 0, "search")
+        assert r["margin"] == 0.0 and r["noise"] > 0 and r["rounds"][:2] == [1, 2]
+        assert r["warnings"] == []
+    assert reports[0]["stored"] == [{"B": 0, "margin": 0.0, "noise": reports[0]["noise"]}]
+    # the challenger that rank 1's faster device flattered (B=1) was timed again on rank 0
+    assert reports[0]["calls"]["1"] >= 3
+
+
+@pytest.mark.slow
 def test_a_challenger_faster_on_every_rank_wins_with_its_margin(tmp_path, ranks):
     r0, r1 = spawn(ranks.retime_scenario, 2, tmp_path, "faster")
     for r in (r0, r1):

@@ -15,7 +15,7 @@ from . import checks
 from .binding import Call, key_dict
 from .callables import named_for, run_callable
 from .background import warm_in_background
-from .search import AutotuneError, Search, best_challengers, config_repr, retimes
+from .search import AutotuneError, Search, best_challengers, config_repr
 from .selection import Selection
 
 log = logging.getLogger("flyautotune")
@@ -298,7 +298,7 @@ def agreed(t: Any, call: Call, target: Target, snapshot: tuple, kd: dict, key: s
 
     def finalists(timings: dict) -> list:
         # the default (first in the order, where there is one) and the best challengers, as a search re-times
-        if not retimes(t) or space[0][1] is None or 0 not in timings:
+        if space[0][1] is None or 0 not in timings:
             return []
         return [0] + best_challengers((i, timings[i]) for i in sorted(timings) if i != 0)
 

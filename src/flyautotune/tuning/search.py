@@ -621,12 +621,6 @@ def rotates_on(device: Any) -> bool:
     return getattr(device, "type", "cpu") not in ("cpu", "meta")
 
 
-def retimes(tuner: Any) -> bool:
-    """Whether a search of ``tuner`` re-times its finalists: not with a ``do_bench=`` of the user's, whose
-    timing is used as given."""
-    return tuner.do_bench is None
-
-
 def best_challengers(timed: Any) -> list:
     """The ``FINALISTS`` fastest of ``(challenger, ms)`` pairs, ties in the order given: the challengers a
     search re-times against the default."""
