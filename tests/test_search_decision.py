@@ -677,15 +677,20 @@ def test_a_do_bench_that_takes_warmup_and_rep_gets_the_tuners(pm, caplog):
     # the first pass ranks every candidate with half of rep; the rounds take all of it
     assert got[:3] == [(1, 10, 20), (2, 10, 20), (3, 10, 20)]
     assert len(got) > 3 and {(w, r) for _, w, r in got[3:]} == {(10, 40)}
-    # only what it takes: rep= alone, and the tuner's defaults where none were given
+    # only what it takes (rep= alone), and only what was given: the tuner's defaults are counts, and a
+    # do_bench's own defaults (Triton's milliseconds) stand where the tuner was given none
     reps = []
-    tuner(pm, "d_own_rep_only", do_bench=lambda fn, setup=None, rep=100: reps.append((fn(), rep)) or 1.0
-          ).select(torch.zeros(2), 2, force=True)
-    assert reps[:3] == [(1, 10), (2, 10), (3, 10)] and {r for _, r in reps[3:]} == {20}
+    tuner(pm, "d_own_rep_only", do_bench=lambda fn, setup=None, rep=100: reps.append((fn(), rep)) or 1.0,
+          warmup=10, rep=40).select(torch.zeros(2), 2, force=True)
+    assert reps[:3] == [(1, 20), (2, 20), (3, 20)] and {r for _, r in reps[3:]} == {40}
     kwargs = []
-    tuner(pm, "d_own_kwargs", do_bench=lambda fn, setup=None, **kw: kwargs.append(kw) or 1.0
+    tuner(pm, "d_own_kwargs", do_bench=lambda fn, setup=None, **kw: kwargs.append(kw) or 1.0, rep=40
           ).select(torch.zeros(2), 2, force=True)
-    assert kwargs[0] == {"warmup": 5, "rep": 10} and kwargs[-1] == {"warmup": 5, "rep": 20}
+    assert kwargs[0] == {"rep": 20} and kwargs[-1] == {"rep": 40}
+    untold = []
+    tuner(pm, "d_own_untold", do_bench=lambda fn, setup=None, warmup=25, rep=100: untold.append((warmup, rep)) or 1.0
+          ).select(torch.zeros(2), 2, force=True)
+    assert len(untold) > 3 and set(untold) == {(25, 100)}
 
 
 def test_warmup_and_rep_a_do_bench_cannot_take_are_said_to_be_ignored_once(pm, caplog):

@@ -208,11 +208,12 @@ class Autotuner:
                 raise ValueError(f"autotune: {arg} must be an int >= {least}, got {value!r}")
         self.warmup = warmup
         self.rep = rep
-        #: the tuner's timing options a custom do_bench takes as keywords (read once: measure() passes them)
-        self._bench_keywords = () if do_bench is None else tuple(
+        takes = () if do_bench is None else tuple(
             arg for arg in ("warmup", "rep") if _takes_keyword(do_bench, arg, unreadable=False))
-        ignored = [f"{arg}={value!r}" for arg, value in given.items()
-                   if do_bench is not None and arg not in self._bench_keywords]
+        #: the timing options given to the tuner that its do_bench takes (read once: measure() passes them);
+        #: not given, the do_bench's own defaults stand (the tuner's are counts, Triton's milliseconds)
+        self._bench_keywords = tuple(arg for arg in takes if arg in given)
+        ignored = [f"{arg}={value!r}" for arg, value in given.items() if do_bench is not None and arg not in takes]
         if ignored:
             log.warning("%s: %s %s ignored: do_bench=%r takes no %s keyword, and the tuner passes warmup= and rep= "
                         "only to a do_bench that accepts them (do_bench(fn, setup=None, warmup=..., rep=...) -> ms, "
@@ -624,8 +625,9 @@ def autotune(configs: Sequence[Config] | Callable[..., Sequence[Config]], *args:
     :param do_bench: your own timing, ``do_bench(fn, setup=None) -> ms``, in place of the backend's hook
         (None): ``fn`` runs one launch, ``setup`` (when not None) must run untimed before every timed
         ``fn()``; it returns one launch's milliseconds (a number, or a :class:`Measurement`). One that also
-        takes ``warmup=`` and ``rep=`` as keywords (or ``**kwargs``) is given the tuner's: ``rep`` is the
-        first pass's share of it there, all of it in the re-timing rounds. As with the hook, a search
+        takes ``warmup=`` and ``rep=`` as keywords (or ``**kwargs``) is given those passed to the tuner
+        (not given, its own defaults stand): ``rep`` is the first pass's share of it there, all of it in
+        the re-timing rounds. As with the hook, a search
         with a default calls it for every candidate, then for the default and the two best challengers
         once each in 2 to 6 interleaved rounds, and keeps the default unless a challenger beats it by more
         than the noise those rounds show (at least 0.5 % for a bare number, which has no spread).
@@ -637,7 +639,7 @@ def autotune(configs: Sequence[Config] | Callable[..., Sequence[Config]], *args:
     :param options: the rest of :class:`Autotuner`'s keyword arguments: ``hints=``
         persistent compile hints, ``warmup=`` (default 5), ``rep=`` (default 20; graph replays or timed
         launches per timing: each re-timing round of the finalists takes all of them, the first pass over
-        every candidate half, at least 5; a ``do_bench`` that takes them gets them), ``packs=`` shipped JSON
+        every candidate half, at least 5; a ``do_bench`` that takes them gets them where given), ``packs=`` shipped JSON
         packs, ``source_files=`` extra files in the source fingerprint,
         ``check=`` (True: compare each candidate's outputs with the default's;
         False; or ``check(result, **named)``), ``tolerance=`` ((rtol, atol) or
