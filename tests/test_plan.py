@@ -154,6 +154,30 @@ def test_keys_stored_earlier_are_looked_up_and_packed_after_the_budget_is_spent(
     assert [r.source for r in forced.results] == ["search"] + ["skipped"] * 5
 
 
+def test_a_key_looked_up_past_the_budget_reads_its_stored_row_once(tmp_path, toy_on_path, monkeypatch):
+    from collections import Counter
+
+    from flyautotune.store import get_store
+
+    stored = write(tmp_path, GOOD.replace('["4x8", [4, 40], "2x100"]', '["4x40"]'), "stored.toml")
+    searched = run_serial(load_plan(stored))
+    store, reads = get_store(), Counter()
+    real_get = store.get
+
+    def get(tuner, key):  # counts the store's reads of each row
+        reads[key] += 1
+        return real_get(tuner, key)
+
+    monkeypatch.setattr(store, "get", get)
+    path = write(tmp_path, GOOD.replace("[options]\n", "[options]\nbudget_s = 0.000001\n")
+                 .replace('["4x8", [4, 40], "2x100"]', '["4x8", "4x40"]'))
+    result = run_serial(load_plan(path))
+    assert [r.source for r in result.results] == ["search", "skipped", "store", "store"]
+    looked_up = result.results[2:]
+    assert [(r.config, r.ms) for r in looked_up] == [(r.config, r.ms) for r in searched.results]  # its timings too
+    assert [reads[r.entry["key"]] for r in looked_up] == [1, 1]
+
+
 def _cli(argv):
     parser = argparse.ArgumentParser(prog="flyautotune")
     cli_plan.add_parser(parser.add_subparsers(dest="command"))

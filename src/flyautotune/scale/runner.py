@@ -135,8 +135,7 @@ def look_up_key(adopter: Any, key: PlanKey, device: str, why: str) -> KeyResult:
         args, kwargs = adopter.example(key.shape, key.dtype, device)
         targs, tkw = adopter.bind(*args, **kwargs)
         tuner = adopter.tuner
-        sel = without_search(tuner, targs, tkw)
-        entry = tuner.store().get(tuner.name, sel.key) if sel is not None and sel.source == "store" else None
+        sel, entry = without_search(tuner, targs, tkw)  # the stored row comes with it: one read
     except Exception as exc:  # as tune_key: one bad key must not stop the plan
         return KeyResult(key, "skipped", seconds=time.perf_counter() - t0,
                          error=f"{why} (its stored winner could not be looked up: {type(exc).__name__}: {exc})",

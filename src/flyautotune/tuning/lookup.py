@@ -164,10 +164,12 @@ def _select_cold(t: Any, call: Call, target: Target, snapshot: tuple, forced: bo
     return selection
 
 
-def without_search(t: Any, args: tuple, kwargs: Mapping[str, Any]) -> Optional[Selection]:
-    """What a call of ``t`` with these arguments runs without searching: this process's stored winner, a
-    shipped one or the default; None where only a search can answer. Nothing is timed, nothing is stored, and
-    the tuner's memory is left as it was (a plan's keys past its budget are only looked up)."""
+def without_search(t: Any, args: tuple, kwargs: Mapping[str, Any]) -> tuple:
+    """What a call of ``t`` with these arguments runs without searching: ``(selection, entry)``, where
+    ``selection`` is this process's stored winner, a shipped one or the default (None where only a search can
+    answer), and ``entry`` is the store row the stored winner came from (its timings and provenance; None for
+    any other source), read once. Nothing is timed, nothing is stored, and the tuner's memory is left as it was
+    (a plan's keys past its budget are only looked up)."""
     from ..targets import target_for
 
     t._refresh_env()
@@ -175,7 +177,27 @@ def without_search(t: Any, args: tuple, kwargs: Mapping[str, Any]) -> Optional[S
     target = target_for(call.device, t.pm)
     snapshot = t._snapshot()
     key = keys.canonical_json(key_dict(t.key, call, target, snapshot, t.pm, t.source_fingerprint))
-    return _local_choice(t, call, target, snapshot, key, t.store())
+    store = _RowsRead(t.store())
+    selection = _local_choice(t, call, target, snapshot, key, store)
+    entry = store.rows.get((t.name, key)) if selection is not None and selection.source == "store" else None
+    return selection, entry
+
+
+class _RowsRead:
+    """A store that keeps the rows its ``get`` returned, so a caller that needs the row a lookup chose does not
+    read it again; everything else goes to the store."""
+
+    def __init__(self, store: Any) -> None:
+        self._store = store
+        self.rows: dict = {}
+
+    def get(self, tuner: str, key: str) -> Any:
+        entry = self._store.get(tuner, key)
+        self.rows[(tuner, key)] = entry
+        return entry
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._store, name)
 
 
 def _local_choice(t: Any, call: Call, target: Target, snapshot: tuple, key: str, store: Any) -> Optional[Selection]:
