@@ -3,8 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
+import os
+import socket
 import textwrap
+import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -417,7 +422,6 @@ def test_ctrl_c_without_pack_leaves_the_plans_pack_as_it_was(tmp_path, toy_on_pa
 def fake_ray(monkeypatch):
     """A stand-in ``ray`` module (``import ray`` finds it): its ``init`` records the connection attempts Ray
     would make and fails as Ray does where no cluster answers (after 20 attempts, 14 minutes, unbounded)."""
-    import os
     import sys
     import types
 
@@ -437,8 +441,6 @@ def fake_ray(monkeypatch):
 
 
 def _closed_port():
-    import socket
-
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return s.getsockname()[1]
@@ -461,34 +463,116 @@ def test_a_ray_address_where_nothing_answers_fails_within_connect_timeout(tmp_pa
     assert toy_on_path.launch.search_count == 0 and not (tmp_path / "plan.pack.json").exists()
 
 
-def test_an_address_that_answers_but_is_not_ray_gets_one_attempt_of_rays(tmp_path, fake_ray, monkeypatch, capsys):
-    import os
-    import socket
+@contextlib.contextmanager
+def _serving(reply):
+    """A local TCP server that accepts every connection and, once the client has spoken, sends ``reply``
+    (None: says nothing, ever); yields its ``HOST:PORT``."""
+    stop, conns = threading.Event(), []
+    listener = socket.socket()
+    listener.bind(("127.0.0.1", 0))
+    listener.listen(16)
+    listener.settimeout(0.1)
 
+    def serve():
+        while not stop.is_set():
+            try:
+                conn, _ = listener.accept()
+            except OSError:
+                continue
+            conns.append(conn)
+            if reply is not None:
+                with contextlib.suppress(OSError):
+                    conn.recv(4096)
+                    conn.sendall(reply)
+
+    server = threading.Thread(target=serve, daemon=True)
+    server.start()
+    try:
+        yield f"127.0.0.1:{listener.getsockname()[1]}"
+    finally:
+        stop.set()
+        server.join()
+        for conn in conns:
+            conn.close()
+        listener.close()
+
+
+def _children():
+    """This process's child processes (Linux), or None where that cannot be read."""
+    try:
+        return {c for task in Path(f"/proc/{os.getpid()}/task").iterdir()
+                for c in (task / "children").read_text().split()}
+    except OSError:
+        return None
+
+
+#: An empty HTTP/2 SETTINGS frame: the first words of any gRPC server, a Ray head's among them.
+SETTINGS = bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+NOT_RAY = [
+    (None, True, "something accepts connections at {a} but sends nothing back (a Ray head answers at once)"),
+    (b"HTTP/1.1 400 Bad Request\r\n\r\n", False,
+     "an HTTP server answers at {a}, not a Ray head: it sent 'HTTP/1.1 400 Bad Request'"),
+    (b"SSH-2.0-OpenSSH_9.6\r\n", False, "something answers at {a}, not a Ray head: it sent 'SSH-2.0-OpenSSH_9.6'"),
+    (SETTINGS, True, "an HTTP/2 (gRPC) server answers at {a}, but no Ray head answered Ray's own check (ray "
+                     "health-check) in time"),
+]
+
+
+@pytest.mark.parametrize("reply, late, what", NOT_RAY, ids=["silent", "http", "ssh", "grpc"])
+def test_a_port_where_something_else_answers_fails_within_connect_timeout(tmp_path, toy_on_path, monkeypatch,
+                                                                          capsys, reply, late, what):
+    ray = pytest.importorskip("ray")
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    path = write(tmp_path, GOOD.replace("[options]\n", "[options]\nconnect_timeout_s = 3\n"))
+    threads, children = set(threading.enumerate()), _children()
+    with _serving(reply) as address:
+        t0 = time.monotonic()
+        assert _cli([str(path), "--ray", address]) == 2
+        took = time.monotonic() - t0
+    assert took < 3 * 3  # it took about 45 s: ray.init's one attempt, past connect_timeout_s
+    within = " within 3 s" if late else ""
+    assert capsys.readouterr().err.strip() == (
+        f"flyautotune plan: error: argument --ray: cannot connect to the Ray cluster at {address!r}{within}: "
+        + what.format(a=address) + "; " + ACCEPTED_ADDRESSES.replace("(now 1 s)", "(now 3 s)"))
+    # Nothing is left behind: no Ray in this process, no check still running, no thread.
+    assert not ray.is_initialized() and _children() == children and set(threading.enumerate()) <= threads
+    assert toy_on_path.launch.search_count == 0 and not (tmp_path / "plan.pack.json").exists()
+
+
+def test_a_named_cluster_in_ray_address_is_named_as_such(tmp_path, fake_ray, monkeypatch, capsys):
     path = write(tmp_path, GOOD.replace("[options]\n", "[options]\nconnect_timeout_s = 1\n"))
-    with socket.socket() as listener:  # accepts connections, says nothing: a port of something else
-        listener.bind(("127.0.0.1", 0))
-        listener.listen()
-        address = f"127.0.0.1:{listener.getsockname()[1]}"
+    with _serving(b"HTTP/1.1 400 Bad Request\r\n\r\n") as address:
         monkeypatch.setenv("RAY_ADDRESS", address)
         assert _cli([str(path)]) == 2
-    err = capsys.readouterr().err
-    assert err.strip() == (f"flyautotune plan: error: RAY_ADDRESS: cannot connect to the Ray cluster at {address!r}: "
-                           f"{address} answers, but Ray could not connect (ConnectionError: Failed to connect to "
-                           f"Ray cluster at {address}); " + ACCEPTED_ADDRESSES)
-    assert fake_ray.calls == [(address, "1")]  # one attempt of Ray's (about 41 s), not 20
+    assert capsys.readouterr().err.startswith(f"flyautotune plan: error: RAY_ADDRESS: cannot connect to the Ray "
+                                              f"cluster at {address!r}: an HTTP server answers at {address}")
+    assert fake_ray.calls == []
+
+
+def test_once_rays_own_check_passes_ray_gets_the_attempts_that_fit(tmp_path, fake_ray, monkeypatch, capsys):
+    from flyautotune.scale import ray_engine
+
+    checked = []
+    monkeypatch.setattr(ray_engine, "_health_check", lambda ray, address, deadline: checked.append(address) or "")
+    path = write(tmp_path, GOOD.replace("[options]\n", "[options]\nconnect_timeout_s = 1\n"))
+    with _serving(SETTINGS) as address:
+        assert _cli([str(path), "--ray", address]) == 2
+    assert checked == [address]
+    assert capsys.readouterr().err.strip() == (
+        f"flyautotune plan: error: argument --ray: cannot connect to the Ray cluster at {address!r}: {address} "
+        f"answers, but Ray could not connect (ConnectionError: Failed to connect to Ray cluster at {address}); "
+        + ACCEPTED_ADDRESSES)
+    assert fake_ray.calls == [(address, "1")]  # one attempt of Ray's, not 20
     assert "RAY_gcs_server_port_wait_time_s" not in os.environ  # Ray's setting put back as it was
 
 
 def test_an_operators_own_ray_attempts_are_kept(tmp_path, fake_ray, monkeypatch, capsys):
-    import socket
+    from flyautotune.scale import ray_engine
 
+    monkeypatch.setattr(ray_engine, "_health_check", lambda ray, address, deadline: "")
     path = write(tmp_path, GOOD)
     monkeypatch.setenv("RAY_gcs_server_port_wait_time_s", "7")
-    with socket.socket() as listener:
-        listener.bind(("127.0.0.1", 0))
-        listener.listen()
-        address = f"127.0.0.1:{listener.getsockname()[1]}"
+    with _serving(SETTINGS) as address:
         assert _cli([str(path), "--ray", address]) == 2
     assert fake_ray.calls == [(address, "7")]
 

@@ -169,3 +169,16 @@ def test_ctrl_c_of_the_driver_keeps_every_key_its_workers_finished(tmp_path, loc
     assert f"pack: {pack} (2 winners of the finished keys; 4 keys not run)" in out
     assert len(get_store().entries("scale_toy")) == 2  # merged into the driver's store as they arrived
     assert {e.key for e in load_pack(pack)} == {e.key for e in get_store().entries("scale_toy")}
+
+
+def test_a_ray_head_passes_the_checks_before_ray_init(local_ray):
+    """The checks that bound a connection to a named cluster let a real head through, quickly."""
+    import time
+
+    from flyautotune.scale.ray_engine import _health_check, _host_port, _what_answers
+
+    address = ray.get_runtime_context().gcs_address
+    t0 = time.monotonic()
+    assert _what_answers(*_host_port(address), t0 + 10) == ("", False)  # it speaks gRPC
+    assert _health_check(ray, address, t0 + 30) == ""  # and Ray's own check finds its GCS
+    assert time.monotonic() - t0 < 10

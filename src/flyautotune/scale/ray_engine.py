@@ -14,6 +14,8 @@ import logging
 import os
 import shutil
 import socket
+import subprocess
+import sys
 import tempfile
 import time
 from typing import Any, Iterator, Optional
@@ -108,6 +110,71 @@ def _wait_for_port(host: str, port: int, deadline: float) -> str:
         time.sleep(min(0.5, max(deadline - time.monotonic(), 0.0)))
 
 
+#: What a gRPC client sends first (the HTTP/2 preface and an empty SETTINGS frame), as Ray does to a head; a gRPC
+#: server (a head's GCS, a Ray Client server) answers with a SETTINGS frame of its own at once.
+HTTP2_HELLO = b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0])
+#: Ray's own check that a head's GCS answers at an address (``ray health-check``, a hidden command of Ray's CLI).
+HEALTH_CHECK = ("-m", "ray.scripts.scripts", "health-check", "--skip-version-check", "--address")
+NO_ANSWER = "no answer in time"
+
+
+def _what_answers(host: str, port: int, deadline: float) -> tuple:
+    """``("", False)`` where an HTTP/2 (gRPC) server answers at ``host:port``, as a Ray head's GCS or a Ray Client
+    server does; otherwise ``(what answered instead, whether the deadline passed)``, once it said something else,
+    closed the connection, or stayed silent until ``deadline``."""
+    where = f"{host}:{port}"
+    got, closed = b"", False
+    try:
+        with socket.create_connection((host, port), timeout=max(deadline - time.monotonic(), 0.1)) as conn:
+            conn.sendall(HTTP2_HELLO)
+            while len(got) < 9 and deadline - time.monotonic() > 0:
+                conn.settimeout(max(deadline - time.monotonic(), 0.01))
+                chunk = conn.recv(4096)
+                closed = not chunk
+                if closed:
+                    break
+                got += chunk
+    except socket.timeout:
+        pass
+    except OSError as exc:  # reset, refused since: the port closes on us
+        closed = not got
+        if not closed:
+            log.debug("reading %s: %s", where, exc)
+    if len(got) >= 9 and got[3] == 4:  # an HTTP/2 frame header: length (3 bytes), type 4 = SETTINGS
+        return "", False
+    if not got:
+        if closed:
+            return f"something at {where} accepts connections and closes them, as a Ray head does not", False
+        return f"something accepts connections at {where} but sends nothing back (a Ray head answers at once)", True
+    line = (got.splitlines() or [got])[0][:80].decode("ascii", "replace")
+    what = "an HTTP server" if line.startswith(("HTTP/", "<")) else "something"  # a status line, or HTML
+    return f"{what} answers at {where}, not a Ray head: it sent {line!r}", False
+
+
+def _health_check(ray: Any, address: str, deadline: float) -> str:
+    """``""`` once Ray's own check (``ray health-check``) finds a Ray head's GCS at ``address``; why not, once it
+    failed or ``deadline`` passed. It runs in a child process, ended at the deadline: in this process, Ray's
+    client waits about 40 s for a GCS that does not answer, and cannot be stopped sooner."""
+    env = dict(os.environ)
+    root = os.path.dirname(os.path.dirname(getattr(ray, "__file__", "") or ""))
+    if root:  # the child imports the Ray this process imported
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    child = subprocess.Popen([sys.executable, *HEALTH_CHECK, address], stdin=subprocess.DEVNULL,
+                             stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
+    try:
+        _, err = child.communicate(timeout=max(deadline - time.monotonic(), 0.1))
+    except subprocess.TimeoutExpired:
+        return NO_ANSWER
+    finally:
+        if child.poll() is None:  # the deadline, or a Ctrl-C: the check ends with this call
+            child.kill()
+            child.communicate()
+    if child.returncode == 0:
+        return ""
+    lines = [x.strip() for x in err.decode("utf-8", "replace").splitlines() if x.strip()]
+    return lines[-1][:400] if lines else f"exit status {child.returncode}"
+
+
 @contextlib.contextmanager
 def _ray_attempts(seconds: float) -> Iterator[None]:
     """Inside: ``ray.init`` makes as many connection attempts as fit in ``seconds`` (at least one)."""
@@ -122,19 +189,38 @@ def _ray_attempts(seconds: float) -> Iterator[None]:
 
 
 def connect(ray: Any, address: str, timeout_s: float, **kwargs: Any) -> None:
-    """``ray.init(address=address)``, bounded: where nothing answers at the address the call fails after
-    ``timeout_s``, and where something that is not a Ray head answers, after Ray's connection attempts that fit
-    in ``timeout_s`` (at least one, about 41 s). ``ray.init`` alone retries for about 14 minutes.
+    """``ray.init(address=address)``, once a Ray head answers there: whatever is at the address (nothing, a
+    closed port, another service), the call fails within ``timeout_s``. ``ray.init`` alone retries for about 14
+    minutes, and waits about 40 s for each attempt where another service answers.
 
-    :raises RayConnectError: naming the address and why.
+    Before ``ray.init``: something must accept a connection at the address (a head that is starting gets until
+    the deadline), answer as a gRPC server does, and (for a head's GCS: ``HOST:PORT``, ``auto``) pass Ray's own
+    ``ray health-check``, run in a child process that ends at the deadline.
+
+    :raises RayConnectError: naming the address, and what answered there where anything did.
     """
     deadline = time.monotonic() + timeout_s
     target = _host_port(address)
+    cannot = f"cannot connect to the Ray cluster at {address!r}"
+    within = f"{cannot} within {timeout_s:g} s: "
     if target is not None:
         why = _wait_for_port(*target, deadline)
         if why:
-            raise RayConnectError(address, f"cannot connect to the Ray cluster at {address!r} within "
-                                           f"{timeout_s:g} s: nothing answers at {target[0]}:{target[1]} ({why})")
+            raise RayConnectError(address, f"{within}nothing answers at {target[0]}:{target[1]} ({why})")
+        # Ray's TLS (RAY_USE_TLS) wants a TLS handshake first: there, only Ray's own check below asks.
+        if os.environ.get("RAY_USE_TLS", "0").lower() not in ("1", "true"):
+            why, late = _what_answers(*target, deadline)
+            if why:
+                raise RayConnectError(address, (within if late else f"{cannot}: ") + why)
+    if address == "auto" or (target is not None and "://" not in address):  # a head's GCS: ask as Ray does
+        why = _health_check(ray, address, deadline)
+        if why:
+            where = (f"an HTTP/2 (gRPC) server answers at {target[0]}:{target[1]}, but " if target is not None
+                     else "")
+            if why == NO_ANSWER:
+                raise RayConnectError(address, f"{within}{where}no Ray head answered Ray's own check (ray "
+                                               f"health-check) in time")
+            raise RayConnectError(address, f"{cannot}: {where}Ray's own check (ray health-check) failed: {why}")
     try:
         with _ray_attempts(deadline - time.monotonic()):
             ray.init(address=address, **kwargs)
