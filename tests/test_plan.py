@@ -499,11 +499,14 @@ def _serving(reply):
 
 def _children():
     """This process's child processes (Linux), or None where that cannot be read."""
-    try:
-        return {c for task in Path(f"/proc/{os.getpid()}/task").iterdir()
-                for c in (task / "children").read_text().split()}
-    except OSError:
+    tasks = Path(f"/proc/{os.getpid()}/task")
+    if not tasks.is_dir():
         return None
+    out = set()
+    for task in tasks.iterdir():
+        with contextlib.suppress(OSError):  # a thread that ended meanwhile
+            out.update((task / "children").read_text().split())
+    return out
 
 
 #: An empty HTTP/2 SETTINGS frame: the first words of any gRPC server, a Ray head's among them.
