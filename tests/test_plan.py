@@ -666,3 +666,23 @@ def test_the_keys_in_flight_on_ray_are_listed_while_waiting():
     quiet.started(PlanKey("scale_toy", (4, 8), "fp32"))
     quiet.tick()
     assert len(quiet.stream.getvalue().splitlines()) == 1
+
+
+def test_on_a_terminal_the_keys_in_flight_show_how_their_search_goes():
+    import io
+
+    progress = PlanProgress(3, stream=io.StringIO(), tty=True)
+    key, other = PlanKey("scale_toy", (4, 8), "fp32"), PlanKey("scale_toy", (4, 40), "bf16")
+    progress.started(key)
+    progress.started(other)
+    progress.key_event(key, {"event": "search_start", "candidates": 4})
+    progress.key_event(key, {"event": "candidate", "index": 1, "total": 4, "config": {"kwargs": {"BLOCK": 16}},
+                             "ms": 1.5})
+    progress.tick()
+    live = progress.stream.getvalue().rsplit("\r\x1b[K", 1)[-1]
+    assert live.startswith("running scale_toy 4x8 fp32 (candidate 2 of 4, ")
+    assert ", scale_toy 4x40 bf16 (" in live and live.endswith("; 0 of 3 done")
+    progress.key_event(key, {"event": "retime", "round": 1, "most": 3, "finalists": []})
+    progress.tick()
+    assert progress.stream.getvalue().rsplit("\r\x1b[K", 1)[-1].startswith(
+        "running scale_toy 4x8 fp32 (re-timing the finalists, round 1 of at most 3, ")

@@ -111,6 +111,41 @@ def test_each_key_says_when_it_goes_to_a_worker(tmp_path, local_ray):
         assert start < end
 
 
+def test_a_workers_search_progress_reaches_the_driver_key_by_key(tmp_path, local_ray):
+    import io
+
+    from flyautotune.scale.runner import PlanProgress
+
+    plan = plan_file(tmp_path, ["4x8", "2x100"])
+    log = io.StringIO()
+    run_ray(plan, progress=PlanProgress(len(plan.keys), stream=log, tty=False, every_s=0))
+    lines = log.getvalue().splitlines()
+    for key in plan.keys:  # each key's search as `flyautotune tune` shows it, each line prefixed by its key
+        mine = [i for i, x in enumerate(lines) if x.startswith(f"{key.label()}: ")]
+        assert lines[mine[0]] == f"{key.label()}: searching 4 candidates"
+        assert [lines[i].split(" [")[0] for i in mine[1:5]] == [f"{key.label()}: candidate {n} of 4"
+                                                                for n in range(1, 5)]
+        assert lines[mine[5]].startswith(f"{key.label()}: searched 4 candidates in ") and len(mine) == 6
+        start = lines.index(next(x for x in lines if x.startswith(f"started {key.label()} on a Ray worker (")))
+        end = next(i for i, x in enumerate(lines) if x.startswith("[") and f"] {key.label()}: search " in x)
+        assert start < mine[0] and mine[-1] < end  # between the key going to a worker and its result
+
+
+def test_on_a_pipe_a_workers_candidate_lines_come_at_most_every_every_s(tmp_path, local_ray):
+    import io
+
+    from flyautotune.scale.runner import PlanProgress
+
+    plan = plan_file(tmp_path, ["4x8"])
+    log = io.StringIO()
+    run_ray(plan, progress=PlanProgress(len(plan.keys), stream=log, tty=False, every_s=1e9))
+    lines = log.getvalue().splitlines()
+    assert not [x for x in lines if ": candidate " in x]
+    for key in plan.keys:  # the search's start and end are always shown
+        assert f"{key.label()}: searching 4 candidates" in lines
+        assert any(x.startswith(f"{key.label()}: searched 4 candidates in ") for x in lines)
+
+
 def test_a_killed_worker_loses_only_its_key(tmp_path, local_ray, toy):
     from flyautotune.store import get_store
 

@@ -5,6 +5,7 @@ temporary ``FLYAUTOTUNE_CACHE_DIR`` (workers share nothing on disk) and returns 
 winner as a pack entry; the driver merges each entry into its store as it arrives
 (so a Ctrl-C of the driver keeps every finished key) and writes one pack at the end.
 Ray retries a task whose worker process died, so a crash loses only the key in flight.
+A worker's search progress reaches the driver's progress through a small actor (:class:`ProgressBox`).
 """
 
 from __future__ import annotations
@@ -231,12 +232,14 @@ def connect(ray: Any, address: str, timeout_s: float, **kwargs: Any) -> None:
 
 
 def _tune_in_worker(key: dict, force: bool, plugins: tuple, known: Optional[str], use_gpu: bool,
-                    skip: Optional[str] = None) -> dict:
+                    skip: Optional[str] = None, box: Any = None, index: int = 0) -> dict:
     """Runs inside a Ray worker: tune one key against a private, temporary store.
 
     ``known`` is pack text of the driver's winners for this key's tuner, so a key
     stored earlier is not searched again (unless ``force``). With ``skip`` (why the key
     may not search: the budget is spent), the key's stored winner is only looked up.
+    With ``box`` (a :class:`ProgressBox` actor), the search's progress events go there as
+    ``(index, event)``, all of them before the result returns.
     """
     from ..devices import default_device
     from ..store import TuningStore
@@ -245,7 +248,7 @@ def _tune_in_worker(key: dict, force: bool, plugins: tuple, known: Optional[str]
     folder = tempfile.mkdtemp(prefix="flyautotune-worker-")
     store = None
     managers: list = []
-    plug = None
+    plug = sender = None
     try:
         # Ray gives a GPU task its GPU as the only visible one.
         device = default_device() if use_gpu else "cpu"
@@ -259,6 +262,9 @@ def _tune_in_worker(key: dict, force: bool, plugins: tuple, known: Optional[str]
         managers = list({id(m): m for m in (pm, adopter.tuner.pm)}.values())
         for m in managers:
             m.register(plug)
+        if box is not None:  # the tuner's events, as the serial runner's progress receives them
+            sender = _SendProgress(box, index)
+            adopter.tuner.pm.register(sender)
         if known:
             path = os.path.join(folder, "known.json")
             with open(path, "w", encoding="utf-8") as f:
@@ -267,11 +273,138 @@ def _tune_in_worker(key: dict, force: bool, plugins: tuple, known: Optional[str]
         result = look_up_key(adopter, pkey, device, skip) if skip else tune_key(adopter, pkey, device, force)
         return attrs.evolve(result, worker=f"{socket.gethostname()}:{os.getpid()}").to_dict()
     finally:
+        if sender is not None:
+            adopter.tuner.pm.unregister(sender)
+            sender.flush()
         for m in managers:
             m.unregister(plug)
         if store is not None:
             store.close()
         shutil.rmtree(folder, ignore_errors=True)
+
+
+#: The events of a search a driver's progress shows (``flyautotune_tuning_event``), and the fields it reads.
+RELAYED = ("search_start", "candidate", "retime", "search_end")
+RELAYED_FIELDS = ("event", "candidates", "index", "total", "config", "ms", "error", "reused", "round", "most",
+                  "finalists", "duration_s")
+#: How long a worker waits, at the end of a key, for its progress events to reach the driver's box.
+FLUSH_S = 10.0
+#: How long the driver waits for the box to start; past it, the plan runs without the workers' progress.
+START_S = 30.0
+
+
+class ProgressBox:
+    """A Ray actor's body: holds the workers' search progress events until the driver takes them."""
+
+    def __init__(self) -> None:
+        self.events: list = []
+
+    def put(self, index: int, event: dict) -> None:
+        self.events.append((index, event))
+
+    def take(self) -> list:
+        events, self.events = self.events, []
+        return events
+
+
+class _SendProgress:
+    """In a Ray worker: sends one key's search progress events to the driver's :class:`ProgressBox`, without
+    waiting for them, except at the end (:meth:`flush`)."""
+
+    def __init__(self, box: Any, index: int) -> None:
+        self.box, self.index, self.last = box, index, None
+
+    @hookimpl
+    def flyautotune_tuning_event(self, event: dict) -> None:
+        if event.get("event") not in RELAYED:
+            return
+        slim = {k: event[k] for k in RELAYED_FIELDS if k in event}
+        if not isinstance(slim.get("candidates", 0), int):  # search_end's candidate rows: not shown
+            del slim["candidates"]
+        try:
+            self.last = self.box.put.remote(self.index, slim)
+        except Exception as exc:  # noqa: BLE001 - progress must never fail a key
+            log.debug("cannot send progress to the driver: %s", exc)
+
+    def flush(self) -> None:
+        """Wait (at most ``FLUSH_S``) until the events sent are in the box, so the driver has them before the
+        key's result."""
+        if self.last is None:
+            return
+        import ray
+
+        try:
+            ray.wait([self.last], timeout=FLUSH_S)
+        except Exception as exc:  # noqa: BLE001
+            log.debug("cannot send progress to the driver: %s", exc)
+
+
+class _Relay:
+    """In the driver: the workers' search progress, taken from a :class:`ProgressBox` actor and handed to
+    ``on_event(key, event)``. A box that stops answering turns the relay off (with a warning), never the plan."""
+
+    def __init__(self, ray: Any, keys: tuple, on_event: Any) -> None:
+        self.ray, self.keys, self.on_event = ray, keys, on_event
+        # No CPU: the box is scheduled where every CPU is busy with keys.
+        self.box = ray.remote(num_cpus=0)(ProgressBox).remote()
+        self.asked: Any = None
+        self.on = True
+        try:  # up before any key starts: a worker waits for its events to be in the box before its result
+            ray.get(self.box.take.remote(), timeout=START_S)
+        except BaseException:
+            self.close()
+            raise
+
+    def relay(self, wait_s: float = 0.0) -> None:
+        """Hand on the events that came back since the last call; with ``wait_s``, also every event the box
+        holds now (a key's result comes after its worker filled the box). A box that does not answer within
+        ``wait_s`` is given up, so that it never holds up the plan again."""
+        if not self.on:
+            return
+        deadline = time.monotonic() + wait_s
+        late = TimeoutError(f"the progress actor did not answer in {wait_s:g} s")
+        try:
+            if self.asked is not None and not self._collect(deadline):  # an earlier ask, not back yet
+                if wait_s:
+                    raise late
+                return
+            self.asked = self.box.take.remote()  # collected here with wait_s, else by the next call
+            if wait_s and not self._collect(deadline):
+                raise late
+        except Exception as exc:  # noqa: BLE001 - the plan goes on without the workers' progress
+            log.warning("the Ray workers' search progress is not shown from now on (%s: %s)", type(exc).__name__,
+                        first_line(exc))
+            self.on = False
+
+    def _collect(self, deadline: float) -> bool:
+        try:
+            events = self.ray.get(self.asked, timeout=max(deadline - time.monotonic(), 0.0))
+        except self.ray.exceptions.GetTimeoutError:  # not back yet: the next call collects it
+            return False
+        self.asked = None
+        for index, event in events:
+            self.on_event(self.keys[index], event)
+        return True
+
+    def close(self) -> None:
+        """End the box (a caller's own Ray instance outlives the plan)."""
+        try:
+            self.ray.kill(self.box)
+        except Exception:  # noqa: BLE001 - gone already
+            pass
+
+
+def _relay(ray: Any, plan: Plan, progress: Any) -> Optional[_Relay]:
+    """A relay of the workers' search progress to ``progress.key_event``, or None where ``progress`` has none or
+    the box cannot start."""
+    on_event = getattr(progress, "key_event", None)
+    if on_event is None:
+        return None
+    try:
+        return _Relay(ray, plan.keys, on_event)
+    except Exception as exc:  # noqa: BLE001 - progress must never stop a plan
+        log.warning("the Ray workers' search progress is not shown (%s: %s)", type(exc).__name__, first_line(exc))
+        return None
 
 
 class _WorkerStore:
@@ -312,8 +445,10 @@ def run_ray(plan: Plan, *, address: Optional[str] = None, workers: Optional[int]
         initialized Ray (``ray.init`` called by the caller) is used as it is.
     :param workers: CPU workers of a local instance (default ``options.workers`` or 2).
     :param force: overrides ``options.force``.
-    :param progress: called with each :class:`KeyResult` as it finishes; where it has ``started(key)`` and
-        ``tick()`` (as :class:`PlanProgress` has), those are called as a key goes to a worker and while waiting.
+    :param progress: called with each :class:`KeyResult` as it finishes; where it has ``started(key)``,
+        ``tick()`` and ``key_event(key, event)`` (as :class:`PlanProgress` has), those are called as a key goes
+        to a worker, while waiting, and with each tuning event of a key's search on its worker (relayed through
+        a small actor, at most a tick late, and all of a key's events before its result).
     :param retries: how often a key whose worker died is run again.
     :param connect_timeout_s: how long a named cluster gets to answer (default ``options.connect_timeout_s``).
     :returns: a :class:`PlanResult` in plan order; the winners are in the store, each merged as it arrived.
@@ -346,6 +481,7 @@ def run_ray(plan: Plan, *, address: Optional[str] = None, workers: Optional[int]
     pending: dict = {}
     merged: set = set()
     engine = "ray"
+    relay = None
     try:
         resources = ray.cluster_resources()
         use_gpu = resources.get("GPU", 0) >= 1
@@ -354,6 +490,8 @@ def run_ray(plan: Plan, *, address: Optional[str] = None, workers: Optional[int]
         task = ray.remote(max_retries=retries, **({"num_gpus": 1} if use_gpu else {"num_cpus": 1}))(_tune_in_worker)
         known = {} if force else _known_winners(plan, pm)
         started_key, tick = getattr(progress, "started", None), getattr(progress, "tick", None)
+        relay = _relay(ray, plan, progress)
+        box = relay.box if relay is not None else None
         t0 = time.perf_counter()
         queue = list(enumerate(plan.keys))
         while queue or pending:
@@ -369,13 +507,15 @@ def run_ray(plan: Plan, *, address: Optional[str] = None, workers: Optional[int]
                         results[i] = KeyResult(key, "skipped", error=skip)
                         _report(progress, results[i])
                         continue
-                ref = task.remote(key.to_dict(), force, opts.plugins, known.get(key.adopter), use_gpu, skip)
+                ref = task.remote(key.to_dict(), force, opts.plugins, known.get(key.adopter), use_gpu, skip, box, i)
                 pending[ref] = (i, key)
                 if started_key is not None:
                     started_key(key)
             if not pending:
                 continue
             done, _ = ray.wait(list(pending), num_returns=1, timeout=TICK_S)
+            if relay is not None:  # the workers' search progress; all of a key's before its result
+                relay.relay(FLUSH_S if done else 0.0)
             if not done and tick is not None:
                 tick()  # a key can take minutes: show the keys in flight
             for ref in done:
@@ -398,6 +538,8 @@ def run_ray(plan: Plan, *, address: Optional[str] = None, workers: Optional[int]
         done_keys = PlanResult([results[i] for i in sorted(results)], time.perf_counter() - t0, engine)
         raise PlanInterrupted(done_keys, len(plan.keys)) from None
     finally:
+        if relay is not None:
+            relay.close()
         if started:
             ray.shutdown()
     return PlanResult([results[i] for i in range(len(plan.keys))], time.perf_counter() - t0, engine)

@@ -174,6 +174,7 @@ class PlanProgress:
         self.done = 0
         self.t0 = time.perf_counter()
         self.running: dict = {}  # PlanKey -> when it started (keys on Ray workers)
+        self.searches: dict = {}  # PlanKey -> how its search on a Ray worker goes: a Progress, or the live text
         self._last_line = self.t0
 
     def eta(self) -> Optional[float]:
@@ -199,16 +200,46 @@ class PlanProgress:
         self._line(f"started {key.label()} on a Ray worker ({len(self.running)} running, {self.done} of "
                    f"{self.total} done)")
 
+    def key_event(self, key: PlanKey, event: dict) -> None:
+        """A tuning event of ``key``'s search on a Ray worker. On a plain stream, the search's lines as
+        ``flyautotune tune`` writes them, each prefixed by the key (a candidate's line at most every ``every_s``
+        per key); on a terminal, the key's part of the live line of :meth:`tick`."""
+        from ..progress import Progress
+
+        if key not in self.running:  # late news of a key already reported
+            return
+        if not self.tty:
+            search = self.searches.get(key)
+            if search is None:
+                search = self.searches[key] = Progress(key.label(), self.stream, False, every_s=self.every_s)
+            search(event)
+            return
+        kind = event.get("event")
+        if kind == "search_start":
+            self.searches[key] = f"candidate 1 of {event.get('candidates')}"
+        elif kind == "candidate":
+            index, total = int(event.get("index") or 0), int(event.get("total") or 0)
+            self.searches[key] = f"candidate {index + 1} of {total}" if index < total else "finishing"
+        elif kind == "retime":
+            self.searches[key] = f"re-timing the finalists, round {event.get('round')} of at most {event.get('most')}"
+        elif kind == "search_end":
+            self.searches[key] = "searched"
+
     def tick(self) -> None:
-        """Call while waiting for Ray's keys: a terminal's live line shows the keys in flight and their time;
-        a plain stream gets a line about them every ``every_s``."""
+        """Call while waiting for Ray's keys: a terminal's live line shows the keys in flight, how their search
+        goes and their time; a plain stream gets a line about them every ``every_s``."""
         from ..progress import seconds
 
         if not self.running:
             return
         now = time.perf_counter()
         keys = sorted(self.running.items(), key=lambda kv: kv[1])
-        what = ", ".join(f"{k.label()} ({seconds(now - t)})" for k, t in keys[:3])
+
+        def state(key: PlanKey) -> str:
+            search = self.searches.get(key)
+            return f"{search}, " if isinstance(search, str) else ""
+
+        what = ", ".join(f"{k.label()} ({state(k)}{seconds(now - t)})" for k, t in keys[:3])
         more = f" and {len(keys) - 3} more" if len(keys) > 3 else ""
         text = f"running {what}{more}; {self.done} of {self.total} done"
         if self.tty:
@@ -220,6 +251,9 @@ class PlanProgress:
         from ..progress import seconds
 
         self.running.pop(result.key, None)
+        search = self.searches.pop(result.key, None)
+        if search is not None and not isinstance(search, str):
+            search.close()
         self.done += 1
         eta = self.eta()
         what = f"{result.source}" + (f" {result.ms:.4g} ms" if result.ms is not None else "")
