@@ -158,8 +158,8 @@ def _health_check(ray: Any, address: str, deadline: float) -> str:
     client waits about 40 s for a GCS that does not answer, and cannot be stopped sooner."""
     env = dict(os.environ)
     root = os.path.dirname(os.path.dirname(getattr(ray, "__file__", "") or ""))
-    if root:  # the child imports the Ray this process imported
-        env["PYTHONPATH"] = os.pathsep.join(p for p in (root, env.get("PYTHONPATH")) if p)
+    if root:  # the child finds the Ray this process imported (last: a folder of it must not shadow the stdlib)
+        env["PYTHONPATH"] = os.pathsep.join(p for p in (env.get("PYTHONPATH"), root) if p)
     child = subprocess.Popen([sys.executable, *HEALTH_CHECK, address], stdin=subprocess.DEVNULL,
                              stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, env=env)
     try:
