@@ -523,13 +523,16 @@ RETIME_CASES = {
     "faster": {5: 0.9},
     # B=3 looks fastest and is, but fails when rank 1 times it again; B=5 is 10% faster
     "flaky": {3: 0.8, 5: 0.9},
+    # the default fails when rank 1 times it again; B=2 is the fastest of the rest
+    "default flaky": {1: 0.95, 2: 0.9},
 }
 
 
-def retime_scenario(rank: int, world: int, port: int, out: str, case: str, via: str = "hook") -> None:
+def retime_scenario(rank: int, world: int, port: int, out: str, case: str, via: str = "hook", n: int = N) -> None:
     """A forced search of the group with a default, timed through a benchmark hook (``via="hook"``) or the
     tuner's own ``do_bench=`` (``via="do_bench"``, a bare number of ms): config B takes
-    ``RETIME_CASES[case].get(B, 1.0) * SPEED[rank]`` ms on this rank."""
+    ``RETIME_CASES[case].get(B, 1.0) * SPEED[rank]`` ms on this rank; the configs are B=0 (the default) to
+    B=n-1."""
     import torch
 
     import flyautotune as fat
@@ -547,6 +550,8 @@ def retime_scenario(rank: int, world: int, port: int, out: str, case: str, via: 
             calls[b] = calls.get(b, 0) + 1
             if case == "flaky" and rank == 1 and b == 3 and calls[b] > 1:
                 raise RuntimeError("B=3 lost its device on the re-run")
+            if case == "default flaky" and rank == 1 and b == 0 and calls[b] > 1:
+                raise RuntimeError("the default lost its device on the re-run")
             return Measurement(RETIME_CASES[case].get(b, 1.0) * SPEED[rank], spread=0.001, method="fixed", reps=rep)
 
     def do_bench(fn, setup=None):
@@ -560,7 +565,7 @@ def retime_scenario(rank: int, world: int, port: int, out: str, case: str, via: 
     pm = fat.build_plugin_manager(entry_points=False)
     pm.register(RankTimes())
 
-    @fat.autotune(configs=[fat.Config(B=b) for b in range(N)], key=["n"], plugin_manager=pm, name="retimed",
+    @fat.autotune(configs=[fat.Config(B=b) for b in range(n)], key=["n"], plugin_manager=pm, name="retimed",
                   default=lambda **_: fat.Config(B=0), do_bench=do_bench if via == "do_bench" else None)
     def launch(x, n, B=None):
         return B

@@ -374,3 +374,16 @@ def test_the_groups_verdict_takes_the_mean_gain_against_the_combined_band():
         == (0, 0.0, pytest.approx(0.01 * 2 ** 0.5 / 2))
     # the default failed on a rank: no verdict (the caller takes the fastest of the rest)
     assert group_verdict([0, 3], [{3: (0.5, 0.01)}, {0: (0, 0), 3: (0.5, 0.01)}]) == (None, None, None)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("n", [3, 7])
+def test_a_default_that_fails_when_one_rank_re_times_it_leaves_the_challengers_in(tmp_path, ranks, n):
+    # the default's re-run fails on rank 1; the challengers stood on every rank: they stay in, and the fastest
+    # gathered timing wins everywhere (B=1, on rank 1's faster device), not the fastest of those never re-timed
+    # (B=5 of 7), nor "every candidate failed" (of 3)
+    r0, r1 = spawn(ranks.retime_scenario, 2, tmp_path, "default flaky", "hook", n)
+    for r in (r0, r1):
+        assert (r["selected"], r["ran"], r["source"]) == (1, 1, "search")
+        assert r["margin"] is None and r["warnings"] == []
+    assert r0["stored"] == [{"B": 1, "margin": None, "noise": None}] and r1["stored"] == []

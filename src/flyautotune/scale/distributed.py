@@ -407,7 +407,8 @@ def agree(*, key: str, time_some: Callable[[list], dict], decide: Callable[[dict
         side-by-side re-timing of the finalists on its own device, each one's gain
         over the default and the band it must beat (the default's own entry, any
         pair); a finalist missing failed on this rank and cannot win, and where the
-        default is missing it failed. Every rank's verdicts are gathered; a
+        default is missing it failed (a challenger that stood there may have an
+        infinite band: it is no failure). Every rank's verdicts are gathered; a
         challenger wins only where it beats the default on the group's evidence
         (:func:`flyautotune.tuning.search.group_verdict`), else the default wins;
         where the default failed, ``decide`` picks from the rest. A rank whose
@@ -569,7 +570,7 @@ def _retimed(torch: Any, io: _Bounded, key: str, order: list, retime: Callable[[
         mine = retime(order)
         for j, i in enumerate(order):
             gain, noise = (float(v) for v in mine[i]) if mine.get(i) is not None else (math.nan, math.nan)
-            if math.isfinite(gain) and math.isfinite(noise):
+            if math.isfinite(gain) and not math.isnan(noise):  # an infinite band: it stood, with no verdict
                 verdicts[2 * j], verdicts[2 * j + 1] = gain, noise
     except Exception as exc:  # no evidence from this rank: no challenger may win, the default stands
         log.warning("%s: re-timing the finalists %s failed: %s: %s", _brief(key), order, type(exc).__name__, exc)

@@ -545,8 +545,9 @@ class Search:
         :attr:`cands`, the default first: every rank re-times all of them on its own device, in interleaved
         rounds, as :meth:`rerank` does (a finalist another rank timed is first timed here once, checked as
         in :meth:`time_share`). Returns ``{index: (gain, noise)}`` over the default on this device
-        (:func:`compare`; the default's own is ``(0.0, 0.0)``); a finalist missing failed here, and all are
-        missing where the default did. The caller's inputs are restored after."""
+        (:func:`compare`; the default's own is ``(0.0, 0.0)``); a finalist missing failed here, and the
+        default is missing where it failed here (then the challengers that stood have ``(0.0, inf)``: no
+        verdict, but no failure either). The caller's inputs are restored after."""
         finalists: list = []
         try:
             with short_switch_interval():
@@ -564,8 +565,10 @@ class Search:
         finally:
             self._finish()
         d = self.cands[indices[0]] if indices else None
-        if d is not self.default or d not in finalists:
+        if d is not self.default:
             return {}
+        if d not in finalists:  # no verdicts here, but the challengers that stood are no failures
+            return {i: (0.0, math.inf) for i in indices[1:] if self.cands[i] in finalists}
         out = {i: compare(self.cands[i], d) for i in indices[1:] if self.cands[i] in finalists}
         log.info("%s: re-timed %d finalists on this rank in %d rounds: %s", self.t.name, len(indices), self.rounds,
                  "; ".join(f"{self.cands[i].config} {gain:+.2%} (noise band {noise:.2%})"
