@@ -712,3 +712,30 @@ def test_warmup_and_rep_a_do_bench_cannot_take_are_said_to_be_ignored_once(pm, c
     said = [r.getMessage() for r in caplog.records if "ignored" in r.getMessage()]
     assert len(said) == 1 and said[0].startswith("d_own_ignored_rep: rep=100 is ignored: ")
     assert "takes no rep= keyword" in said[0]
+
+
+class FailsWhenRetimed(FixedTimes):
+    """:class:`FixedTimes`, but the configs in ``flaky`` raise from their second timing on (a kernel that
+    ran once and then lost its device)."""
+
+    def __init__(self, times, flaky):
+        super().__init__(times)
+        self.flaky = set(flaky)
+
+    @fat.hookimpl(tryfirst=True)
+    def flyautotune_benchmark(self, fn, setup, target, stream, warmup, rep, rotations, cutoff_ms):
+        m = FixedTimes.flyautotune_benchmark(self, fn, setup, target, stream, warmup, rep, rotations, cutoff_ms)
+        if self.calls[-1] in self.flaky and self.calls.count(self.calls[-1]) > 1:
+            raise RuntimeError(f"B={self.calls[-1]} lost its device")
+        return m
+
+
+def test_when_every_challenger_fails_its_re_timing_a_config_never_re_timed_does_not_win(pm):
+    # B=2 and B=3 are the finalists and fail when re-timed; B=4 looked 5% faster than the default in the
+    # first pass only (0.95 once, then 1.0 like the default): never re-timed, it has no evidence and must
+    # not replace the default on its first timing alone
+    pm.register(FailsWhenRetimed({1: [1.0], 2: [0.8], 3: [0.85], 4: [0.95, 1.0]}, flaky=(2, 3)))
+    sel = tuner(pm, "d_all_finalists_fail", space=(1, 2, 3, 4)).select(torch.zeros(2), 2, force=True)
+    assert sel.config == fat.Config(B=1) and sel.source == "search" and sel.margin == 0.0
+    rows = {r["config"]["kwargs"]["B"]: r for r in sel.timings}
+    assert "failed when re-timed" in rows[2]["error"] and "failed when re-timed" in rows[3]["error"]

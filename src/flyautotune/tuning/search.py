@@ -420,7 +420,7 @@ class Search:
     def decide(self) -> tuple:
         """``(winner, margin, noise)``: the default unless a challenger beats it by more than the noise.
 
-        After re-timing rounds, only the finalists compete, each compared with the default
+        Once the finalists were re-timed, only those that stood compete, each compared with the default
         round by round (:func:`compare`)."""
         ok = [c for c in self.cands if c.ms is not None and c.error is None]
         if not ok:
@@ -428,7 +428,9 @@ class Search:
         d = self.default
         if d is None or d.ms is None or d.error is not None:
             return min(ok, key=lambda c: c.ms), None, None
-        rivals = [c for c in ok if c is not d and (not self.rounds or c in self.finalists or c.reused)]
+        # once the finalists were re-timed, only those that stood may win (a challenger never re-timed has only its
+        # first timing, taken at another moment than the default's), even where every round failed them
+        rivals = [c for c in ok if c is not d and (not self.finalists or c in self.finalists or c.reused)]
         return verdict(d, [(c, *compare(c, d)) for c in sorted(rivals, key=lambda c: c.ms)])
 
     def probe(self) -> None:
