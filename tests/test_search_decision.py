@@ -655,6 +655,24 @@ def test_a_do_bench_of_the_users_keeps_the_default_against_a_gain_below_the_leas
     assert bench.per_config() == {1: 3, 2: 3, 3: 3}  # a band that narrow is settled after two rounds
 
 
+@pytest.mark.parametrize("spread", [0.0, None])
+def test_a_benchmark_that_reports_no_spread_gets_the_least_band_too(pm, spread):
+    # a benchmark plugin that times one sample says spread=0.0 (or None): it knows nothing of the noise, so a
+    # 0.2% gain in every round is no win, as for a do_bench's bare number (a band of zero made it one)
+    class NoSpread(FixedTimes):
+        @fat.hookimpl(tryfirst=True)
+        def flyautotune_benchmark(self, fn, setup, target, stream, warmup, rep, rotations, cutoff_ms):
+            m = FixedTimes.flyautotune_benchmark(self, fn, setup, target, stream, warmup, rep, rotations, cutoff_ms)
+            return Measurement(m.ms, spread=spread, method="one sample", reps=1)
+
+    pm.register(NoSpread({1: [1.0], 2: [0.998], 3: [1.2]}))
+    sel = tuner(pm, f"d_no_spread_{spread}").select(torch.zeros(2), 2, force=True)
+    assert sel.config == fat.Config(B=1) and sel.margin == 0.0 and sel.noise == pytest.approx(0.005)
+    pm.register(NoSpread({1: [1.0], 2: [0.99], 3: [1.2]}), name="wider")  # 1% is beyond that band: it wins
+    sel = tuner(pm, f"d_no_spread_win_{spread}").select(torch.zeros(2), 2, force=True)
+    assert sel.config == fat.Config(B=2) and sel.margin == pytest.approx(0.01)
+
+
 def test_a_do_bench_of_the_users_lets_a_clear_win_replace_the_default(pm, caplog):
     bench = OwnBench({1: 1.0, 2: 0.5, 3: 0.9})
     with caplog.at_level("INFO", logger="flyautotune"):

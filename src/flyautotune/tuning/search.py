@@ -677,9 +677,10 @@ def compare(c: Candidate, d: Candidate) -> tuple:
     measurement, not noise, and is left out (while two rounds remain), so one hiccup can
     neither hide a win nor fake one. The noise is never below that of the two medians' own
     samples. Otherwise the medians are compared and their noises combined. Either way, where a
-    timing reports no spread (a bare number), the noise is never below ``UNKNOWN_SPREAD_NOISE``."""
+    timing reports no spread (a bare number, or a spread of 0: one sample, or a timer too coarse to see
+    any), the noise is never below ``UNKNOWN_SPREAD_NOISE``."""
     within = (c.noise(within=True) ** 2 + d.noise(within=True) ** 2) ** 0.5
-    if any(m is None or m.spread is None for m in (c.measurement, d.measurement)):
+    if any(m is None or not m.spread for m in (c.measurement, d.measurement)):
         within = max(within, UNKNOWN_SPREAD_NOISE)
     rounds_c, rounds_d = c.samples[1:], d.samples[1:]
     n = min(len(rounds_c), len(rounds_d))
