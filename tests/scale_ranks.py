@@ -525,13 +525,18 @@ RETIME_CASES = {
     "flaky": {3: 0.8, 5: 0.9},
     # the default fails when rank 1 times it again; B=2 is the fastest of the rest
     "default flaky": {1: 0.95, 2: 0.9},
+    # on a slower rank 1 (RETIME_SPEED): B=5, its share, is the fastest; B=2 and B=4 (rank 0's) beat its time there
+    "hidden": {2: 0.97, 4: 0.98, 5: 0.95},
 }
+#: Devices per case where they are not ``SPEED``: rank 1's is 10% slower.
+RETIME_SPEED = {"hidden": (1.0, 1.1, 1.0, 1.0)}
 
 
 def retime_scenario(rank: int, world: int, port: int, out: str, case: str, via: str = "hook", n: int = N) -> None:
     """A forced search of the group with a default, timed through a benchmark hook (``via="hook"``) or the
     tuner's own ``do_bench=`` (``via="do_bench"``, a bare number of ms): config B takes
-    ``RETIME_CASES[case].get(B, 1.0) * SPEED[rank]`` ms on this rank; the configs are B=0 (the default) to
+    ``RETIME_CASES[case].get(B, 1.0) * speed`` ms on this rank (``speed``: ``RETIME_SPEED[case][rank]``, else
+    ``SPEED[rank]``); the configs are B=0 (the default) to
     B=n-1."""
     import torch
 
@@ -540,6 +545,7 @@ def retime_scenario(rank: int, world: int, port: int, out: str, case: str, via: 
 
     _init(rank, world, port)
     calls: dict = {}
+    speed = RETIME_SPEED.get(case, SPEED)[rank]
 
     class RankTimes:
         @fat.hookimpl(tryfirst=True)
@@ -552,14 +558,14 @@ def retime_scenario(rank: int, world: int, port: int, out: str, case: str, via: 
                 raise RuntimeError("B=3 lost its device on the re-run")
             if case == "default flaky" and rank == 1 and b == 0 and calls[b] > 1:
                 raise RuntimeError("the default lost its device on the re-run")
-            return Measurement(RETIME_CASES[case].get(b, 1.0) * SPEED[rank], spread=0.001, method="fixed", reps=rep)
+            return Measurement(RETIME_CASES[case].get(b, 1.0) * speed, spread=0.001, method="fixed", reps=rep)
 
     def do_bench(fn, setup=None):
         if setup is not None:
             setup()
         b = fn()
         calls[b] = calls.get(b, 0) + 1
-        return RETIME_CASES[case].get(b, 1.0) * SPEED[rank]
+        return RETIME_CASES[case].get(b, 1.0) * speed
 
     os.environ["FLYAUTOTUNE_CACHE_DIR"] = os.path.join(out, f"store{rank}")
     pm = fat.build_plugin_manager(entry_points=False)
@@ -622,4 +628,73 @@ def retime_agree_scenario(rank: int, world: int, port: int, out: str) -> None:
             gathered = {i: rank_ms(i % world, i) for i in range(N)}
             report[behaviour] = {"winner": a.winner, "margin": a.margin, "noise": a.noise, "failed": a.failed,
                                  "finalists": finalists(gathered)}
+    _leave(rank, out, report, caught)
+
+
+#: What each candidate takes on a device as fast as rank 0's, in ``reference_agree_scenario``: B=1 (rank 1's
+#: share) is the fastest, B=2 (rank 0's) the next.
+REFERENCE_MS = {0: 1.0, 1: 0.9, 2: 0.95}
+
+
+def reference_agree_scenario(rank: int, world: int, port: int, out: str) -> None:
+    """``agree`` with ``reference=0`` and no re-timing (``decide`` takes the fastest gathered timing), where rank
+    1's device is 20% slower than the others': as measured, B=1 (rank 1's) looks slower than B=2 (rank 0's)."""
+    from flyautotune.scale.distributed import agree
+
+    _init(rank, world, port)
+    logged: list = []
+    handler = logging.Handler(logging.INFO)
+    handler.emit = lambda record: logged.append(record.getMessage())  # type: ignore[method-assign]
+    logging.getLogger("flyautotune.scale").addHandler(handler)
+    logging.getLogger("flyautotune.scale").setLevel(logging.INFO)
+    speed = 1.2 if rank == 1 else 1.0
+    report: dict = {}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for case in ("relative", "reference fails on rank 1", "as measured"):
+            timed: list = []
+
+            def time_some(indices):
+                timed.append(list(indices))
+                return {i: (None if case == "reference fails on rank 1" and rank == 1 and i == 0
+                            else REFERENCE_MS.get(i, 1.0 + i / 100) * speed) for i in indices}
+
+            seen: list = []
+
+            def decide(timings):
+                seen.append(dict(timings))
+                return min(sorted(timings), key=lambda i: timings[i])
+
+            del logged[:]
+            a = agree(key=case, n_candidates=N, time_some=time_some, decide=decide, stored=None, timeout_s=20,
+                      reference=None if case == "as measured" else 0)
+            report[case] = {"winner": a.winner, "failed": a.failed, "timed": timed, "seen": seen,
+                            "logged": logged[:]}
+    _leave(rank, out, report, caught)
+
+
+def slower_rank_tuner_scenario(rank: int, world: int, port: int, out: str) -> None:
+    """A forced search of the group for a tuner without a default (no re-timing: the fastest gathered timing
+    wins), where rank 1's device is 20% slower: candidate B takes ``REFERENCE_MS.get(B, 1 + B / 100)`` ms on
+    rank 0's."""
+    import torch
+
+    import flyautotune as fat
+
+    _init(rank, world, port)
+    speed = 1.2 if rank == 1 else 1.0
+    calls: list = []
+
+    def do_bench(fn, setup=None):
+        b = fn()
+        calls.append(b)
+        return REFERENCE_MS.get(b, 1.0 + b / 100) * speed
+
+    launch = _tuner(rank, out, do_bench=do_bench)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with fat.distributed(timeout_s=20):
+            sel = launch.select(torch.zeros(2), 2, force=True)
+    report = {"selected": sel.config.kwargs["B"], "source": sel.source, "calls": calls,
+              "stored": [e.config["kwargs"]["B"] for e in launch.store().entries("agreed")]}
     _leave(rank, out, report, caught)

@@ -288,8 +288,9 @@ def test_a_new_job_in_the_same_processes_agrees_afresh(tmp_path, ranks):
 def test_a_challenger_a_faster_rank_flatters_does_not_beat_the_default(tmp_path, ranks, world):
     reports = spawn(ranks.retime_scenario, world, tmp_path, "flattered")
     assert len(reports) == world
-    # first pass: the challengers timed on the faster ranks look fastest; side by side, on every rank, each
-    # is 2% slower than the default: every rank keeps the default, and so does the store
+    # first pass: as measured, the challengers timed on the faster ranks look fastest (read against each rank's
+    # own default, none does); side by side, on every rank, each is 2% slower than the default: every rank
+    # keeps the default, and so does the store
     for r in reports:
         assert (r["selected"], r["ran"], r["source"]) == (0, 0, "search")
         assert r["margin"] == 0.0 and 0 < r["noise"] < 0.01
@@ -380,10 +381,91 @@ def test_the_groups_verdict_takes_the_mean_gain_against_the_combined_band():
 @pytest.mark.parametrize("n", [3, 7])
 def test_a_default_that_fails_when_one_rank_re_times_it_leaves_the_challengers_in(tmp_path, ranks, n):
     # the default's re-run fails on rank 1; the challengers stood on every rank: they stay in, and the fastest
-    # gathered timing wins everywhere (B=1, on rank 1's faster device), not the fastest of those never re-timed
-    # (B=5 of 7), nor "every candidate failed" (of 3)
+    # gathered timing, each rank's read against its own first timing of the default, wins everywhere (B=2, not
+    # B=1, which only rank 1's faster device made look fastest), not the fastest of those never re-timed (B=5 of
+    # 7), nor "every candidate failed" (of 3)
     r0, r1 = spawn(ranks.retime_scenario, 2, tmp_path, "default flaky", "hook", n)
     for r in (r0, r1):
-        assert (r["selected"], r["ran"], r["source"]) == (1, 1, "search")
+        assert (r["selected"], r["ran"], r["source"]) == (2, 2, "search")
         assert r["margin"] is None and r["warnings"] == []
-    assert r0["stored"] == [{"B": 1, "margin": None, "noise": None}] and r1["stored"] == []
+    assert r0["stored"] == [{"B": 2, "margin": None, "noise": None}] and r1["stored"] == []
+
+
+@pytest.mark.slow
+def test_the_fastest_challenger_a_slower_rank_timed_is_a_finalist_and_wins(tmp_path, ranks):
+    r0, r1 = spawn(ranks.retime_scenario, 2, tmp_path, "hidden")
+    # as measured, B=5 (rank 1's share, on its 10% slower device) looks slower than B=2 and B=4 (rank 0's), and
+    # the default; read against rank 1's own timing of the default, it is the fastest: a finalist, and the winner
+    for r in (r0, r1):
+        assert (r["selected"], r["ran"], r["source"]) == (5, 5, "search")
+        assert r["margin"] == pytest.approx(0.05) and 0 < r["noise"] < 0.01
+        assert r["warnings"] == []
+    assert r0["stored"] == [{"B": 5, "margin": r0["margin"], "noise": r0["noise"]}] and r1["stored"] == []
+    assert r0["calls"]["5"] >= 3  # rank 0 re-timed it
+    for r in (r0, r1):
+        (said,) = [m for m in r["logged"] if "first-pass timings in rank 0's units" in m]
+        assert "rank 1 x0.9091" in said
+
+
+@pytest.mark.slow
+def test_a_groups_timings_are_read_against_each_ranks_own_timing_of_the_reference(tmp_path, ranks):
+    r0, r1 = spawn(ranks.reference_agree_scenario, 2, tmp_path)
+    # rank 1's device is 20% slower: against its own timing of the reference (index 0, which it times first),
+    # its B=1 is the fastest, in rank 0's ms; as measured, B=2 (rank 0's) looked faster
+    for r in (r0, r1):
+        relative = r["relative"]
+        assert relative["winner"] == 1 and relative["failed"] is None
+        (seen,) = relative["seen"]
+        assert seen["0"] == 1.0 and seen["1"] == pytest.approx(0.9) and seen["2"] == 0.95
+        assert not [m for m in relative["logged"] if "could not time the reference" in m]
+    assert r0["relative"]["timed"] == [[0, 2, 4, 6]] and r1["relative"]["timed"] == [[0, 1, 3, 5]]
+    # a rank whose timing of the reference failed keeps its timings as measured, and one log line says so
+    for r in (r0, r1):
+        failed = r["reference fails on rank 1"]
+        assert failed["winner"] == 2
+        (seen,) = failed["seen"]
+        assert seen["1"] == pytest.approx(0.9 * 1.2)
+        (said,) = [m for m in failed["logged"] if "could not time the reference" in m]
+        assert "rank(s) [1]" in said and "compared as measured" in said
+    # without a reference each candidate is timed by one rank, and compared as measured
+    for r in (r0, r1):
+        measured = r["as measured"]
+        assert measured["winner"] == 2 and measured["seen"][0]["1"] == pytest.approx(0.9 * 1.2)
+        assert measured["logged"] == []
+    assert r1["as measured"]["timed"] == [[1, 3, 5]]
+    assert r0["warnings"] == r1["warnings"] == []
+
+
+@pytest.mark.slow
+def test_a_groups_search_without_a_default_takes_the_fastest_on_a_device_of_rank_0s_speed(tmp_path, ranks):
+    r0, r1 = spawn(ranks.slower_rank_tuner_scenario, 2, tmp_path)
+    # no default, no re-timing: the fastest gathered timing wins, each rank's read against its own timing of the
+    # first config (B=0, which every rank times first); B=1, on rank 1's 20% slower device, is the fastest
+    assert (r0["selected"], r0["source"]) == (r1["selected"], r1["source"]) == (1, "search")
+    assert r0["stored"] == [1] and r1["stored"] == []
+    assert r0["calls"] == [0, 2, 4, 6] and r1["calls"] == [0, 1, 3, 5]
+    assert r0["warnings"] == r1["warnings"] == []
+
+
+def test_where_rank_0s_timing_of_the_reference_failed_the_next_ranks_sets_the_units(caplog):
+    import logging
+
+    from flyautotune.scale.distributed import _relative
+
+    nan = float("nan")
+    # 3 ranks, 6 candidates; rank 0's timing of the reference (index 0) failed: rank 1's sets the units, rank 2's
+    # timings (its device 2x slower) are read against its own, rank 0's stay as measured; one line says so
+    rows = [[nan, nan, nan, 1.3, nan, nan], [1.0, 0.9, nan, nan, 1.1, nan], [2.0, nan, 1.6, nan, nan, 2.4]]
+    gathered = {1: 0.9, 2: 1.6, 3: 1.3, 4: 1.1, 5: 2.4}
+    with caplog.at_level(logging.INFO, logger="flyautotune.scale"):
+        got = _relative("k", gathered, rows, 0, 3)
+    assert got == {1: 0.9, 2: pytest.approx(0.8), 3: 1.3, 4: 1.1, 5: pytest.approx(1.2)}
+    (warned,) = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert "rank(s) [0] could not time the reference (candidate 0)" in warned and "in rank 1's units" in warned
+    # no rank's timing of it stood: every timing as measured
+    caplog.clear()
+    rows = [[nan, nan], [nan, 1.0]]
+    with caplog.at_level(logging.INFO, logger="flyautotune.scale"):
+        assert _relative("k", {1: 1.0}, rows, 0, 2) == {1: 1.0}
+    (warned,) = [r.getMessage() for r in caplog.records]
+    assert "no rank could time the reference" in warned

@@ -5,8 +5,10 @@ collective of the whole group. The ranks first check that they all ask about the
 same key; then rank 0's own answer wins everywhere: its stored or shipped winner
 (broadcast, and checked by every rank), or its decision to run the default. Only
 where rank 0 would search do the ranks split the candidates round-robin, time
-their share and gather every timing; then every rank re-times the default and
-the best challengers side by side on its own device, the ranks gather each
+their share and gather every timing (given a reference, every rank times it
+too, and each rank's timings are read against its own timing of it, so the
+ranks' devices need not be equally fast); then every rank re-times the default
+and the best challengers side by side on its own device, the ranks gather each
 one's verdicts, and every rank applies one deterministic decision. Every
 collective is bounded by ``timeout_s``: a failure or a timeout gives
 ``Agreement.failed`` (the caller runs the default), with one warning, and the
@@ -371,7 +373,7 @@ def agree(*, key: str, time_some: Callable[[list], dict], decide: Callable[[dict
           source: str = "store", use_default: bool = False,
           accept: Optional[Callable[[dict], bool]] = None,
           finalists: Optional[Callable[[dict], list]] = None,
-          retime: Optional[Callable[[list], dict]] = None) -> Agreement:
+          retime: Optional[Callable[[list], dict]] = None, reference: Optional[int] = None) -> Agreement:
     """Agree on one config for ``key`` across ``group``'s ranks; call it on every rank.
 
     :param key: the canonical key. Every rank must ask about the same one: the ranks
@@ -413,6 +415,21 @@ def agree(*, key: str, time_some: Callable[[list], dict], decide: Callable[[dict
         (:func:`flyautotune.tuning.search.group_verdict`), else the default wins;
         where the default failed, ``decide`` picks from the rest. A rank whose
         ``retime`` raises still joins the gather: no challenger wins there.
+    :param reference: the index of a candidate every rank times (the default, first
+        in the order): each rank with a share times it first, in its share (so
+        ``time_some`` gets it on every such rank), and each rank's timings are read
+        against its own timing of it before ``finalists`` picks and ``decide``
+        decides: rank ``r``'s ``ms`` becomes ``ms * ref[owner] / ref[r]``, in the ms
+        of the rank whose share holds the reference (rank 0 for index 0), so a
+        slower or faster device neither hides a challenger it timed nor flatters
+        one. A rank whose timing of the reference failed keeps its timings as
+        measured (one log line names such ranks); where the owner's failed, the
+        lowest rank whose timing stood sets the units. The cost: one more timing
+        (the reference's) on every other rank with a share; where the finalists
+        are re-timed, none in all, as a rank re-times the default anyway, and its
+        timing here is the one it took first there. The gathered timings carry each
+        rank's timing of it (no extra collective). None: every timing is compared
+        as measured, each candidate timed by one rank only.
     :returns: an :class:`Agreement`; ``failed`` set (and one warning issued per
         group) when a collective failed or timed out.
     """
@@ -435,7 +452,7 @@ def agree(*, key: str, time_some: Callable[[list], dict], decide: Callable[[dict
     try:
         with _group_lock(group):  # one agreement at a time on a group in this process: its collectives in a row
             result = _agree(torch, dist, key, time_some, stored, n_candidates, candidates, group, timeout_s,
-                            source, use_default, accept, raised, finalists, retime)
+                            source, use_default, accept, raised, finalists, retime, reference)
     except AgreementError as exc:
         result = _fail(group, str(exc))
     except RuntimeError as exc:  # a collective that raised outright (a peer left, a closed connection)
@@ -461,7 +478,7 @@ def _agree(torch: Any, dist: Any, key: str, time_some: Callable[[list], dict], s
            n_candidates: Optional[int], candidates: Optional[Callable[[], Sequence[str]]], group: Any,
            timeout_s: float, source: str, use_default: bool, accept: Optional[Callable[[dict], bool]],
            raised: list, finalists: Optional[Callable[[dict], list]] = None,
-           retime: Optional[Callable[[list], dict]] = None) -> Any:
+           retime: Optional[Callable[[list], dict]] = None, reference: Optional[int] = None) -> Any:
     """:func:`agree`'s collectives: an :class:`Agreement`, or ``(gathered timings, writer, judged)`` of a
     search (``judged``: None, or what the re-timing decided, :func:`_retimed`)."""
     rank, size = dist.get_rank(group), dist.get_world_size(group)
@@ -532,8 +549,12 @@ def _agree(torch: Any, dist: Any, key: str, time_some: Callable[[list], dict], s
                                 f"prune_configs_by= to give every rank the same list, in the same order, for "
                                 f"the same call")
     n_candidates = len(names)
-    # 3. each rank times its round-robin share; NaN marks a failed candidate.
+    # 3. each rank times its round-robin share, the reference first where there is one (each rank's timing of
+    # it fills its slot of the row: the gather carries them all); NaN marks a failed candidate.
     mine_ix = [i for i in range(n_candidates) if i % size == rank]
+    ref = reference if reference is not None and 0 <= reference < n_candidates else None
+    if ref is not None and mine_ix and ref not in mine_ix:
+        mine_ix.insert(0, ref)
     try:
         timed = time_some(mine_ix) if mine_ix else {}
     except Exception as exc:  # this rank's share counts as failed; the others still gather
@@ -551,11 +572,43 @@ def _agree(torch: Any, dist: Any, key: str, time_some: Callable[[list], dict], s
              " (another rank gave up waiting for them: a rank's share of the timing may take longer than "
              "timeout_s: raise it above that)")
     gathered = {i: float(rows[i % size][i]) for i in range(n_candidates) if not math.isnan(rows[i % size][i])}
+    if ref is not None and size > 1:
+        gathered = _relative(key, gathered, [[float(v) for v in r.tolist()] for r in rows], ref, size)
     # 4. every rank re-times the same finalists (chosen from the gathered timings: no rank skips this step alone)
     order = [int(i) for i in finalists(gathered)] if finalists is not None and retime is not None else []
     if len(order) < 2:
         return gathered, rank == 0, None
     return gathered, rank == 0, _retimed(torch, io, key, order, retime, size)
+
+
+def _relative(key: str, gathered: dict, rows: list, ref: int, size: int) -> dict:
+    """The gathered first-pass timings, each rank's read against its own timing of the reference ``ref``
+    (``rows[r][ref]``), in the ms of the rank whose share holds it: ``ms * ref[owner] / ref[r]``. The same on
+    every rank (every rank has every row). A rank whose timing of the reference failed keeps its timings as
+    measured, said in one log line; where the owner's failed, the lowest rank whose timing stood sets the
+    units."""
+    n = len(rows[0]) if rows else 0
+    refs = [r[ref] for r in rows]
+    stood = [math.isfinite(ms) and ms > 0 for ms in refs]
+    sharing = range(min(size, n))  # the ranks with a share (rank r's first index is r)
+    owner = ref % size
+    unit = owner if stood[owner] else next((r for r in sharing if stood[r]), None)
+    raw = [r for r in sharing if not stood[r] and any(i % size == r for i in gathered)]  # timings, no reference
+    if raw:
+        if unit is None:
+            log.warning("%s: no rank could time the reference (candidate %d): every rank's timings are compared as "
+                        "measured (devices of different speeds may rank them unfairly)", _brief(key), ref)
+        else:
+            log.warning("%s: rank(s) %s could not time the reference (candidate %d): their timings are compared as "
+                        "measured, the other ranks' in rank %d's units", _brief(key), raw, ref, unit)
+    if unit is None:
+        return gathered
+    scale = [refs[unit] / refs[r] if stood[r] and r != unit else 1.0 for r in range(size)]
+    if any(f != 1.0 for f in scale):
+        log.info("%s: first-pass timings in rank %d's units, each rank's against its own timing of the reference "
+                 "(candidate %d): %s", _brief(key), unit, ref,
+                 ", ".join(f"rank {r} x{scale[r]:.4f}" for r in sharing if r != unit and stood[r]))
+    return {i: ms if scale[i % size] == 1.0 else ms / refs[i % size] * refs[unit] for i, ms in gathered.items()}
 
 
 def _retimed(torch: Any, io: _Bounded, key: str, order: list, retime: Callable[[list], dict], size: int) -> tuple:

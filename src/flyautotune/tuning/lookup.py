@@ -284,10 +284,13 @@ def agreed(t: Any, call: Call, target: Target, snapshot: tuple, kd: dict, key: s
 
     The ranks check they ask about the same key; then rank 0's own answer (``local`` there: its stored or
     shipped winner, or the default) runs on every rank. Where rank 0 would search, the ranks split the
-    candidates, time their share and gather the timings; then every rank re-times the default and the best
-    challengers side by side, as a search of one process does, and the ranks keep the default unless a
-    challenger beats it on their combined verdicts (``Selection.margin``/``noise`` say by how much, and which
-    band). If a collective fails, every rank runs the default (``agree`` warns once).
+    candidates, time their share and gather the timings, each rank's read against its own timing of the first
+    candidate (the default, where there is one), which every rank with a share times first (one timing more;
+    a rank that re-times the finalists takes it as the default's first), so the finalists and the fastest are
+    chosen as if one device had timed them all; then every rank re-times the default and the best challengers
+    side by side, as a search of one process does, and the ranks keep the default unless a challenger beats it
+    on their combined verdicts (``Selection.margin``/``noise`` say by how much, and which band). If a collective
+    fails, every rank runs the default (``agree`` warns once).
     """
     from ..scale.distributed import agree, tuning_group
 
@@ -346,7 +349,7 @@ def agreed(t: Any, call: Call, target: Target, snapshot: tuple, kd: dict, key: s
                    source=local.source if shared else "store",
                    use_default=local is not None and local.source == "default",
                    accept=accept, group=tuning_group(settings.group), timeout_s=settings.timeout_s,
-                   finalists=finalists, retime=retime)
+                   finalists=finalists, retime=retime, reference=0)
     if result.failed is not None and result.failed.startswith("every candidate failed"):
         raise AutotuneError(f"{t.name}: {result.failed}")
     if result.config is not None:

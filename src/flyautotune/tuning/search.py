@@ -529,7 +529,10 @@ class Search:
     def time_share(self, indices: list) -> dict:
         """One rank's share of a search the ranks of a ``fat.distributed`` group split: ``{index: ms or None}``
         for the candidates at ``indices`` of :attr:`cands` (None: the candidate failed, or its outputs
-        disagree with the reference's). Each rank first runs the probe, so every rank checks its share
+        disagree with the reference's). A rank's share starts with the first candidate (the default, where
+        there is one) on every rank: the group reads each rank's timings against that one, and the default's
+        timing here is its first sample when :meth:`retime_share` re-times it. Each rank first runs the probe,
+        so every rank checks its share
         against the same reference (the first candidate's outputs, the default's, on pristine inputs), as
         a search's first pass does; the caller's inputs are restored after, as after a search."""
         out: dict = {}
