@@ -65,10 +65,10 @@ def test_forced_search_bypasses_store_and_default(pm, counting_bench, monkeypatc
     forced, _ = make_tuner(pm, bench2, name="t_forced", default=lambda **kw: fat.Config(BLOCK=8))
     assert forced(torch.zeros(4), 4) == 1
     assert forced.last_source == "search"
-    # each timed once, then the default and the best two again side by side in two rounds
-    assert bench2.calls == [8, 1, 2, 4] + [8, 1, 2] + [1, 2, 8]
+    # each timed once, then the default and the best two again side by side in three rounds
+    assert bench2.calls == [8, 1, 2, 4] + [8, 1, 2] + [1, 2, 8] + [2, 8, 1]
     forced(torch.zeros(4), 4)  # this process's fresh winner is reused
-    assert len(bench2.calls) == 10
+    assert len(bench2.calls) == 13
 
 
 def test_callable_configs_only_evaluated_for_a_search(pm, counting_bench):

@@ -317,6 +317,15 @@ def test_a_group_timing_with_its_own_do_bench_re_times_too(tmp_path, ranks):
 
 
 @pytest.mark.slow
+def test_a_group_does_not_average_away_the_least_band_of_a_bare_number(tmp_path, ranks):
+    # alone, a do_bench's bare numbers need a gain beyond 0.5 % to replace the default; two ranks' bands averaged
+    # (sqrt(sum b^2)/n) came to 0.35 %, and B=1, 0.4 % faster on every rank, won in the group where it lost alone
+    for r in spawn(ranks.retime_scenario, 2, tmp_path, "slight", "do_bench"):
+        assert (r["selected"], r["ran"], r["source"]) == (0, 0, "search")
+        assert r["margin"] == 0.0 and r["noise"] == pytest.approx(0.005)
+
+
+@pytest.mark.slow
 def test_a_challenger_faster_on_every_rank_wins_with_its_margin(tmp_path, ranks):
     r0, r1 = spawn(ranks.retime_scenario, 2, tmp_path, "faster")
     for r in (r0, r1):

@@ -405,10 +405,11 @@ def agree(*, key: str, time_some: Callable[[list], dict], decide: Callable[[dict
     :param finalists: ``finalists({index: ms}) -> [index, ...]``, deterministic: from
         the gathered timings, the candidates every rank re-times, the default first
         (fewer than two: no re-timing, on every rank alike, and ``decide`` decides).
-    :param retime: ``retime(finalists) -> {index: (gain, noise)}``: this rank's
-        side-by-side re-timing of the finalists on its own device, each one's gain
-        over the default and the band it must beat (the default's own entry, any
-        pair); a finalist missing failed on this rank and cannot win, and where the
+    :param retime: ``retime(finalists) -> {index: (gain, noise[, least])}``: this
+        rank's side-by-side re-timing of the finalists on its own device, each one's
+        gain over the default, the band it must beat and the part of that band the
+        ranks' average must not narrow (0 where not given; the default's own entry,
+        any tuple); a finalist missing failed on this rank and cannot win, and where the
         default is missing it failed (a challenger that stood there may have an
         infinite band: it is no failure). Every rank's verdicts are gathered; a
         challenger wins only where it beats the default on the group's evidence
@@ -613,21 +614,22 @@ def _relative(key: str, gathered: dict, rows: list, ref: int, size: int) -> dict
 
 def _retimed(torch: Any, io: _Bounded, key: str, order: list, retime: Callable[[list], dict], size: int) -> tuple:
     """The re-timing step of a group's search: this rank re-times the finalists ``order`` (the default first)
-    on its own device, the ranks gather every rank's ``(gain, noise)`` of each (NaN: it failed there) and
+    on its own device, the ranks gather every rank's ``(gain, noise, least)`` of each (NaN: it failed there) and
     each applies the same decision. Returns ``(winner or None, margin, noise, failed)``: the winner None
     where the default failed on some rank; ``failed``, the finalists that failed on some rank."""
     from ..tuning.search import group_verdict
 
-    verdicts = [math.nan] * (2 * len(order))
+    verdicts = [math.nan] * (3 * len(order))
     try:
         mine = retime(order)
         for j, i in enumerate(order):
-            gain, noise = (float(v) for v in mine[i]) if mine.get(i) is not None else (math.nan, math.nan)
+            got = tuple(float(v) for v in mine[i]) if mine.get(i) is not None else (math.nan, math.nan)
+            gain, noise, least = got[0], got[1], got[2] if len(got) > 2 else 0.0
             if math.isfinite(gain) and not math.isnan(noise):  # an infinite band: it stood, with no verdict
-                verdicts[2 * j], verdicts[2 * j + 1] = gain, noise
+                verdicts[3 * j:3 * j + 3] = gain, noise, least
     except Exception as exc:  # no evidence from this rank: no challenger may win, the default stands
         log.warning("%s: re-timing the finalists %s failed: %s: %s", _brief(key), order, type(exc).__name__, exc)
-        verdicts = [0.0, 0.0] + [math.nan] * (2 * len(order) - 2)
+        verdicts = [0.0, 0.0, 0.0] + [math.nan] * (3 * len(order) - 3)
     io.restart()  # this rank's own re-timing does not eat the bound; waiting for slower ranks does
     row = torch.tensor(verdicts, dtype=torch.float64, device=io.device)
     slow = " (a rank's re-timing of the finalists may take longer than timeout_s: raise it above that)"
@@ -635,7 +637,7 @@ def _retimed(torch: Any, io: _Bounded, key: str, order: list, retime: Callable[[
     _confirm(io, size, f"confirming the re-timings for {_brief(key)}",
              " (another rank gave up waiting for them: a rank's re-timing may take longer than timeout_s: raise "
              "it above that)")
-    ranks = [{i: (r[2 * j], r[2 * j + 1]) for j, i in enumerate(order) if not math.isnan(r[2 * j])} for r in rows]
+    ranks = [{i: tuple(r[3 * j:3 * j + 3]) for j, i in enumerate(order) if not math.isnan(r[3 * j])} for r in rows]
     failed = {i for i in order if any(i not in seen for seen in ranks)}
     winner, margin, noise = group_verdict(order, ranks)
     return winner, margin, noise, failed

@@ -33,9 +33,15 @@ log = logging.getLogger("flyautotune")
 
 #: Challengers re-timed against the default after the first pass.
 FINALISTS = 2
-#: Interleaved re-timing rounds, and the most a close call may take.
-ROUNDS = 2
+#: Interleaved re-timing rounds, and the most a close call may take. A challenger wins only on at least
+#: ``ROUNDS`` rounds paired with the default's: fewer say nothing of how much two timings of the same
+#: config disagree from one moment to the next.
+ROUNDS = 3
 MAX_ROUNDS = 6
+#: One-sided 99th percentiles of Student's t, by degrees of freedom (the paired rounds kept, less one): a
+#: challenger's gain must exceed this many standard errors of the per-round ratios. A tie then replaces the
+#: default in about 1 % of searches a challenger, where twice the standard error let 20-35 % through.
+T_99 = {1: 31.821, 2: 6.965, 3: 4.541, 4: 3.747, 5: 3.365, 6: 3.143, 7: 2.998, 8: 2.896, 9: 2.821}
 #: A decision whose noise band is this narrow needs no more rounds.
 SETTLED_NOISE = 0.005
 #: The narrowest band against a timing that reports no spread (a bare number, as a ``do_bench=`` returns):
@@ -400,7 +406,7 @@ class Search:
             self._emit("retime", round=r + 1, most=MAX_ROUNDS, finalists=[config_repr(c.config) for c in order])
             for cand in order:
                 try:
-                    cand.measurement = self.measure(cand)  # all of rep: its spread is the noise floor
+                    cand.measurement = self._retimed(cand)  # all of rep: its spread is the noise floor
                     cand.samples.append(cand.measurement.ms)
                 except Exception as exc:  # flaky on a re-run: it cannot be trusted to win
                     cand.error = f"failed when re-timed: {type(exc).__name__}: {exc}"
@@ -411,6 +417,18 @@ class Search:
             self.rounds = r + 1
         self.finalists = finalists
         return finalists
+
+    def _retimed(self, cand: Candidate) -> Measurement:
+        """One round's timing of ``cand``; the default gets a second try where the first raised: a failure of
+        what runs without tuning would hand the decision to the challengers, so one hiccup must not."""
+        try:
+            return self.measure(cand)
+        except Exception as exc:
+            if cand is not self.default:
+                raise
+            log.warning("%s: the default %s failed when re-timed (%s: %s); timing it once more", self.t.name,
+                        cand.config, type(exc).__name__, exc)
+            return self.measure(cand)
 
     def _settled(self, finalists: list) -> bool:
         verdicts = [compare(c, self.default) for c in finalists if c is not self.default]
@@ -549,8 +567,8 @@ class Search:
         """One rank's re-timing of the finalists of a ``fat.distributed`` group's search, at ``indices`` of
         :attr:`cands`, the default first: every rank re-times all of them on its own device, in interleaved
         rounds, as :meth:`rerank` does (a finalist another rank timed is first timed here once, checked as
-        in :meth:`time_share`). Returns ``{index: (gain, noise)}`` over the default on this device
-        (:func:`compare`; the default's own is ``(0.0, 0.0)``); a finalist missing failed here, and the
+        in :meth:`time_share`). Returns ``{index: (gain, noise, least)}`` over the default on this device
+        (:func:`judge`; the default's own is ``(0.0, 0.0, 0.0)``); a finalist missing failed here, and the
         default is missing where it failed here (then the challengers that stood have ``(0.0, inf)``: no
         verdict, but no failure either). The caller's inputs are restored after."""
         finalists: list = []
@@ -574,11 +592,11 @@ class Search:
             return {}
         if d not in finalists:  # no verdicts here, but the challengers that stood are no failures
             return {i: (0.0, math.inf) for i in indices[1:] if self.cands[i] in finalists}
-        out = {i: compare(self.cands[i], d) for i in indices[1:] if self.cands[i] in finalists}
+        out = {i: judge(self.cands[i], d) for i in indices[1:] if self.cands[i] in finalists}
         log.info("%s: re-timed %d finalists on this rank in %d rounds: %s", self.t.name, len(indices), self.rounds,
                  "; ".join(f"{self.cands[i].config} {gain:+.2%} (noise band {noise:.2%})"
-                           for i, (gain, noise) in out.items()) or "every challenger failed")
-        out[indices[0]] = (0.0, 0.0)
+                           for i, (gain, noise, _) in out.items()) or "every challenger failed")
+        out[indices[0]] = (0.0, 0.0, 0.0)
         return out
 
     def _ready(self) -> None:
@@ -647,9 +665,11 @@ def verdict(default: Any, verdicts: list) -> tuple:
 
 def group_verdict(order: list, ranks: list) -> tuple:
     """The decision of a ``fat.distributed`` group's re-timing: ``(winner, margin, noise)`` from every rank's
-    ``{finalist: (gain, noise)}`` over the default ``order[0]`` (:meth:`Search.retime_share`), the same on
-    every rank; the winner is None where the default failed on some rank (then the fastest of the rest
-    wins, as alone). A finalist missing on some rank failed there and cannot win."""
+    ``{finalist: (gain, noise[, least])}`` over the default ``order[0]`` (:meth:`Search.retime_share`), the
+    same on every rank; the winner is None where the default failed on some rank (then the fastest of the
+    rest wins, as alone). A finalist missing on some rank failed there and cannot win. The ranks' mean gain
+    must beat their combined band, which is never below any rank's ``least`` (:func:`judge`): averaging
+    narrows the noise of the rounds, not what no rank could measure."""
     d = order[0]
     if any(d not in seen for seen in ranks):
         return None, None, None
@@ -659,41 +679,62 @@ def group_verdict(order: list, ranks: list) -> tuple:
         if any(v is None for v in per_rank):
             continue
         # each rank's gain is a ratio on one device (devices' differences cancel); their mean's band: sqrt(sum b^2)/n
-        gain = math.fsum(g for g, _ in per_rank) / len(per_rank)
-        noise = math.sqrt(math.fsum(n * n for _, n in per_rank)) / len(per_rank)
+        per_rank = [(v[0], v[1], v[2] if len(v) > 2 else 0.0) for v in per_rank]
+        gain = math.fsum(g for g, _, _ in per_rank) / len(per_rank)
+        noise = math.sqrt(math.fsum(n * n for _, n, _ in per_rank)) / len(per_rank)
+        noise = max(noise, max(least for _, _, least in per_rank))
         # every rank runs the winner: none may have measured it slower than the default beyond its own band
-        judged.append((c, gain, noise, any(g < -n for g, n in per_rank)))
+        judged.append((c, gain, noise, any(g < -n for g, n, _ in per_rank)))
     winner = verdict(d, [(c, gain, noise) for c, gain, noise, lost in judged if not lost])
     if winner[0] == d and judged:
         return d, 0.0, judged[0][2]  # the band is still reported, against the closest challenger
     return winner
 
 
-def compare(c: Candidate, d: Candidate) -> tuple:
-    """``(gain, noise)`` of challenger ``c`` over default ``d``: relative gain and the band it must beat.
+def judge(c: Candidate, d: Candidate) -> tuple:
+    """``(gain, noise, least)`` of challenger ``c`` over default ``d``: relative gain, the band it must beat,
+    and the part of that band more evidence cannot narrow (``least``: ``UNKNOWN_SPREAD_NOISE`` where a timing
+    has no spread, the gain itself where too few rounds were paired; else 0). A group of ranks averages its
+    ranks' gains and bands, but never below any rank's ``least``.
 
-    With three or more rounds timed side by side (the re-timing rounds: the first pass timed
+    With ``ROUNDS`` or more rounds timed side by side (the re-timing rounds: the first pass timed
     each candidate at its own moment, with fewer replays, so it pairs with nothing), the gain is
-    the median of the per-round ratios and the noise twice their standard error (drift that
-    moves both alike cancels);
+    the median of the per-round ratios and the noise their standard error times Student's t
+    (``T_99``: drift that moves both alike cancels, and a tie wins in about 1 % of cases);
     a round whose ratio is more than ``HICCUP`` times off the median is a disturbed
     measurement, not noise, and is left out (while two rounds remain), so one hiccup can
     neither hide a win nor fake one. The noise is never below that of the two medians' own
-    samples. Otherwise the medians are compared and their noises combined. Either way, where a
+    samples. With fewer paired rounds (the budget ran out, a finalist failed a round) the
+    medians are compared and their noises combined, and the band is at least the gain: such
+    evidence can settle a loss, never a win (a timing reused from an earlier search, which no
+    round re-times, is judged on it as it is). Either way, where a
     timing reports no spread (a bare number, or a spread of 0: one sample, or a timer too coarse to see
     any), the noise is never below ``UNKNOWN_SPREAD_NOISE``."""
     within = (c.noise(within=True) ** 2 + d.noise(within=True) ** 2) ** 0.5
-    if any(m is None or not m.spread for m in (c.measurement, d.measurement)):
-        within = max(within, UNKNOWN_SPREAD_NOISE)
+    least = UNKNOWN_SPREAD_NOISE if any(m is None or not m.spread for m in (c.measurement, d.measurement)) else 0.0
+    within = max(within, least)
     rounds_c, rounds_d = c.samples[1:], d.samples[1:]
     n = min(len(rounds_c), len(rounds_d))
-    if n >= 3 and not c.reused:
+    if n >= ROUNDS and not c.reused:
         ratios = [a / b for a, b in zip(rounds_c[:n], rounds_d[:n])]
         mid = statistics.median(ratios)
         kept = [r for r in ratios if mid / HICCUP <= r <= mid * HICCUP]
         ratios = kept if len(kept) >= 2 else ratios
-        return 1.0 - statistics.median(ratios), max(within, 2.0 * statistics.stdev(ratios) / len(ratios) ** 0.5)
-    return (d.ms - c.ms) / d.ms, max(within, (c.noise() ** 2 + d.noise() ** 2) ** 0.5)
+        t = T_99.get(len(ratios) - 1, T_99[max(T_99)])
+        return 1.0 - statistics.median(ratios), max(within, t * statistics.stdev(ratios) / len(ratios) ** 0.5), least
+    gain = (d.ms - c.ms) / d.ms
+    noise = max(within, (c.noise() ** 2 + d.noise() ** 2) ** 0.5)
+    if not c.reused:
+        least = max(least, gain)
+    return gain, max(noise, least), least
+
+
+def compare(c: Candidate, d: Candidate) -> tuple:
+    """``(gain, noise)`` of challenger ``c`` over default ``d`` (:func:`judge`)."""
+    return judge(c, d)[:2]
+
+
+
 
 
 class _Rejected(Exception):
