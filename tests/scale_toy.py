@@ -3,7 +3,9 @@
 Its "launch" times nothing: it returns a cost that depends on the row length and
 BLOCK, so the serial run and every Ray worker pick the same winner. It takes fp32
 and bf16 only. With ``SCALE_TOY_KILL`` set to a marker path, the first process that
-tunes a row of 13 elements writes its pid to the marker and kills itself (a crashed worker).
+tunes a row of 13 elements writes its pid to the marker and kills itself (a crashed worker). With
+``SCALE_TOY_KILL_MID`` set likewise, the first process that times BLOCK=64 on a row of 14 elements does so:
+mid-search, after two candidates were timed.
 """
 
 from __future__ import annotations
@@ -15,6 +17,7 @@ import flyautotune as fat
 
 KILL_ENV = "SCALE_TOY_KILL"
 KILL_N = 13
+KILL_MID_ENV, KILL_MID_N, KILL_MID_BLOCK = "SCALE_TOY_KILL_MID", 14, 64
 BLOCKS = (16, 32, 64, 128)
 
 
@@ -31,7 +34,18 @@ def _bench(fn, setup=None, **kwargs):
 
 @fat.autotune(configs=[fat.Config(BLOCK=b) for b in BLOCKS], key=["x"], name="scale_toy", do_bench=_bench)
 def launch(x, BLOCK=None):
+    if x.shape[-1] == KILL_MID_N and BLOCK == KILL_MID_BLOCK:
+        _die_once(KILL_MID_ENV)
     return cost(x.shape[-1], BLOCK)
+
+
+def _die_once(env):
+    """The first process to get here (with ``env`` naming a marker file) writes its pid there and is killed."""
+    marker = os.environ.get(env)
+    if marker and not os.path.exists(marker):
+        with open(marker, "w") as f:
+            f.write(str(os.getpid()))
+        os.kill(os.getpid(), signal.SIGKILL)
 
 
 def example(shape, dtype, device):
@@ -42,11 +56,8 @@ def example(shape, dtype, device):
         raise TypeError(f"scale_toy: dtype {dtype!r} is not supported; accepted: fp32, bf16")
     if len(shape) != 2:
         raise ValueError(f"scale_toy: shape {shape} must have two dimensions (rows, n)")
-    marker = os.environ.get(KILL_ENV)
-    if marker and device != "meta" and shape[-1] == KILL_N and not os.path.exists(marker):
-        with open(marker, "w") as f:
-            f.write(str(os.getpid()))
-        os.kill(os.getpid(), signal.SIGKILL)
+    if device != "meta" and shape[-1] == KILL_N:
+        _die_once(KILL_ENV)
     return (torch.zeros(shape, dtype=tdt, device=device),), {}
 
 

@@ -686,3 +686,67 @@ def test_on_a_terminal_the_keys_in_flight_show_how_their_search_goes():
     progress.tick()
     assert progress.stream.getvalue().rsplit("\r\x1b[K", 1)[-1].startswith(
         "running scale_toy 4x8 fp32 (re-timing the finalists, round 1 of at most 3, ")
+
+
+def _search(n, start=0, end=True):
+    """The relayed events of a search of 4 candidates, up to candidate ``n``."""
+    events = [{"event": "search_start", "candidates": 4}] if start == 0 else []
+    events += [{"event": "candidate", "index": i, "total": 4, "config": {"kwargs": {"BLOCK": 16 << i}}, "ms": 1.0}
+               for i in range(start + 1, n + 1)]
+    return events + ([{"event": "search_end", "duration_s": 0.5}] if end else [])
+
+
+def test_a_key_ray_runs_again_says_so_and_shows_only_the_new_runs_search():
+    """A worker dies mid-search and Ray runs its key again: the driver shows the retry, then one search; events
+    of the dead run that reach the box late are dropped (its candidate lines never follow the retry)."""
+    import io
+
+    from flyautotune.scale.ray_engine import ProgressBox
+
+    key, other = PlanKey("scale_toy", (2, 14), "fp32"), PlanKey("scale_toy", (4, 8), "fp32")
+    box, progress = ProgressBox(), PlanProgress(2, stream=io.StringIO(), tty=False, every_s=0)
+    progress.started(key)
+    progress.started(other)
+
+    def relay():
+        for index, event in box.take():
+            progress.key_event((key, other)[index], event)
+
+    assert box.begin(0) == 1 and box.begin(1) == 1
+    for event in _search(2, end=False):  # the first run: two candidates, then its worker dies
+        box.put(0, event, 1)
+    box.put(1, _search(1, end=False)[0], 1)
+    relay()
+    assert box.begin(0) == 2  # Ray's retry, in another worker
+    box.put(0, _search(3, start=2, end=False)[0], 1)  # the dead run's last event, come in late
+    for event in _search(4):
+        box.put(0, event, 2)
+    relay()
+    lines = [x for x in progress.stream.getvalue().splitlines() if x.startswith(f"{key.label()}: ")]
+    label = key.label()
+    assert [x.split(" [")[0] for x in lines] == [
+        f"{label}: searching 4 candidates", f"{label}: candidate 1 of 4", f"{label}: candidate 2 of 4",
+        f"{label}: its worker died; retrying (attempt 2)",
+        f"{label}: searching 4 candidates", f"{label}: candidate 1 of 4", f"{label}: candidate 2 of 4",
+        f"{label}: candidate 3 of 4", f"{label}: candidate 4 of 4", lines[-1]]
+    assert lines[-1].startswith(f"{label}: searched 4 candidates in ")
+    assert f"{other.label()}: searching 4 candidates" in progress.stream.getvalue()  # the other key: untouched
+
+
+def test_on_a_terminal_a_key_ray_runs_again_shows_the_retry_in_the_live_line():
+    import io
+
+    progress = PlanProgress(1, stream=io.StringIO(), tty=True)
+    key = PlanKey("scale_toy", (2, 14), "fp32")
+    progress.started(key)
+    for event in _search(3, end=False):
+        progress.key_event(key, event)
+    progress.key_event(key, {"event": "retry", "attempt": 2})
+    progress.tick()
+    text = progress.stream.getvalue()
+    assert "\r\x1b[Kscale_toy 2x14 fp32: its worker died; retrying (attempt 2)\n" in text  # a line that stays
+    assert text.rsplit("\r\x1b[K", 1)[-1].startswith("running scale_toy 2x14 fp32 (retrying (attempt 2), ")
+    progress.key_event(key, _search(0, end=False)[0])
+    progress.tick()
+    assert progress.stream.getvalue().rsplit("\r\x1b[K", 1)[-1].startswith(
+        "running scale_toy 2x14 fp32 (candidate 1 of 4, ")

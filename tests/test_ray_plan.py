@@ -23,10 +23,11 @@ pytestmark = pytest.mark.slow
 def local_ray(tmp_path_factory):
     """One local Ray instance of 2 CPU workers for the module; workers import ``scale_toy``."""
     marker = tmp_path_factory.mktemp("kill") / "killed"
-    saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "SCALE_TOY_KILL")}
+    saved = {k: os.environ.get(k) for k in ("PYTHONPATH", "SCALE_TOY_KILL", "SCALE_TOY_KILL_MID")}
     # Local workers inherit the driver's environment at ray.init.
     os.environ["PYTHONPATH"] = os.pathsep.join(p for p in (str(HERE), saved["PYTHONPATH"]) if p)
     os.environ["SCALE_TOY_KILL"] = str(marker)
+    os.environ["SCALE_TOY_KILL_MID"] = str(marker.with_name("killed-mid"))
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False)
     try:
         yield marker
@@ -158,6 +159,29 @@ def test_a_killed_worker_loses_only_its_key(tmp_path, local_ray, toy):
     dead_pid = local_ray.read_text()
     assert all(r.worker.split(":")[-1] != dead_pid for r in killed)  # retried in another process
     assert len(get_store().entries("scale_toy")) == 8
+
+
+def test_a_key_whose_worker_died_mid_search_shows_the_retry_then_one_search(tmp_path, local_ray, toy):
+    import io
+
+    from flyautotune.scale.runner import PlanProgress
+
+    plan = plan_file(tmp_path, ["2x14"])  # the first worker to time BLOCK=64 on 14-wide rows kills itself
+    log = io.StringIO()
+    result = run_ray(plan, progress=PlanProgress(len(plan.keys), stream=log, tty=False, every_s=0))
+    assert local_ray.with_name("killed-mid").exists()
+    assert [r.source for r in result.results] == ["search"] * 2
+    lines = log.getvalue().splitlines()
+    retried = [k for k in plan.keys if f"{k.label()}: its worker died; retrying (attempt 2)" in lines]
+    assert len(retried) == 1, log.getvalue()
+    label = retried[0].label()
+    mine = [x.split(" [")[0] for x in lines if x.startswith(f"{label}: ")]
+    after = mine[mine.index(f"{label}: its worker died; retrying (attempt 2)") + 1:]
+    assert after[:5] == [f"{label}: searching 4 candidates"] + [f"{label}: candidate {n} of 4" for n in range(1, 5)]
+    assert len(after) == 6 and after[5].startswith(f"{label}: searched 4 candidates in ")  # one search after it
+    assert mine.index(f"{label}: its worker died; retrying (attempt 2)") <= 3  # the dead run got no further
+    end = next(i for i, x in enumerate(lines) if x.startswith("[") and f"] {label}: search " in x)
+    assert max(i for i, x in enumerate(lines) if x.startswith(f"{label}: ")) < end  # then its result
 
 
 def test_cli_ray_flag_uses_the_running_instance(tmp_path, local_ray, capsys):

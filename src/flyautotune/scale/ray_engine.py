@@ -239,7 +239,7 @@ def _tune_in_worker(key: dict, force: bool, plugins: tuple, known: Optional[str]
     stored earlier is not searched again (unless ``force``). With ``skip`` (why the key
     may not search: the budget is spent), the key's stored winner is only looked up.
     With ``box`` (a :class:`ProgressBox` actor), the search's progress events go there as
-    ``(index, event)``, all of them before the result returns.
+    ``(index, event)``, all of them before the result returns; a run of the key that Ray retried says so first.
     """
     from ..devices import default_device
     from ..store import TuningStore
@@ -294,13 +294,27 @@ START_S = 30.0
 
 
 class ProgressBox:
-    """A Ray actor's body: holds the workers' search progress events until the driver takes them."""
+    """A Ray actor's body: holds the workers' search progress events until the driver takes them.
+
+    Each run of a key begins with :meth:`begin`, which numbers it: Ray runs a key again where its worker died,
+    and then the driver is told (a ``retry`` event) and the earlier run's late events are dropped, so a key
+    shows one search at a time."""
 
     def __init__(self) -> None:
         self.events: list = []
+        self.attempts: dict = {}  # key index -> its latest run's number (1, then 2 for Ray's first retry)
 
-    def put(self, index: int, event: dict) -> None:
-        self.events.append((index, event))
+    def begin(self, index: int) -> int:
+        """A worker starts key ``index``: the number of this run of the key (1 the first time)."""
+        attempt = self.attempts.get(index, 0) + 1
+        self.attempts[index] = attempt
+        if attempt > 1:
+            self.events.append((index, {"event": "retry", "attempt": attempt}))
+        return attempt
+
+    def put(self, index: int, event: dict, attempt: int = 1) -> None:
+        if attempt == self.attempts.get(index, attempt):  # not a dead run's event that came in late
+            self.events.append((index, event))
 
     def take(self) -> list:
         events, self.events = self.events, []
@@ -309,20 +323,27 @@ class ProgressBox:
 
 class _SendProgress:
     """In a Ray worker: sends one key's search progress events to the driver's :class:`ProgressBox`, without
-    waiting for them, except at the end (:meth:`flush`)."""
+    waiting for them, except at the start (this run's number) and at the end (:meth:`flush`)."""
 
     def __init__(self, box: Any, index: int) -> None:
+        import ray
+
         self.box, self.index, self.last = box, index, None
+        try:  # before any event: the box drops the events of a run of this key that Ray gave up on
+            self.attempt = ray.get(box.begin.remote(index), timeout=FLUSH_S)
+        except Exception as exc:  # noqa: BLE001 - progress must never fail a key: this run sends none
+            log.debug("cannot send progress to the driver: %s", exc)
+            self.box = None
 
     @hookimpl
     def flyautotune_tuning_event(self, event: dict) -> None:
-        if event.get("event") not in RELAYED:
+        if self.box is None or event.get("event") not in RELAYED:
             return
         slim = {k: event[k] for k in RELAYED_FIELDS if k in event}
         if not isinstance(slim.get("candidates", 0), int):  # search_end's candidate rows: not shown
             del slim["candidates"]
         try:
-            self.last = self.box.put.remote(self.index, slim)
+            self.last = self.box.put.remote(self.index, slim, self.attempt)
         except Exception as exc:  # noqa: BLE001 - progress must never fail a key
             log.debug("cannot send progress to the driver: %s", exc)
 
@@ -448,7 +469,9 @@ def run_ray(plan: Plan, *, address: Optional[str] = None, workers: Optional[int]
     :param progress: called with each :class:`KeyResult` as it finishes; where it has ``started(key)``,
         ``tick()`` and ``key_event(key, event)`` (as :class:`PlanProgress` has), those are called as a key goes
         to a worker, while waiting, and with each tuning event of a key's search on its worker (relayed through
-        a small actor, at most a tick late, and all of a key's events before its result).
+        a small actor, at most a tick late, and all of a key's events before its result). Where Ray runs a key
+        again (its worker died), ``key_event`` gets ``{"event": "retry", "attempt": n}`` before the new run's
+        events, and none of the earlier run's after it.
     :param retries: how often a key whose worker died is run again.
     :param connect_timeout_s: how long a named cluster gets to answer (default ``options.connect_timeout_s``).
     :returns: a :class:`PlanResult` in plan order; the winners are in the store, each merged as it arrived.

@@ -203,10 +203,19 @@ class PlanProgress:
     def key_event(self, key: PlanKey, event: dict) -> None:
         """A tuning event of ``key``'s search on a Ray worker. On a plain stream, the search's lines as
         ``flyautotune tune`` writes them, each prefixed by the key (a candidate's line at most every ``every_s``
-        per key); on a terminal, the key's part of the live line of :meth:`tick`."""
+        per key); on a terminal, the key's part of the live line of :meth:`tick`. A ``retry`` event (Ray runs
+        the key again: its worker died) is a line of its own, and the key's search starts over."""
         from ..progress import Progress
 
         if key not in self.running:  # late news of a key already reported
+            return
+        if event.get("event") == "retry":
+            search = self.searches.pop(key, None)
+            if search is not None and not isinstance(search, str):
+                search.close()
+            self._line(f"{key.label()}: its worker died; retrying (attempt {event.get('attempt')})")
+            if self.tty:
+                self.searches[key] = f"retrying (attempt {event.get('attempt')})"
             return
         if not self.tty:
             search = self.searches.get(key)
