@@ -590,6 +590,77 @@ def test_a_ray_address_that_is_not_one_is_refused_naming_it(tmp_path, fake_ray, 
     assert fake_ray.calls == []
 
 
+@pytest.mark.parametrize("address", ["http://head:8265", "https://head:8265"])
+def test_an_http_address_is_refused_as_a_dashboards(tmp_path, fake_ray, capsys, address):
+    path = write(tmp_path, GOOD)
+    assert _cli([str(path), "--ray", address]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"flyautotune plan: error: argument --ray: {address!r} is an HTTP address (a Ray dashboard's, or its Jobs "
+        f"API's), not a Ray cluster's; accepted: HOST:PORT of a head's GCS (port 6379 by default), ray://HOST:PORT "
+        f"of a Ray Client server (port 10001 by default), or auto")
+    assert fake_ray.calls == []
+
+
+CLIENT_NOT_RAY = [
+    (None, "something accepts connections at {a} but sends nothing back (a Ray head answers at once)"),
+    (SETTINGS, "an HTTP/2 (gRPC) server answers at {a}, but not to the ping of Ray's client"),
+]
+
+
+@pytest.mark.parametrize("reply, what", CLIENT_NOT_RAY, ids=["silent", "grpc"])
+def test_a_ray_client_address_where_no_ray_client_server_answers_fails_within_connect_timeout(
+        tmp_path, toy_on_path, monkeypatch, capsys, reply, what):
+    """Ray's client waits without end for a gRPC server that does not answer its ping."""
+    ray = pytest.importorskip("ray")
+    pytest.importorskip("grpc", reason="ray:// needs ray[client]")
+    monkeypatch.delenv("RAY_ADDRESS", raising=False)
+    path = write(tmp_path, GOOD.replace("[options]\n", "[options]\nconnect_timeout_s = 2\n"))
+    threads = set(threading.enumerate())
+    with _serving(reply) as where:
+        t0 = time.monotonic()
+        assert _cli([str(path), "--ray", f"ray://{where}"]) == 2
+        took = time.monotonic() - t0
+    assert took < 2 * 3
+    assert capsys.readouterr().err.strip() == (
+        f"flyautotune plan: error: argument --ray: cannot connect to the Ray cluster at 'ray://{where}' within 2 s: "
+        + what.format(a=where) + "; " + ACCEPTED_ADDRESSES.replace("(now 1 s)", "(now 2 s)"))
+    assert not ray.is_initialized() and set(threading.enumerate()) <= threads
+
+
+def test_a_ray_client_address_without_the_ray_client_says_how_to_get_it(tmp_path, fake_ray, monkeypatch, capsys):
+    from flyautotune.scale import ray_engine
+
+    monkeypatch.setattr(ray_engine, "_client_installed", lambda: False)
+    path = write(tmp_path, GOOD)
+    assert _cli([str(path), "--ray", "ray://head:10001"]) == 2
+    assert capsys.readouterr().err.startswith(
+        "flyautotune plan: error: argument --ray: cannot connect to the Ray cluster at 'ray://head:10001': a ray:// "
+        "address needs the Ray Client, which is not installed here: pip install 'ray[client]'; accepted: ")
+    assert fake_ray.calls == []
+
+
+@pytest.mark.parametrize("scheme", ["", "ray://"])
+def test_an_address_without_a_port_reaches_ray_with_the_default_port_it_was_probed_at(
+        tmp_path, fake_ray, monkeypatch, capsys, scheme):
+    """Ray takes no GCS address without a port, and its client would try gRPC's default port (443)."""
+    from flyautotune.scale import ray_engine
+
+    checked = []
+    monkeypatch.setattr(ray_engine, "_health_check", lambda ray, address, deadline: checked.append(address) or "")
+    monkeypatch.setattr(ray_engine, "_client_installed", lambda: True)
+    monkeypatch.setattr(ray_engine, "_client_ping", lambda *args: checked.append(args[:2]) or ("", False))
+    path = write(tmp_path, GOOD.replace("[options]\n", "[options]\nconnect_timeout_s = 1\n"))
+    with _serving(SETTINGS) as where:
+        port = int(where.rpartition(":")[2])
+        monkeypatch.setattr(ray_engine, "CLIENT_PORT" if scheme else "GCS_PORT", port)
+        assert _cli([str(path), "--ray", f"{scheme}127.0.0.1"]) == 2
+    assert checked == [("127.0.0.1", port) if scheme else f"127.0.0.1:{port}"]
+    assert [address for address, _ in fake_ray.calls] == [f"{scheme}127.0.0.1:{port}"]
+    assert capsys.readouterr().err.startswith(
+        f"flyautotune plan: error: argument --ray: cannot connect to the Ray cluster at '{scheme}127.0.0.1': "
+        f"127.0.0.1:{port} answers, but Ray could not connect (ConnectionError: ")
+
+
 @pytest.mark.parametrize("value", ["0", "-1", "inf", "nan", '"30"'])
 def test_connect_timeout_must_be_a_positive_finite_number(tmp_path, capsys, value):
     path = options_plan(tmp_path, f"connect_timeout_s = {value}")

@@ -241,3 +241,46 @@ def test_a_ray_head_passes_the_checks_before_ray_init(local_ray):
     assert _what_answers(*_host_port(address), t0 + 10) == ("", False)  # it speaks gRPC
     assert _health_check(ray, address, t0 + 30) == ""  # and Ray's own check finds its GCS
     assert time.monotonic() - t0 < 10
+
+
+def test_a_heads_gcs_from_a_machine_that_is_no_node_of_it_fails_at_once_naming_the_ray_client(local_ray,
+                                                                                              monkeypatch):
+    """ray.init looks for this machine's node for a minute, then fails with no word of ray://."""
+    import time
+
+    from flyautotune.scale.ray_engine import RayConnectError, connect
+
+    address = ray.get_runtime_context().gcs_address
+    host = address.rpartition(":")[0]
+    calls = []
+    monkeypatch.setattr(ray, "init", lambda **kwargs: calls.append(kwargs))
+    connect(ray, address, 30)  # this machine runs the head: through to ray.init
+    assert [c["address"] for c in calls] == [address]
+    monkeypatch.setattr(ray._private.services, "find_node_ids", lambda: [])  # a machine that runs no Ray node
+    t0 = time.monotonic()
+    with pytest.raises(RayConnectError) as err:
+        connect(ray, address, 30)
+    assert time.monotonic() - t0 < 10 and len(calls) == 1
+    assert str(err.value) == (
+        f"cannot connect to the Ray cluster at {address!r}: a Ray head answers at {address}, but no Ray node runs on "
+        f"this machine, and a head's address connects only a machine of its cluster (after `ray start --address "
+        f"{address}`); from another machine, connect through the Ray Client: ray://{host}:10001")
+
+
+def test_a_heads_gcs_given_as_a_ray_client_address_fails_at_once_saying_so(local_ray, monkeypatch):
+    """Ray's client retries for about 30 s a server that does not know its calls."""
+    import time
+
+    from flyautotune.scale.ray_engine import RayConnectError, connect
+
+    pytest.importorskip("grpc", reason="ray:// needs ray[client]")
+    gcs = ray.get_runtime_context().gcs_address
+    monkeypatch.setattr(ray, "init", lambda **kwargs: pytest.fail(f"ray.init ran: {kwargs}"))
+    t0 = time.monotonic()
+    with pytest.raises(RayConnectError) as err:
+        connect(ray, f"ray://{gcs}", 30)
+    assert time.monotonic() - t0 < 10
+    assert str(err.value) == (
+        f"cannot connect to the Ray cluster at 'ray://{gcs}': a gRPC server answers at {gcs}, but not a Ray Client "
+        f"server (it does not know the Ray Client's calls, as a head's GCS does not: ray:// takes the Ray Client "
+        f"server's port, 10001 by default)")

@@ -34,6 +34,8 @@ from .runner import KeyResult, PlanInterrupted, PlanResult, look_up_key, tune_ke
 log = logging.getLogger("flyautotune.scale")
 
 INSTALL_HINT = "pip install 'flyautotune[ray]'"
+#: What a ``ray://`` address needs beside Ray (``flyautotune[ray]`` has it).
+CLIENT_INSTALL_HINT = "pip install 'ray[client]'"
 ADDRESS_ENV = "RAY_ADDRESS"
 #: How often Ray re-runs a key whose worker process died.
 RETRIES = 3
@@ -81,6 +83,9 @@ def _host_port(address: str) -> Optional[tuple]:
     if address in ("auto", "local"):
         return None
     scheme, _, rest = address.rpartition("://")
+    if scheme.lower() in ("http", "https"):
+        raise RayConnectError(address, f"{address!r} is an HTTP address (a Ray dashboard's, or its Jobs API's), "
+                                       f"not a Ray cluster's; accepted: {ADDRESS_FORMS}", True)
     if scheme not in ("", "ray"):
         return None  # a scheme a Ray plugin handles: Ray itself says what is wrong with it
     try:
@@ -91,6 +96,11 @@ def _host_port(address: str) -> Optional[tuple]:
     if not host or extra:
         raise RayConnectError(address, f"{address!r} is not a Ray address; accepted: {ADDRESS_FORMS}", True)
     return host, port or (CLIENT_PORT if scheme else GCS_PORT)
+
+
+def _join(host: str, port: int) -> str:
+    """``host:port``, an IPv6 host in brackets."""
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 def _wait_for_port(host: str, port: int, deadline: float) -> str:
@@ -176,6 +186,64 @@ def _health_check(ray: Any, address: str, deadline: float) -> str:
     return lines[-1][:400] if lines else f"exit status {child.returncode}"
 
 
+def _client_installed() -> bool:
+    """Whether Ray's client (``ray[client]``: gRPC for Python) is installed, as a ``ray://`` address needs."""
+    import importlib.util
+
+    return importlib.util.find_spec("grpc") is not None
+
+
+def _client_ping(host: str, port: int, deadline: float, tls: bool = False) -> tuple:
+    """``("", False)`` where a Ray Client server (``ray://``) answers the ping Ray's client sends first, or where
+    this Ray cannot send it as its client would; otherwise ``(why not, whether the deadline passed)``. Ray's
+    client retries a failed ping for about 30 s, and waits for an answer without end."""
+    try:
+        import grpc
+        from ray.core.generated import ray_client_pb2, ray_client_pb2_grpc
+    except ImportError:
+        return "", False
+    where = _join(host, port)
+    try:  # as Ray's client opens it: TLS (RAY_USE_TLS) and token authentication included
+        from ray._private.grpc_utils import init_grpc_channel
+    except ImportError:  # an older Ray: a plain channel, where no TLS is asked for
+        init_grpc_channel = None if tls else grpc.insecure_channel
+    try:
+        channel = init_grpc_channel(where) if init_grpc_channel is not None else None
+    except Exception as exc:  # noqa: BLE001 - a TLS setting Ray's client will name as it opens its own
+        log.debug("cannot open a channel to %s: %s", where, exc)
+        channel = None
+    if channel is None:
+        return "", False
+    ping = ray_client_pb2.ClusterInfoRequest(type=ray_client_pb2.ClusterInfoType.PING)
+    try:
+        ray_client_pb2_grpc.RayletDriverStub(channel).ClusterInfo(ping, timeout=max(deadline - time.monotonic(), 0.1))
+    except grpc.RpcError as exc:
+        code = exc.code()
+        if code == grpc.StatusCode.DEADLINE_EXCEEDED:
+            return f"an HTTP/2 (gRPC) server answers at {where}, but not to the ping of Ray's client", True
+        if code == grpc.StatusCode.UNIMPLEMENTED:  # a head's GCS, most often: ray:// with its port
+            return (f"a gRPC server answers at {where}, but not a Ray Client server (it does not know the Ray "
+                    f"Client's calls, as a head's GCS does not: ray:// takes the Ray Client server's port, "
+                    f"{CLIENT_PORT} by default)"), False
+        return f"the ping of Ray's client failed at {where} ({code.name}: {first_line(exc.details())})", False
+    finally:
+        channel.close()
+    return "", False
+
+
+def _node_here(ray: Any) -> bool:
+    """Whether a Ray node runs on this machine, as ``ray.init`` needs to connect through a head's GCS (it looks
+    for one for a minute otherwise); True where this Ray cannot say."""
+    find = getattr(getattr(getattr(ray, "_private", None), "services", None), "find_node_ids", None)
+    if find is None:
+        return True
+    try:
+        return bool(find())
+    except Exception as exc:  # noqa: BLE001 - Ray's own search says more, later
+        log.debug("cannot look for a Ray node on this machine: %s", exc)
+        return True
+
+
 @contextlib.contextmanager
 def _ray_attempts(seconds: float) -> Iterator[None]:
     """Inside: ``ray.init`` makes as many connection attempts as fit in ``seconds`` (at least one)."""
@@ -192,43 +260,64 @@ def _ray_attempts(seconds: float) -> Iterator[None]:
 def connect(ray: Any, address: str, timeout_s: float, **kwargs: Any) -> None:
     """``ray.init(address=address)``, once a Ray head answers there: whatever is at the address (nothing, a
     closed port, another service), the call fails within ``timeout_s``. ``ray.init`` alone retries for about 14
-    minutes, and waits about 40 s for each attempt where another service answers.
+    minutes, waits about 40 s for each attempt where another service answers, a minute for a head's GCS from a
+    machine that is not a node of its cluster, and without end for a ``ray://`` server that does not answer.
 
     Before ``ray.init``: something must accept a connection at the address (a head that is starting gets until
-    the deadline), answer as a gRPC server does, and (for a head's GCS: ``HOST:PORT``, ``auto``) pass Ray's own
-    ``ray health-check``, run in a child process that ends at the deadline.
+    the deadline) and answer as a gRPC server does. For a head's GCS (``HOST:PORT``, ``auto``), Ray's own ``ray
+    health-check`` (run in a child process that ends at the deadline) must pass, and a Ray node must run on this
+    machine; for a Ray Client server (``ray://``), it must answer the ping Ray's client sends first. An address
+    without a port gets the default port, as probed.
 
-    :raises RayConnectError: naming the address, and what answered there where anything did.
+    :raises RayConnectError: naming the address, what answered there where anything did, and (for the wrong
+        kind of address) which kind to give.
     """
     deadline = time.monotonic() + timeout_s
     target = _host_port(address)
     cannot = f"cannot connect to the Ray cluster at {address!r}"
     within = f"{cannot} within {timeout_s:g} s: "
+    client = target is not None and address.startswith("ray://")
+    if client and not _client_installed():
+        raise RayConnectError(address, f"{cannot}: a ray:// address needs the Ray Client, which is not installed "
+                                       f"here: {CLIENT_INSTALL_HINT}")
+    tls = os.environ.get("RAY_USE_TLS", "0").lower() in ("1", "true")
+    where = _join(*target) if target is not None else ""
+    ray_address = address
     if target is not None:
         why = _wait_for_port(*target, deadline)
         if why:
-            raise RayConnectError(address, f"{within}nothing answers at {target[0]}:{target[1]} ({why})")
-        # Ray's TLS (RAY_USE_TLS) wants a TLS handshake first: there, only Ray's own check below asks.
-        if os.environ.get("RAY_USE_TLS", "0").lower() not in ("1", "true"):
+            raise RayConnectError(address, f"{within}nothing answers at {where} ({why})")
+        if not tls:  # Ray's TLS wants a TLS handshake first: there, only Ray's own checks below ask
             why, late = _what_answers(*target, deadline)
             if why:
                 raise RayConnectError(address, (within if late else f"{cannot}: ") + why)
-    if address == "auto" or (target is not None and "://" not in address):  # a head's GCS: ask as Ray does
-        why = _health_check(ray, address, deadline)
+        if urlsplit("//" + address.rpartition("://")[2]).port is None:  # Ray takes no address without a port
+            ray_address = ("ray://" if client else "") + where
+    if client:
+        why, late = _client_ping(*target, deadline, tls)
         if why:
-            where = (f"an HTTP/2 (gRPC) server answers at {target[0]}:{target[1]}, but " if target is not None
-                     else "")
-            if why == NO_ANSWER:
-                raise RayConnectError(address, f"{within}{where}no Ray head answered Ray's own check (ray "
-                                               f"health-check) in time")
-            raise RayConnectError(address, f"{cannot}: {where}Ray's own check (ray health-check) failed: {why}")
+            raise RayConnectError(address, (within if late else f"{cannot}: ") + why)
+    elif address == "auto" or target is not None:  # a head's GCS: ask as Ray does
+        why = _health_check(ray, ray_address, deadline)
+        answers = f"an HTTP/2 (gRPC) server answers at {where}, but " if target is not None else ""
+        if why == NO_ANSWER:
+            raise RayConnectError(address, f"{within}{answers}no Ray head answered Ray's own check (ray "
+                                           f"health-check) in time")
+        if why:
+            raise RayConnectError(address, f"{cannot}: {answers}Ray's own check (ray health-check) failed: {why}")
+        if not _node_here(ray):
+            gcs, client_at = (where, _join(target[0], CLIENT_PORT)) if target is not None else ("HOST:PORT", "HOST")
+            raise RayConnectError(address, (
+                f"{cannot}: {f'a Ray head answers at {where}, but ' if target is not None else ''}no Ray node runs "
+                f"on this machine, and a head's address connects only a machine of its cluster (after `ray start "
+                f"--address {gcs}`); from another machine, connect through the Ray Client: ray://{client_at}"))
     try:
         with _ray_attempts(deadline - time.monotonic()):
-            ray.init(address=address, **kwargs)
-    except Exception as exc:  # Ray's ConnectionError, a missing ray[client], ...
-        where = f"{target[0]}:{target[1]} answers, but " if target is not None else ""
-        raise RayConnectError(address, f"cannot connect to the Ray cluster at {address!r}: {where}Ray could not "
-                                       f"connect ({type(exc).__name__}: {first_line(exc)})") from None
+            ray.init(address=ray_address, **kwargs)
+    except Exception as exc:  # Ray's ConnectionError, ...
+        answers = f"{where} answers, but " if target is not None else ""
+        raise RayConnectError(address, f"{cannot}: {answers}Ray could not connect ({type(exc).__name__}: "
+                                       f"{first_line(exc)})") from None
 
 
 def _tune_in_worker(key: dict, force: bool, plugins: tuple, known: Optional[str], use_gpu: bool,
