@@ -700,3 +700,48 @@ def slower_rank_tuner_scenario(rank: int, world: int, port: int, out: str) -> No
     report = {"selected": sel.config.kwargs["B"], "source": sel.source, "calls": calls,
               "stored": [e.config["kwargs"]["B"] for e in launch.store().entries("agreed")]}
     _leave(rank, out, report, caught)
+
+
+#: ``duplicates_scenario``: each config's time on a warm device (B=1 is 5% faster than the default); the first
+#: timing of each config on a rank is ``COLD`` times that (a cold cache, clocks still rising).
+WARM_MS = {0: 1.0, 1: 0.95, 2: 1.05, 3: 1.1}
+COLD = 1.2
+
+
+def duplicates_scenario(rank: int, world: int, port: int, out: str) -> None:
+    """A forced search of the group over a space that lists the default B=0 three times (and B=2 twice): every
+    rank's first timing of a config is ``COLD`` times slower than the rest (``WARM_MS``)."""
+    import torch
+
+    import flyautotune as fat
+
+    _init(rank, world, port)
+    os.environ["FLYAUTOTUNE_CACHE_DIR"] = os.path.join(out, f"store{rank}")
+    pm = fat.build_plugin_manager(entry_points=False)
+    calls: list = []
+
+    def do_bench(fn, setup=None):
+        if setup is not None:
+            setup()
+        b = fn()
+        calls.append(b)
+        return WARM_MS[b] * (COLD if calls.count(b) == 1 else 1.0)
+
+    space = [0, 1, 0, 2, 0, 3, 2]
+
+    @fat.autotune(configs=[fat.Config(B=b) for b in space], key=["n"], plugin_manager=pm, name="duplicates",
+                  default=lambda **_: fat.Config(B=0), do_bench=do_bench)
+    def launch(x, n, B=None):
+        return B
+
+    finalists: list = []
+    listener = fat.add_listener(lambda e: finalists.append(sorted(f["kwargs"]["B"] for f in e["finalists"]))
+                                if e["event"] == "retime" else None)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        with fat.distributed(timeout_s=20):
+            sel = launch.select(torch.zeros(2), 2, force=True)
+    fat.remove_listener(listener)
+    report = {"selected": sel.config.kwargs["B"], "source": sel.source, "margin": sel.margin,
+              "finalists": finalists, "calls": calls}
+    _leave(rank, out, report, caught)

@@ -478,3 +478,17 @@ def test_where_rank_0s_timing_of_the_reference_failed_the_next_ranks_sets_the_un
         assert _relative("k", {1: 1.0}, rows, 0, 2) == {1: 1.0}
     (warned,) = [r.getMessage() for r in caplog.records]
     assert "no rank could time the reference" in warned
+
+
+@pytest.mark.slow
+def test_a_groups_search_times_a_config_listed_twice_once(tmp_path, ranks):
+    r0, r1 = spawn(ranks.duplicates_scenario, 2, tmp_path)
+    # the space lists B=0 (the default) three times and B=2 twice: each is one candidate, so no copy of the
+    # default takes a finalist's place (its warm timing would look faster than the default's cold first one),
+    # and B=1, 5% faster than the default on every rank, is re-timed and wins
+    for r in (r0, r1):
+        assert r["warnings"] == []
+        assert (r["selected"], r["source"]) == (1, "search") and r["margin"] == pytest.approx(0.05)
+        assert r["finalists"] and all(f == [0, 1, 2] for f in r["finalists"])
+    # each distinct config's first timing, by one rank (the default, the reference, by both)
+    assert r0["calls"][:2] == [0, 2] and r1["calls"][:3] == [0, 1, 3]

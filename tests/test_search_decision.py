@@ -149,6 +149,18 @@ def test_the_search_budget_stops_new_candidates_and_keeps_the_default(pm, monkey
         tuner(pm, "d_budget0", max_search_s=0)
 
 
+def test_a_config_listed_twice_is_one_candidate_timed_once(pm):
+    # a generated grid that repeats the default (B=1) and B=2: each distinct config is timed once in the first
+    # pass, in the order first listed (the default first), and has one row
+    bench = FixedTimes({1: [1.0], 2: [0.96], 3: [1.5]})
+    pm.register(bench)
+    sel = tuner(pm, "d_twice", space=(2, 1, 2, 3, 1)).select(torch.zeros(2), 2, force=True)
+    assert bench.calls[:3] == [1, 2, 3]
+    assert [r["config"]["kwargs"]["B"] for r in sel.timings] == [1, 2, 3]
+    assert [r.get("default", False) for r in sel.timings] == [True, False, False]
+    assert sel.config == fat.Config(B=2)
+
+
 def test_a_failing_key_is_searched_once_by_many_threads(pm, counting_bench):
     runs = []
 

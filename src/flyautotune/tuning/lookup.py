@@ -15,7 +15,7 @@ from . import checks
 from .binding import Call, key_dict
 from .callables import named_for, run_callable
 from .background import warm_in_background
-from .search import AutotuneError, Search, best_challengers, config_repr
+from .search import AutotuneError, Search, best_challengers, config_repr, ordered
 from .selection import Selection
 
 log = logging.getLogger("flyautotune")
@@ -49,11 +49,7 @@ def search_configs(t: Any, call: Call) -> list:
 
 
 def _ordered(configs: list, default: Optional[Config]) -> list:
-    cands = [(c, c == default) for c in configs]
-    if default is not None and not any(is_default for _, is_default in cands):
-        cands.insert(0, (default, True))
-    cands.sort(key=lambda c: not c[1])  # as Search orders its candidates
-    return [c for c, _ in cands]
+    return ordered(configs, default)  # as Search orders its candidates: each distinct config once
 
 
 def _config_list(t: Any, what: str, returned: Any) -> list:

@@ -91,12 +91,10 @@ class Search:
         self.precompiler: Optional[Precompiler] = None
         self.built: dict = {}  # what precompile named a build -> the first candidate of that build (the one run)
         self.t0 = time.perf_counter()
-        cands = [Candidate(c, c == default) for c in configs]
-        if default is not None and not any(c.is_default for c in cands):
-            cands.insert(0, Candidate(default, True))  # the default is always timed: it is what we protect
-        cands.sort(key=lambda c: not c.is_default)  # the default first: the reference and the bar
-        self.cands = cands
-        self.default = next((c for c in cands if c.is_default), None)
+        order = ordered(configs, default)
+        # the default first: the reference and the bar (always timed: it is what we protect)
+        self.cands = [Candidate(c, default is not None and i == 0) for i, c in enumerate(order)]
+        self.default = self.cands[0] if default is not None else None
         saved = []
         for n in tuner.restore_value:
             t = call.named.get(n)
@@ -640,6 +638,29 @@ class Search:
         with streams.on_stream(self.stream):
             if self.setup is not None:
                 self.setup()  # restore inputs touched by the reps
+
+
+def ordered(configs: list, default: Optional[Config]) -> list:
+    """The configs a search times, in its order: the default first (the reference and the bar; the copy in
+    ``configs`` where it has one, else ``default`` itself: it is always timed), then the rest of ``configs``
+    in their order, each distinct config once, by value as configs compare (a ``pre_hook`` does not count),
+    where it is first listed: a repeat is not timed again, and a copy of the default would be a challenger
+    racing the default against itself. A search alone and a ``fat.distributed`` group's search both time
+    these, in this order."""
+    seen: set = set()
+    rest: list = []
+    first = None
+    for c in configs:
+        if c in seen:
+            continue
+        seen.add(c)
+        if default is not None and c == default:
+            first = c
+        else:
+            rest.append(c)
+    if default is None:
+        return rest
+    return [default if first is None else first] + rest
 
 
 def rotates_on(device: Any) -> bool:
