@@ -702,6 +702,55 @@ def slower_rank_tuner_scenario(rank: int, world: int, port: int, out: str) -> No
     _leave(rank, out, report, caught)
 
 
+#: ``budget_scenario``: each rank's budget, and what B=1 and B=2 (and, in the "spent at once" case, the default
+#: B=0) take to time: far more than the budget, far more than the rest of a rank's first steps.
+BUDGET_S = 0.3
+SLOW_S = 0.6
+
+
+def budget_scenario(rank: int, world: int, port: int, out: str) -> None:
+    """Forced searches of the group with ``max_search_s=BUDGET_S``, configs B=0 (the default) to B=6, B taking
+    ``1 + B / 100`` ms: "spent later", where B=1 and B=2 (the first challenger of rank 1's and of rank 0's share)
+    take ``SLOW_S`` to time, and "spent at once", where the default does."""
+    import torch
+
+    import flyautotune as fat
+
+    _init(rank, world, port)
+    os.environ["FLYAUTOTUNE_CACHE_DIR"] = os.path.join(out, f"store{rank}")
+    pm = fat.build_plugin_manager(entry_points=False)
+    report: dict = {}
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        for case, slow in (("spent later", (1, 2)), ("spent at once", (0,))):
+            calls: list = []
+            rounds: list = []
+
+            def do_bench(fn, setup=None, slow=slow, calls=calls):
+                if setup is not None:
+                    setup()
+                b = fn()
+                calls.append(b)
+                if b in slow:
+                    time.sleep(SLOW_S)
+                return 1.0 + b / 100
+
+            @fat.autotune(configs=[fat.Config(B=b) for b in range(N)], key=["n"], plugin_manager=pm,
+                          name=case.replace(" ", "_"), default=lambda **_: fat.Config(B=0), do_bench=do_bench,
+                          max_search_s=BUDGET_S)
+            def launch(x, n, B=None):
+                return B
+
+            listener = fat.add_listener(lambda e, rounds=rounds: rounds.append(e["round"])
+                                        if e["event"] == "retime" else None)
+            with fat.distributed(timeout_s=20):
+                sel = launch.select(torch.zeros(2), 2, force=True)
+            fat.remove_listener(listener)
+            report[case] = {"selected": sel.config.kwargs["B"], "source": sel.source, "calls": calls,
+                            "rounds": rounds}
+    _leave(rank, out, report, caught)
+
+
 #: ``duplicates_scenario``: each config's time on a warm device (B=1 is 5% faster than the default); the first
 #: timing of each config on a rank is ``COLD`` times that (a cold cache, clocks still rising).
 WARM_MS = {0: 1.0, 1: 0.95, 2: 1.05, 3: 1.1}

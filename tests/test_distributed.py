@@ -481,6 +481,22 @@ def test_where_rank_0s_timing_of_the_reference_failed_the_next_ranks_sets_the_un
 
 
 @pytest.mark.slow
+def test_a_groups_search_keeps_to_max_search_s_on_every_rank(tmp_path, ranks):
+    r0, r1 = spawn(ranks.budget_scenario, 2, tmp_path)
+    for r in (r0, r1):
+        assert r["warnings"] == []
+        # the default, then the first challenger of the rank's share, which outlasts the budget: the rest of
+        # the share is skipped (failed on every rank alike), and the finalists that the other rank timed are
+        # timed here once (fewer timings than a round), with no re-timing round past the budget
+        later = r["spent later"]
+        assert (later["selected"], later["source"]) == (0, "search") and later["rounds"] == []
+        # the default's first timing spends the budget: it runs, and nothing else does
+        at_once = r["spent at once"]
+        assert (at_once["selected"], at_once["source"], at_once["calls"], at_once["rounds"]) == (0, "search", [0], [])
+    assert r0["spent later"]["calls"] == [0, 2, 1] and r1["spent later"]["calls"] == [0, 1, 2]
+
+
+@pytest.mark.slow
 def test_a_groups_search_times_a_config_listed_twice_once(tmp_path, ranks):
     r0, r1 = spawn(ranks.duplicates_scenario, 2, tmp_path)
     # the space lists B=0 (the default) three times and B=2 twice: each is one candidate, so no copy of the

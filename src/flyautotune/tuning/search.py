@@ -59,6 +59,8 @@ MIN_FIRST_PASS_REP = 5
 #: A candidate whose build ``precompile`` names like an earlier one's is not timed; its row's error says
 #: ``skipped: same build as <config> ...``.
 SAME_BUILD = "same build as"
+#: The error of a candidate not started because the search's time budget was spent.
+BUDGET_SPENT = "skipped: the search budget (max_search_s) ran out"
 
 
 def first_pass_rep(rep: int) -> int:
@@ -332,7 +334,7 @@ class Search:
         best: Optional[float] = None
         for i, cand in enumerate(self.cands, 1):
             if i > 1 and self.over_budget():
-                cand.error = "skipped: the search budget (max_search_s) ran out"
+                cand.error = BUDGET_SPENT
                 continue
             prior = self._prior(cand)
             if self._cjson(cand) in self.crashed:
@@ -550,15 +552,28 @@ class Search:
         timing here is its first sample when :meth:`retime_share` re-times it. Each rank first runs the probe,
         so every rank checks its share
         against the same reference (the first candidate's outputs, the default's, on pristine inputs), as
-        a search's first pass does; the caller's inputs are restored after, as after a search."""
+        a search's first pass does; the caller's inputs are restored after, as after a search.
+
+        ``max_search_s`` holds per rank, as in a first pass: once this rank's budget is spent, no new
+        candidate of its share starts (its first timing, the reference, always runs); the rest are None,
+        their ``error`` saying they were skipped, so they count as failed on every rank alike."""
         out: dict = {}
+        skipped = 0
         try:
             with short_switch_interval():
                 self._ready()
-                for i in indices:
-                    out[i] = self._share_timing(self.cands[i])
+                for n, i in enumerate(indices):
+                    cand = self.cands[i]
+                    if n > 0 and self.over_budget():
+                        cand.error = BUDGET_SPENT
+                        out[i] = None
+                        skipped += 1
+                        continue
+                    out[i] = self._share_timing(cand)
         finally:
             self._finish()
+        if skipped:
+            log.info("%s: %d of this rank's %d candidates %s", self.t.name, skipped, len(indices), BUDGET_SPENT)
         return out
 
     def retime_share(self, indices: list) -> dict:
@@ -568,7 +583,11 @@ class Search:
         in :meth:`time_share`). Returns ``{index: (gain, noise, least)}`` over the default on this device
         (:func:`judge`; the default's own is ``(0.0, 0.0, 0.0)``); a finalist missing failed here, and the
         default is missing where it failed here (then the challengers that stood have ``(0.0, inf)``: no
-        verdict, but no failure either). The caller's inputs are restored after."""
+        verdict, but no failure either). The caller's inputs are restored after.
+
+        Past ``max_search_s`` only the finalists not timed here yet are timed, once each (at most
+        ``FINALISTS`` timings, fewer than a round): this rank's verdict needs them, and :meth:`retime`
+        starts no round past the budget."""
         finalists: list = []
         try:
             with short_switch_interval():
