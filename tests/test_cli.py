@@ -657,8 +657,8 @@ def test_event_log_matches_the_documented_schema(cli, tmp_path):
         assert json.loads(r["key"])["args"] == {"n": 16}
     kinds = [r["event"] for r in records]
     # first run: the default answers the first call, then the command searches (the default and the best two
-    # timed again side by side in two rounds, by the tuner's own do_bench); second run: the store
-    assert kinds == (["select", "search_start"] + ["candidate"] * 4 + ["retime"] * 2
+    # timed again side by side in three rounds, by the tuner's own do_bench); second run: the store
+    assert kinds == (["select", "search_start"] + ["candidate"] * 4 + ["retime"] * 3
                      + ["search_end", "select", "select"])
     assert [r["source"] for r in records if r["event"] == "select"] == ["default", "search", "store"]
     start = records[1]
@@ -668,12 +668,13 @@ def test_event_log_matches_the_documented_schema(cli, tmp_path):
     failed = next(c for c in cands if c["config"]["kwargs"]["BLOCK"] == 3)
     assert failed["ms"] is None and failed["error"] == "ValueError: BLOCK=3 does not divide the rows"
     assert all(c["ms"] > 0 and c["error"] is None for c in cands if c is not failed)
-    assert [[f["kwargs"]["BLOCK"] for f in r["finalists"]] for r in records[6:8]] == [[1, 4, 2], [4, 2, 1]]
-    end = records[8]
+    assert [[f["kwargs"]["BLOCK"] for f in r["finalists"]] for r in records[6:9]] == [[1, 4, 2], [4, 2, 1],
+                                                                                       [2, 1, 4]]
+    end = records[9]
     assert end["winner"] == {"kwargs": {"BLOCK": 4}, "compile_hints": {}}
     assert end["duration_s"] > 0 and end["ms"] == min(c["ms"] for c in cands if c["ms"] is not None)
     assert len(end["candidates"]) == 4 and {"config", "ms", "error"} <= set(end["candidates"][0])
-    assert records[9]["config"] == end["winner"]
+    assert records[10]["config"] == end["winner"]
 
 
 # -- report ---------------------------------------------------------------------------------------------

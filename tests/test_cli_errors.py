@@ -79,9 +79,9 @@ def _tunes_and_warns_first(status, out, err, bench, text, stored=False):
     assert status == 0, err
     warning = next(line for line in err.splitlines() if line.startswith("warning: "))
     assert text in warning and "kept in memory only" in warning, warning
-    # searched all three, then timed them again in two rounds side by side (the default is BLOCK=1), picked
+    # searched all three, then timed them again in three rounds side by side (the default is BLOCK=1), picked
     # the fastest
-    assert bench.calls == 3 + 2 * 3 and "* winner: BLOCK=4" in out
+    assert bench.calls == 3 + 3 * 3 and "* winner: BLOCK=4" in out
     assert ("winner stored in" in out) == stored
 
 
