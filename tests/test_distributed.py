@@ -508,3 +508,18 @@ def test_a_groups_search_times_a_config_listed_twice_once(tmp_path, ranks):
         assert r["finalists"] and all(f == [0, 1, 2] for f in r["finalists"])
     # each distinct config's first timing, by one rank (the default, the reference, by both)
     assert r0["calls"][:2] == [0, 2] and r1["calls"][:3] == [0, 1, 3]
+
+
+@pytest.mark.parametrize("reference, error, says", [
+    ("0", TypeError, "expected the index of a candidate (an int >= 0), or None"),
+    (1.5, TypeError, "expected the index of a candidate (an int >= 0), or None"),
+    (True, TypeError, "expected the index of a candidate (an int >= 0), or None"),
+    (-1, TypeError, "expected the index of a candidate (an int >= 0), or None"),
+    (3, ValueError, "expected the index of a candidate, 0 to 2 (n_candidates=3), or None"),
+])
+def test_agree_names_a_reference_that_is_no_candidates_index(reference, error, says):
+    from flyautotune.scale.distributed import agree
+
+    with pytest.raises(error) as info:
+        agree(key="k", time_some=lambda ix: {}, decide=min, stored=None, n_candidates=3, reference=reference)
+    assert str(info.value) == f"agree: reference={reference!r}: {says}"

@@ -580,7 +580,7 @@ def test_an_operators_own_ray_attempts_are_kept(tmp_path, fake_ray, monkeypatch,
     assert fake_ray.calls == [(address, "7")]
 
 
-@pytest.mark.parametrize("address", ["head:abc", "head:6379/x", ":6379"])
+@pytest.mark.parametrize("address", ["head:abc", "head:6379/x", ":6379", "head:0", "ray://head:0"])
 def test_a_ray_address_that_is_not_one_is_refused_naming_it(tmp_path, fake_ray, capsys, address):
     path = write(tmp_path, GOOD)
     assert _cli([str(path), "--ray", address]) == 2
@@ -625,6 +625,57 @@ def test_a_ray_client_address_where_no_ray_client_server_answers_fails_within_co
         f"flyautotune plan: error: argument --ray: cannot connect to the Ray cluster at 'ray://{where}' within 2 s: "
         + what.format(a=where) + "; " + ACCEPTED_ADDRESSES.replace("(now 1 s)", "(now 2 s)"))
     assert not ray.is_initialized() and set(threading.enumerate()) <= threads
+
+
+def test_a_ray_client_server_is_pinged_as_rays_client_does_past_an_http_proxy(monkeypatch):
+    """Ray's client opens its channel with no HTTP proxy (``grpc.enable_http_proxy=0``): the ping must too, or an
+    ``http_proxy`` in the environment (a proxy that refuses, as one for the outside world does an inside host)
+    fails a server Ray would reach."""
+    pytest.importorskip("ray")
+    grpc = pytest.importorskip("grpc", reason="ray:// needs ray[client]")
+    from concurrent import futures
+
+    from ray.core.generated import ray_client_pb2, ray_client_pb2_grpc
+
+    from flyautotune.scale import ray_engine
+
+    class Answers(ray_client_pb2_grpc.RayletDriverServicer):
+        def ClusterInfo(self, request, context):
+            return ray_client_pb2.ClusterInfoResponse(json="{}")
+
+    server = grpc.server(futures.ThreadPoolExecutor(2))
+    ray_client_pb2_grpc.add_RayletDriverServicer_to_server(Answers(), server)
+    port = server.add_insecure_port("127.0.0.1:0")
+    server.start()
+    proxy = socket.socket()
+    proxy.bind(("127.0.0.1", 0))
+    proxy.listen(4)
+
+    def refuse():
+        with contextlib.suppress(OSError):
+            while True:
+                conn, _ = proxy.accept()
+                with conn:
+                    conn.recv(4096)
+                    conn.sendall(b"HTTP/1.1 403 Forbidden\r\nContent-Length: 0\r\n\r\n")
+
+    threading.Thread(target=refuse, daemon=True).start()
+    for name in ("http_proxy", "https_proxy", "HTTP_PROXY", "HTTPS_PROXY"):
+        monkeypatch.setenv(name, f"http://127.0.0.1:{proxy.getsockname()[1]}")
+    monkeypatch.delenv("no_proxy", raising=False)
+    monkeypatch.delenv("NO_PROXY", raising=False)
+    got = []
+
+    class Ray:
+        def init(self, address, **kwargs):
+            got.append(address)
+
+    try:
+        ray_engine.connect(Ray(), f"ray://127.0.0.1:{port}", 5.0)
+    finally:
+        server.stop(0)
+        proxy.close()
+    assert got == [f"ray://127.0.0.1:{port}"]
 
 
 def test_a_ray_client_address_without_the_ray_client_says_how_to_get_it(tmp_path, fake_ray, monkeypatch, capsys):

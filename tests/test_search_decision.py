@@ -161,6 +161,37 @@ def test_a_config_listed_twice_is_one_candidate_timed_once(pm):
     assert sel.config == fat.Config(B=2)
 
 
+def test_configs_that_differ_only_by_pre_hook_or_a_values_type_are_each_timed(pm):
+    # equal as Python compares them, but not the same candidate: one runs another pre_hook (here the faster
+    # one), and True is not 1 to a kernel factory (nor to the store)
+    ran = []
+
+    def hook_a(nargs):
+        ran.append("a")
+
+    def hook_b(nargs):
+        ran.append("b")
+
+    class ByHook(FixedTimes):
+        @fat.hookimpl(tryfirst=True)
+        def flyautotune_benchmark(self, fn, setup, target, stream, warmup, rep, rotations, cutoff_ms):
+            ran.clear()
+            m = FixedTimes.flyautotune_benchmark(self, fn, setup, target, stream, warmup, rep, rotations, cutoff_ms)
+            return Measurement(0.5 if ran == ["b"] else m.ms, spread=0.001, method="fixed", reps=rep)
+
+    pm.register(ByHook({1: [1.0], 2: [1.0], True: [1.0]}))
+
+    @fat.autotune(configs=[fat.Config(B=1, pre_hook=hook_a), fat.Config(B=1, pre_hook=hook_b), fat.Config(B=True),
+                           fat.Config(B=2)], key=["n"], plugin_manager=pm, name="d_hooks",
+                  default=lambda **a: fat.Config(B=2))
+    def launch(x, n, B=None):
+        return B
+
+    sel = launch.select(torch.zeros(2), 2, force=True)
+    assert len(sel.timings) == 4
+    assert sel.config.pre_hook is hook_b and sel.margin == pytest.approx(0.5)
+
+
 def test_a_failing_key_is_searched_once_by_many_threads(pm, counting_bench):
     runs = []
 

@@ -437,6 +437,11 @@ def agree(*, key: str, time_some: Callable[[list], dict], decide: Callable[[dict
     _positive_timeout(None, None, timeout_s)
     if (n_candidates is None) == (candidates is None):
         raise TypeError("agree: give n_candidates or candidates, one of them")
+    if reference is not None and (not isinstance(reference, int) or isinstance(reference, bool) or reference < 0):
+        raise TypeError(f"agree: reference={reference!r}: expected the index of a candidate (an int >= 0), or None")
+    if reference is not None and n_candidates is not None and reference >= n_candidates:
+        raise ValueError(f"agree: reference={reference!r}: expected the index of a candidate, 0 to "
+                         f"{n_candidates - 1} (n_candidates={n_candidates}), or None")
     try:
         import torch
         import torch.distributed as dist
@@ -553,7 +558,10 @@ def _agree(torch: Any, dist: Any, key: str, time_some: Callable[[list], dict], s
     # 3. each rank times its round-robin share, the reference first where there is one (each rank's timing of
     # it fills its slot of the row: the gather carries them all); NaN marks a failed candidate.
     mine_ix = [i for i in range(n_candidates) if i % size == rank]
-    ref = reference if reference is not None and 0 <= reference < n_candidates else None
+    if reference is not None and reference >= n_candidates:  # the same list on every rank: every rank raises
+        raise ValueError(f"agree: reference={reference!r}: expected the index of a candidate, 0 to "
+                         f"{n_candidates - 1} ({n_candidates} candidates), or None")
+    ref = reference
     if ref is not None and mine_ix and ref not in mine_ix:
         mine_ix.insert(0, ref)
     try:

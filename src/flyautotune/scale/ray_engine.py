@@ -93,9 +93,9 @@ def _host_port(address: str) -> Optional[tuple]:
         host, port, extra = parts.hostname, parts.port, parts.path or parts.query or parts.fragment
     except ValueError:  # a port that is not a number, a broken [IPv6] literal
         host = port = extra = None
-    if not host or extra:
+    if not host or extra or port == 0:
         raise RayConnectError(address, f"{address!r} is not a Ray address; accepted: {ADDRESS_FORMS}", True)
-    return host, port or (CLIENT_PORT if scheme else GCS_PORT)
+    return host, port if port is not None else (CLIENT_PORT if scheme else GCS_PORT)
 
 
 def _join(host: str, port: int) -> str:
@@ -207,8 +207,12 @@ def _client_ping(host: str, port: int, deadline: float, tls: bool = False) -> tu
         from ray._private.grpc_utils import init_grpc_channel
     except ImportError:  # an older Ray: a plain channel, where no TLS is asked for
         init_grpc_channel = None if tls else grpc.insecure_channel
+    try:  # Ray's client options: no HTTP proxy (http_proxy=... in the environment is not followed), its limits
+        from ray.util.client.common import GRPC_OPTIONS as options
+    except ImportError:
+        options = [("grpc.enable_http_proxy", 0)]
     try:
-        channel = init_grpc_channel(where) if init_grpc_channel is not None else None
+        channel = init_grpc_channel(where, options=options) if init_grpc_channel is not None else None
     except Exception as exc:  # noqa: BLE001 - a TLS setting Ray's client will name as it opens its own
         log.debug("cannot open a channel to %s: %s", where, exc)
         channel = None

@@ -234,7 +234,7 @@ def search(t: Any, call: Call, target: Target, snapshot: tuple, kd: dict, key: s
         raise AutotuneError(f"{t.name}: the config space is empty for this call, and there is no default")
     checks.check_caller(t.name, t.sig, configs + ([default] if default is not None else []), call)
     checks.check_fits(t.name, t.sig, t.pm, configs + ([default] if default is not None else []), target, snapshot)
-    distinct = list(dict.fromkeys(configs + ([default] if default is not None else [])))
+    distinct = ordered(configs, default)
     if len(distinct) == 1:
         config = distinct[0]
         if forced and config.pre_hook is None:  # a forced search replaces the stored winner, even of one

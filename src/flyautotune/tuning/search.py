@@ -662,24 +662,36 @@ class Search:
 def ordered(configs: list, default: Optional[Config]) -> list:
     """The configs a search times, in its order: the default first (the reference and the bar; the copy in
     ``configs`` where it has one, else ``default`` itself: it is always timed), then the rest of ``configs``
-    in their order, each distinct config once, by value as configs compare (a ``pre_hook`` does not count),
-    where it is first listed: a repeat is not timed again, and a copy of the default would be a challenger
-    racing the default against itself. A search alone and a ``fat.distributed`` group's search both time
-    these, in this order."""
+    in their order, each distinct config once, where it is first listed: a repeat is not timed again, and a
+    copy of the default would be a challenger racing the default against itself. Configs are the same where
+    the store would keep one row for them and they run the same ``pre_hook``: ``Config(F=1)`` and
+    ``Config(F=True)`` are two, as are two configs whose only difference is their ``pre_hook``. A search
+    alone and a ``fat.distributed`` group's search both time these, in this order."""
     seen: set = set()
     rest: list = []
     first = None
+    mark = _identity(default) if default is not None else None
     for c in configs:
-        if c in seen:
+        key = _identity(c)
+        if key in seen:
             continue
-        seen.add(c)
-        if default is not None and c == default:
+        seen.add(key)
+        if key == mark:
             first = c
         else:
             rest.append(c)
     if default is None:
         return rest
     return [default if first is None else first] + rest
+
+
+def _identity(c: Config) -> tuple:
+    """What makes two configs one candidate: the store's text of the config and the ``pre_hook`` it runs."""
+    try:
+        text = canonical_config_json(c.to_dict())
+    except Exception:  # values JSON cannot hold: the config's repr tells them apart
+        text = repr(c)
+    return text, id(c.pre_hook) if c.pre_hook is not None else None
 
 
 def rotates_on(device: Any) -> bool:
