@@ -39,8 +39,9 @@ FINALISTS = 2
 ROUNDS = 3
 MAX_ROUNDS = 6
 #: One-sided 99th percentiles of Student's t, by degrees of freedom (the paired rounds kept, less one): a
-#: challenger's gain must exceed this many standard errors of the per-round ratios. A tie then replaces the
-#: default in about 1 % of searches a challenger, where twice the standard error let 20-35 % through.
+#: challenger's gain must exceed this many standard errors of the per-round ratios. With timings that wander
+#: by 0.1-2 %, a tie then replaced the default in 0-6 % of searches, where twice the standard error let
+#: 17-35 % through (``bench/decision.py``).
 T_99 = {1: 31.821, 2: 6.965, 3: 4.541, 4: 3.747, 5: 3.365, 6: 3.143, 7: 2.998, 8: 2.896, 9: 2.821}
 #: A decision whose noise band is this narrow needs no more rounds.
 SETTLED_NOISE = 0.005
@@ -752,7 +753,7 @@ def judge(c: Candidate, d: Candidate) -> tuple:
     With ``ROUNDS`` or more rounds timed side by side (the re-timing rounds: the first pass timed
     each candidate at its own moment, with fewer replays, so it pairs with nothing), the gain is
     the median of the per-round ratios and the noise their standard error times Student's t
-    (``T_99``: drift that moves both alike cancels, and a tie wins in about 1 % of cases);
+    (``T_99``: drift that moves both alike cancels, and a tie seldom wins);
     a round whose ratio is more than ``HICCUP`` times off the median is a disturbed
     measurement, not noise, and is left out (while two rounds remain), so one hiccup can
     neither hide a win nor fake one. The noise is never below that of the two medians' own
