@@ -11,6 +11,16 @@ import flyautotune as fat
 import flyautotune as _fat_caches
 from flyautotune import plugins as _plugins
 
+# Triton (3.9) imports Gluon on first use, from inside a launch's argument specialization. Inside an
+# interpreted launch (a test's InterpretedFunction on CPU tensors) triton.language's functions are the
+# interpreter's for the launch, and a Gluon imported then keeps them for the rest of the process: every
+# later Gluon compile in the session (the RMSNorm plugin's ASYNC bodies) fails with "Did you forget to add
+# @triton.gluon.jit ?". Imported here, before any test, Gluon keeps Triton's own functions.
+try:
+    import triton.experimental.gluon  # noqa: F401
+except ImportError:  # no Triton, or one without Gluon
+    pass
+
 
 @pytest.fixture(autouse=True)
 def isolated_store(tmp_path, monkeypatch):

@@ -46,6 +46,18 @@ def test_a_kernel_that_skips_its_last_block_is_rejected_under_the_interpreter(pm
     check(pm, "cpu")
 
 
+def test_gluon_keeps_tritons_own_functions_after_an_interpreted_search(pm):
+    """An interpreted launch swaps triton.language's functions for the interpreter's while it runs, and
+    Triton imports Gluon on first use from inside a launch: the suite imports Gluon first (conftest), so
+    its functions still wrap Triton's own after this file's interpreted search, and later Gluon compiles
+    in the session (the RMSNorm plugin's bodies) work."""
+    check(pm, "cpu")
+    gl = pytest.importorskip("triton.experimental.gluon.language")
+    import triton.language.math as tl_math
+
+    assert getattr(gl.rsqrt, "__wrapped__", tl_math.rsqrt) is tl_math.rsqrt
+
+
 @pytest.mark.gpu
 @pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA/ROCm GPU; the interpreter case above runs on CPU")
 def test_a_kernel_that_skips_its_last_block_is_rejected_on_the_gpu():

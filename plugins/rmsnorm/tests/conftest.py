@@ -12,6 +12,11 @@ import flyautotune as fat
 import flyautotune as _fat_caches
 from flyautotune import plugins as _plugins
 from flyautotune_rmsnorm import api
+from flyautotune_rmsnorm.kernel import import_gluon_before_interpreting
+
+# Before any test's own interpreted launch (test_split's InterpretedFunction bodies): a Gluon first
+# imported inside one keeps the interpreter's functions, and the Gluon bodies' compiles fail after it.
+import_gluon_before_interpreting()
 
 
 @pytest.fixture(autouse=True)

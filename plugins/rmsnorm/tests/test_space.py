@@ -563,6 +563,30 @@ def test_the_asynchronous_copy_body_cross_compiles_to_copies_and_warp_sums(N, ds
     assert len(copies) == per_lane and not [op for op in copies if "BYPASS" in op], copies
     assert not [op for op in ins if re.match(r"(@!?\w+\s+)?STS\b", op)], "a shared-memory reduction"
 
+
+@needs_ptxas
+def test_a_cpu_call_first_in_a_process_leaves_the_gluon_bodies_compiling(gpu_child, monkeypatch, tmp_path):
+    """Triton imports Gluon on first use, from inside a launch, and an interpreted launch runs with
+    triton.language's functions swapped for the interpreter's: a Gluon imported there keeps those, and
+    the Gluon bodies' cross-compile after it fails ("Did you forget to add @triton.gluon.jit ?"). The
+    launcher imports Gluon before its first interpreted launch. A fresh process (Gluon is imported once a
+    process) whose first launch is a CPU call, and a fresh Triton cache (a cached binary compiles nothing)."""
+    from flyautotune_rmsnorm import kernel_async
+
+    if not kernel_async.available():
+        pytest.skip("this Triton has no Gluon: no Gluon body to compile")
+    monkeypatch.setenv("TRITON_CACHE_DIR", str(tmp_path / "triton-cache"))
+    out = gpu_child(
+        "import sys, torch\n"
+        "from triton.backends.compiler import GPUTarget\n"
+        "from flyautotune_rmsnorm import rmsnorm\n"
+        "print('triton.experimental.gluon' in sys.modules)\n"
+        "rmsnorm(torch.randn(4, 3000), torch.ones(3000))\n"
+        "from flyautotune_rmsnorm import kernel_async\n"
+        "k = kernel_async.compile_row_for(GPUTarget('cuda', 90, 32), 'bf16', 3000, 256)\n"
+        "print(k.asm['ptx'].count('bar.sync'))\n", 300, "a CPU call and one cross-compile")
+    assert out == ["False", "1"]
+
 def _pdl_env(monkeypatch, value):
     """Set (or, with None, unset) FLYAUTOTUNE_RMSNORM_PDL and forget the process's reading of it (it is
     read once per process)."""

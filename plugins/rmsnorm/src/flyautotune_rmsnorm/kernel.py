@@ -236,11 +236,26 @@ def jit_kernel():
     return _jit_kernel
 
 
+def import_gluon_before_interpreting() -> None:
+    """Import Gluon (``triton.experimental.gluon``) now, before the process's first interpreted launch.
+
+    Triton 3.9 imports Gluon on first use, from inside the argument specialization of a launch; an
+    interpreted launch runs with ``triton.language``'s functions swapped for the interpreter's, so a Gluon
+    imported there keeps those (``gl.rsqrt``, ...) for the rest of the process, and every later compile
+    of a Gluon body (the ``ASYNC`` ones, :mod:`.kernel_async`: a report's cross-compile) fails with
+    "Did you forget to add @triton.gluon.jit ?". Imported before, Gluon keeps Triton's own functions."""
+    try:
+        import triton.experimental.gluon  # noqa: F401
+    except ImportError:  # a Triton without Gluon (before 3.4): no Gluon body to protect
+        pass
+
+
 def interpreted_kernel():
     """The body under Triton's interpreter (CPU tensors; built once)."""
     global _interp_kernel
     if _interp_kernel is None:
         from triton.runtime.interpreter import InterpretedFunction
 
+        import_gluon_before_interpreting()
         _interp_kernel = InterpretedFunction(_rmsnorm_fwd, **_JIT_ARGS)
     return _interp_kernel

@@ -280,6 +280,10 @@ def kernels(interpret: bool = False) -> tuple:
     if pair is None:
         if interpret:
             from triton.runtime.interpreter import InterpretedFunction as make
+
+            from .kernel import import_gluon_before_interpreting
+
+            import_gluon_before_interpreting()
         else:
             make = triton.runtime.jit.JITFunction
         pair = _built[interpret] = (make(_split_sumsq, do_not_specialize=["sx_vec"]),
