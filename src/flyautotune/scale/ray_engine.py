@@ -133,7 +133,7 @@ def _what_answers(host: str, port: int, deadline: float) -> tuple:
     """``("", False)`` where an HTTP/2 (gRPC) server answers at ``host:port``, as a Ray head's GCS or a Ray Client
     server does; otherwise ``(what answered instead, whether the deadline passed)``, once it said something else,
     closed the connection, or stayed silent until ``deadline``."""
-    where = f"{host}:{port}"
+    where = _join(host, port)
     got, closed = b"", False
     try:
         with socket.create_connection((host, port), timeout=max(deadline - time.monotonic(), 0.1)) as conn:

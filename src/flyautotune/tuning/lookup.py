@@ -45,11 +45,7 @@ def search_space(t: Any, call: Call) -> tuple:
 def search_configs(t: Any, call: Call) -> list:
     """Every config a search of this call times, in its order: the default first (the reference and the
     bar), then the rest of the space (what ``flyautotune report`` compiles)."""
-    return _ordered(*search_space(t, call))
-
-
-def _ordered(configs: list, default: Optional[Config]) -> list:
-    return ordered(configs, default)  # as Search orders its candidates: each distinct config once
+    return ordered(*search_space(t, call))  # as Search orders its candidates: each distinct config once
 
 
 def _config_list(t: Any, what: str, returned: Any) -> list:
@@ -297,7 +293,7 @@ def agreed(t: Any, call: Call, target: Target, snapshot: tuple, kd: dict, key: s
         every = configs + ([default] if default is not None else [])
         checks.check_caller(t.name, t.sig, every, call)
         checks.check_fits(t.name, t.sig, t.pm, every, target, snapshot)
-        order = _ordered(configs, default)  # the candidates, in the order Search times them
+        order = ordered(configs, default)  # the candidates, in the order Search times them
         if not order:
             raise AutotuneError(f"{t.name}: the config space is empty for this call, and there is no default")
         space.append((configs, default, order))
