@@ -262,10 +262,15 @@ def _ray_attempts(seconds: float) -> Iterator[None]:
 
 
 def connect(ray: Any, address: str, timeout_s: float, **kwargs: Any) -> None:
-    """``ray.init(address=address)``, once a Ray head answers there: whatever is at the address (nothing, a
-    closed port, another service), the call fails within ``timeout_s``. ``ray.init`` alone retries for about 14
-    minutes, waits about 40 s for each attempt where another service answers, a minute for a head's GCS from a
-    machine that is not a node of its cluster, and without end for a ``ray://`` server that does not answer.
+    """``ray.init(address=address)``, once a Ray head answers there: where none does (nothing, a closed port,
+    another service), the call fails within ``timeout_s``. ``ray.init`` alone retries for about 14 minutes, waits
+    about 40 s for each attempt where another service answers, a minute for a head's GCS from a machine that is
+    not a node of its cluster, and without end for a ``ray://`` server that does not answer.
+
+    ``timeout_s`` bounds the checks before ``ray.init``, not ``ray.init`` itself. For a head's GCS, ``ray.init``
+    makes the connection attempts of Ray's that fit in the time left (at least one). For a ``ray://`` address,
+    it waits, with no limit of Ray's, for the Ray Client server that answered the ping to start this client's
+    session: a server that answers the ping and then hangs holds the call until Ctrl-C.
 
     Before ``ray.init``: something must accept a connection at the address (a head that is starting gets until
     the deadline) and answer as a gRPC server does. For a head's GCS (``HOST:PORT``, ``auto``), Ray's own ``ray
