@@ -542,6 +542,31 @@ def test_a_port_where_something_else_answers_fails_within_connect_timeout(tmp_pa
     assert toy_on_path.launch.search_count == 0 and not (tmp_path / "plan.pack.json").exists()
 
 
+@pytest.mark.parametrize("scheme", ["", "ray://"])
+def test_a_head_that_began_to_accept_as_the_time_ran_out_is_not_blamed_for_silence(tmp_path, fake_ray, monkeypatch,
+                                                                                   capsys, scheme):
+    """The port wait can spend the whole time; the next check then read nothing and said the address sends
+    nothing back, of a server that answers at once."""
+    from flyautotune.scale import ray_engine
+
+    wait = ray_engine._wait_for_port
+
+    def refused_until_the_deadline(host, port, deadline):  # a head that starts as the time runs out
+        time.sleep(max(deadline - time.monotonic(), 0.0))
+        return wait(host, port, deadline)
+
+    monkeypatch.setattr(ray_engine, "_wait_for_port", refused_until_the_deadline)
+    monkeypatch.setattr(ray_engine, "_client_installed", lambda: True)
+    path = write(tmp_path, GOOD.replace("[options]\n", "[options]\nconnect_timeout_s = 1\n"))
+    with _serving(SETTINGS) as where:  # it answers as a gRPC server does, at once
+        assert _cli([str(path), "--ray", scheme + where]) == 2
+    assert capsys.readouterr().err.strip() == (
+        f"flyautotune plan: error: argument --ray: cannot connect to the Ray cluster at '{scheme}{where}' within 1 s: "
+        f"{where} began to accept connections only as the time ran out: none was left to ask whether a Ray head "
+        f"answers there; " + ACCEPTED_ADDRESSES)
+    assert fake_ray.calls == []
+
+
 def test_a_named_cluster_in_ray_address_is_named_as_such(tmp_path, fake_ray, monkeypatch, capsys):
     path = write(tmp_path, GOOD.replace("[options]\n", "[options]\nconnect_timeout_s = 1\n"))
     with _serving(b"HTTP/1.1 400 Bad Request\r\n\r\n") as address:

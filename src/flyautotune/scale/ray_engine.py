@@ -296,6 +296,9 @@ def connect(ray: Any, address: str, timeout_s: float, **kwargs: Any) -> None:
         why = _wait_for_port(*target, deadline)
         if why:
             raise RayConnectError(address, f"{within}nothing answers at {where} ({why})")
+        if time.monotonic() >= deadline:  # the checks below would blame the address for time they never had
+            raise RayConnectError(address, f"{within}{where} began to accept connections only as the time ran "
+                                           f"out: none was left to ask whether a Ray head answers there")
         if not tls:  # Ray's TLS wants a TLS handshake first: there, only Ray's own checks below ask
             why, late = _what_answers(*target, deadline)
             if why:
