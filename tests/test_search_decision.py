@@ -192,6 +192,28 @@ def test_configs_that_differ_only_by_pre_hook_or_a_values_type_are_each_timed(pm
     assert sel.config.pre_hook is hook_b and sel.margin == pytest.approx(0.5)
 
 
+def test_a_copy_of_the_default_whose_pre_hook_is_a_bound_method_is_not_a_challenger(pm):
+    # obj.method is a new object each time it is written: the default and its copy in the space run the same
+    # hook, so they are one candidate (timed once, as the default); another instance's method is another hook
+    class Hooks:
+        def before(self, nargs):
+            pass
+
+    one, two = Hooks(), Hooks()
+    bench = FixedTimes({1: [1.0], 2: [1.5]})
+    pm.register(bench)
+
+    @fat.autotune(configs=[fat.Config(B=1, pre_hook=one.before), fat.Config(B=2),
+                           fat.Config(B=1, pre_hook=two.before)], key=["n"], plugin_manager=pm, name="d_bound",
+                  default=lambda **a: fat.Config(B=1, pre_hook=one.before))
+    def launch(x, n, B=None):
+        return B
+
+    sel = launch.select(torch.zeros(2), 2, force=True)
+    assert [r.get("default", False) for r in sel.timings] == [True, False, False]
+    assert bench.calls[:3] == [1, 2, 1]
+
+
 def test_a_failing_key_is_searched_once_by_many_threads(pm, counting_bench):
     runs = []
 

@@ -692,7 +692,18 @@ def _identity(c: Config) -> tuple:
         text = canonical_config_json(c.to_dict())
     except Exception:  # values JSON cannot hold: the config's repr tells them apart
         text = repr(c)
-    return text, id(c.pre_hook) if c.pre_hook is not None else None
+    return text, _hook_identity(c.pre_hook)
+
+
+def _hook_identity(hook: Any) -> Any:
+    """Which function a ``pre_hook`` runs: a bound method (``obj.method``) is a new object each time it is
+    written, so it is its instance and function; any other callable is itself."""
+    if hook is None:
+        return None
+    func, owner = getattr(hook, "__func__", None), getattr(hook, "__self__", None)
+    if func is not None and owner is not None:
+        return id(owner), id(func)
+    return id(hook)
 
 
 def rotates_on(device: Any) -> bool:
