@@ -45,6 +45,8 @@ def describe(cfg: dict) -> str:
                      " prefetch" if cfg.get("PREFETCH") else "",
                      f" split {cfg['SPLIT']}" if cfg.get("SPLIT", 1) > 1 else "",
                      f" vec {cfg['VEC']}" if cfg.get("VEC", 16) != 16 else "",
+                     {0: "", 1: " coop", 2: " persist", 3: " cluster"}.get(cfg.get("COOP") or 0, f" COOP {cfg.get('COOP')}"),
+                     " hold" if cfg.get("COOP") == 3 and cfg.get("HOLD") else "",
                      {0: "", 1: " async", 2: " row"}.get(cfg.get("ASYNC") or 0, f" ASYNC {cfg.get('ASYNC')}")))
     return f"{cfg['BLOCK_THREADS']}t x {cfg['ROWS_PER_PROGRAM']}r p{cfg['CACHE_POLICY']}{extra}"
 
