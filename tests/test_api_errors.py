@@ -19,6 +19,31 @@ def tuner():
     return fat.autotune(configs=[fat.Config(BLOCK=64)], key=["n"], name="api_errors")(_launch)
 
 
+# -- autotune(packs=, source_files=) ------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("option", ["packs", "source_files"])
+@pytest.mark.parametrize("value", [123, b"winners.json", {"format": "flyautotune-pack"}])
+def test_packs_and_source_files_name_an_item_that_is_no_path(option, value):
+    """Each item is checked where it is given: a bytes path was read as pack text, a number as nothing, and
+    the pack was skipped with a warning only at the first call."""
+    with pytest.raises(TypeError, match=rf"autotune: {option}= holds .* \({type(value).__name__}\); accepted: paths"):
+        fat.autotune(configs=[fat.Config(BLOCK=64)], key=["n"], **{option: [value]})(_launch)
+
+
+def test_source_files_names_a_file_that_does_not_exist(tmp_path, monkeypatch):
+    """A misspelled or relative path counted as missing in the fingerprint: editing the kernel it meant
+    never dropped its winners."""
+    kernel = tmp_path / "kernels.py"
+    kernel.write_text("# kernel\n")
+    monkeypatch.chdir(tmp_path)
+    assert fat.autotune(configs=[fat.Config(BLOCK=64)], source_files=["kernels.py"])(_launch).source_fingerprint
+    monkeypatch.chdir(tmp_path.parent)
+    with pytest.raises(FileNotFoundError, match=r"source_files= holds 'kernels.py', which is not a file "
+                                                r"\(relative paths are read from the working folder"):
+        fat.autotune(configs=[fat.Config(BLOCK=64)], source_files=["kernels.py"])(_launch)
+
+
 # -- Config -----------------------------------------------------------------------------------------------
 
 

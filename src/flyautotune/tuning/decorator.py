@@ -61,13 +61,32 @@ def _required_unknown(fn: Callable[..., Any], sig: Signature, skip: int) -> Opti
 
 
 def _paths(what: str, paths: Any) -> tuple:
-    """``packs=``/``source_files=``: one path or an iterable of paths."""
+    """``packs=``/``source_files=``: one path or an iterable of paths (a pack may also be a Traversable)."""
     if isinstance(paths, (str, os.PathLike)):
-        return (paths,)
+        paths = (paths,)
     try:
-        return tuple(paths)
+        paths = tuple(paths)
     except TypeError:
         raise TypeError(f"autotune: {what}= must be a path or a list of paths, got {paths!r}") from None
+    for path in paths:
+        # bytes would be read as pack text, a number as nothing: each was skipped or failed only at a call
+        if not isinstance(path, (str, os.PathLike)) and not (what == "packs" and hasattr(path, "read_bytes")):
+            also = " or importlib.resources Traversables" if what == "packs" else ""
+            raise TypeError(f"autotune: {what}= holds {path!r} ({type(path).__name__}); accepted: paths "
+                            f"(str or os.PathLike){also}")
+    return paths
+
+
+def _source_files(paths: Any) -> tuple:
+    """``source_files=``: paths of existing files. A missing one (a typo, a path relative to another working
+    folder) would enter the fingerprint as missing, and editing the real file would never drop its winners."""
+    paths = _paths("source_files", paths)
+    for path in paths:
+        if not os.path.isfile(path):
+            raise FileNotFoundError(f"autotune: source_files= holds {os.fspath(path)!r}, which is not a file "
+                                    f"(relative paths are read from the working folder, {os.getcwd()!r}); give "
+                                    f"the path of a kernel file, such as kernels.__file__")
+    return paths
 
 
 #: Untimed launches before each timing, and graph replays (or timed launches) per timing, unless the tuner
@@ -222,7 +241,7 @@ class Autotuner:
                         "is" if len(ignored) == 1 else "are", do_bench,
                         " or ".join(f"{a.split('=')[0]}=" for a in ignored))
         self._packs = packs if callable(packs) else _paths("packs", packs)
-        self._source_files = tuple(keys.source_files(fn)) + _paths("source_files", source_files)
+        self._source_files = tuple(keys.source_files(fn)) + _source_files(source_files)
         self.source_fingerprint = keys.file_fingerprint(self._source_files)
         self._pm = plugin_manager
         self._space_fp: Optional[str] = None
