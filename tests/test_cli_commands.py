@@ -218,6 +218,22 @@ def test_import_scoped_to_one_adopter_leaves_the_others_alone(pm, demo, capsys, 
     assert {e.tuner for e in store_mod.get_store().entries()} == {"demo"}
 
 
+def test_import_names_each_local_winner_it_replaces(pm, demo, capsys, tmp_path):
+    """The store's winner an import replaces is gone afterwards: the import names it, not only a count."""
+    _put("demo", _key(n=16), block=2, ms=3.0)
+    mine = store_mod.get_store().get("demo", _key(n=16))
+    theirs = attrs.evolve(mine, config={"kwargs": {"BLOCK": 4}, "compile_hints": {}}, created=mine.created + 60,
+                          timings=({"config": {"kwargs": {"BLOCK": 4}, "compile_hints": {}}, "ms": 1.0, "error": None},))
+    pack = tmp_path / "pack.json"
+    pack.write_text(store_mod.dump_pack([theirs]))
+    status, out, _ = run(capsys, "import", pack)
+    assert status == 0, out
+    assert out.splitlines()[:2] == [
+        "add 0, replace 1, keep 0 local, skip 0",
+        "  replace demo n=16 tensors=bf16 on cpu/x86_64: BLOCK=4 (was BLOCK=2; the pack's winner is newer)"]
+    assert store_mod.get_store().get("demo", _key(n=16)).config["kwargs"] == {"BLOCK": 4}
+
+
 # -- tune ------------------------------------------------------------------------------------
 
 

@@ -77,7 +77,7 @@ def _print_plan(plan: Any, dry_run: bool) -> None:
     texts = dict(zip(map(id, every), key_texts([(_entry(i).tuner, _entry(i).key) for i in every])))
     for name, verb in verbs:
         items = list(getattr(plan, name))
-        if not items or (name in ("added", "replaced") and not dry_run):
+        if not items or (name == "added" and not dry_run):  # a replaced winner is named: it is gone after
             continue
         for item in items:
             e, reason = _entry(item), _reason(item)
@@ -88,6 +88,10 @@ def _print_plan(plan: Any, dry_run: bool) -> None:
             # A kept line names the winner that stays: the store's own, not the pack's.
             shown = _local(item) if name == "kept" else None
             config = (shown if shown is not None else e).config
+            # A replaced line names the store's winner it replaces too: after the import it is nowhere else.
+            was = _local(item) if name == "replaced" else None
+            if was is not None:
+                reason = f"was {config_text(was.config)}" + (f"; {reason}" if reason else "")
             out(f"  {verb} {safe(e.tuner)} {safe(key)} on {safe(where)}: {safe(config_text(config))}"
                 + (f" ({safe(reason)})" if reason else ""))
 
