@@ -191,3 +191,17 @@ def test_package_packs_lists_shipped_json(tmp_path, monkeypatch):
     assert [p.name for p in packs] == ["h200.json", "mi300x.json"]
     assert find_in_packs(packs, "rms", "k2").config == cfg(1)
     assert st.package_packs("my_kernels_pkg", "nothing-here") == []
+
+
+def test_a_pack_file_whose_name_begins_with_a_brace_is_read_as_a_file(tmp_path, monkeypatch):
+    """A path given as a str is pack text only where no file has that name: ``{gfx942}.json`` (or the
+    relative ``{v1}/winners.json``) was parsed as JSON and refused, "tuning pack <text>: not valid JSON"."""
+    folder = tmp_path / "{v1}"
+    folder.mkdir()
+    (folder / "winners.json").write_text(pack_text([good_entry()]))
+    monkeypatch.chdir(tmp_path)
+    for path in ("{v1}/winners.json", str(folder / "winners.json")):
+        pack = st.read_pack(path)
+        assert pack.source == path and [e.key for e in pack.entries] == ["k"]
+        assert find_in_packs([path], "rms", "k").config == cfg(1)
+    assert st.read_pack(pack_text([good_entry()])).source == "<text>"  # the text itself still reads as text

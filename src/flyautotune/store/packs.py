@@ -66,7 +66,8 @@ def _sorted_keys(value: Any) -> Any:
 def _read_source(path_or_text: Any) -> tuple:
     if isinstance(path_or_text, (bytes, bytearray)):
         return "<text>", bytes(path_or_text)
-    if isinstance(path_or_text, str) and path_or_text.lstrip("\ufeff").lstrip().startswith("{"):
+    if (isinstance(path_or_text, str) and path_or_text.lstrip("\ufeff").lstrip().startswith("{")
+            and not os.path.lexists(path_or_text)):  # a file named "{gfx942}.json" is a path
         return "<text>", path_or_text
     if isinstance(path_or_text, (str, os.PathLike)):
         name = os.fspath(path_or_text)
