@@ -206,3 +206,48 @@ def test_the_python_import_api_refuses_what_an_installed_adopters_tuner_would_ne
     assert fat_store.apply_import(store, plan) == 1 and store.get("u_import", key) is None
     unchecked = fat_store.plan_import(store, pack, check_with={})  # no tuner to ask: planned as given
     assert len(unchecked.added) == 1 and not unchecked.skipped
+
+
+def _computed(pm, name, ran, **kw):
+    def space(**_):
+        return [fat.Config(BLOCK=64), fat.Config(BLOCK=128, SPLIT=2)]
+
+    @fat.autotune(configs=space, key=["n"], plugin_manager=pm, name=name, default=lambda **a: fat.Config(BLOCK=64),
+                  do_bench=lambda fn, setup=None: {None: 5.0, 2: 1.0}[fn()], **kw)
+    def launch(x, n, BLOCK=None, SPLIT=None, stream=None):
+        ran.append((BLOCK, SPLIT))
+        return SPLIT
+
+    return launch
+
+
+def test_a_computed_spaces_own_winner_is_kept_though_the_default_sets_fewer_names(pm, monkeypatch):
+    """With a computed space and a default, a winner's names were checked against the default's alone: the
+    search's own winner (SPLIT=2, a name only the space sets) was refused and deleted from the store."""
+    ran: list = []
+    launch = _computed(pm, "u_computed", ran)
+    monkeypatch.setenv("FLYAUTOTUNE", "1")
+    key = launch.select(torch.zeros(2), 2).key
+    monkeypatch.delenv("FLYAUTOTUNE")
+    fat.clear_caches()  # a new process
+    again = _computed(pm, "u_computed", ran)
+    assert again(torch.zeros(2), 2) == 2 and again.last_source == "store"
+    assert again.store().get("u_computed", key).config["kwargs"] == {"BLOCK": 128, "SPLIT": 2}
+
+
+@pytest.mark.parametrize("config", [
+    {"kwargs": {"BLOCK": 999999999}, "compile_hints": {}},
+    {"kwargs": {"BLOCK": 64}, "compile_hints": {"maxnreg": 1, "num_warps": 32}},
+    {"kwargs": {}, "compile_hints": {}},
+])
+def test_a_shipped_winner_outside_a_computed_space_with_a_default_is_skipped(pm, tmp_path, caplog, config):
+    """Checked against the default's names and types only, such a winner ran: any value, any compile hint,
+    or no kwargs at all."""
+    ran: list = []
+    probe = _computed(pm, "u_probe2", ran)
+    key = probe.select(torch.zeros(2), 2).key.replace("u_probe2", "u_shipc")
+    launch = _computed(pm, "u_shipc", ran, packs=[ship(tmp_path, "u_shipc", key, config)])
+    launch.source_fingerprint = probe.source_fingerprint
+    with caplog.at_level("WARNING"):
+        assert launch(torch.zeros(2), 2) is None and launch.last_source == "default"
+    assert ran[-1] == (64, None) and "is not a member of the tuner's config space" in caplog.text

@@ -351,7 +351,7 @@ class Autotuner:
         default = members = None
         try:  # the key's arguments may not be all the callables need: check what can be checked
             default = self.default(**named) if self.default is not None else None
-            members = static if static is not None else (list(self.configs(**named)) if default is None else None)
+            members = static if static is not None or self.validate is not None else list(self.configs(**named))
         except Exception:
             members = static
         if default is not None and same_config(winner, default):

@@ -89,8 +89,10 @@ def usable(t: Any, data: Any, call: Call, target: Target, snapshot: tuple, where
     default = default_config(t, call) if t.default is not None else None
     static = None if callable(t.configs) else t.configs
     members = static
-    if members is None and t.validate is None and default is None:
-        members = candidates(t, call)  # nothing else says what is allowed: the space itself
+    if members is None and t.validate is None:
+        # nothing else says what is allowed: the space itself (a default's names alone refused the names
+        # only its other configs set, deleting the search's own winner, and let any value of its own through)
+        members = candidates(t, call)
     tunable = checks.tunable_names(static if static is not None else members, default)
     known = list(static or ()) + ([default] if default is not None else [])
     try:
