@@ -228,6 +228,18 @@ def test_cli_refuses_a_named_ray_cluster_without_ray(tmp_path, monkeypatch, caps
     assert not (tmp_path / "plan.pack.json").exists()
 
 
+@pytest.mark.parametrize("argv, words", [
+    (["--ray", "--serial"], "error: argument --serial: not allowed with argument --ray"),
+    (["--serial", "--ray", "head:6379"], "error: argument --ray: not allowed with argument --serial"),
+    (["--serial", "--workers", "4"], "error: argument --workers: 4 workers are Ray's, but --serial runs the plan"),
+])
+def test_cli_refuses_engine_flags_that_contradict_each_other(tmp_path, capsys, argv, words):
+    path = write(tmp_path, GOOD)
+    assert main(["plan", str(path), "--device", "cpu", *argv]) == 2  # not a serial run that ignores the rest
+    assert words in capsys.readouterr().err
+    assert not (tmp_path / "plan.pack.json").exists()
+
+
 def test_cli_refuses_a_bad_plan_before_work(tmp_path, toy_on_path, capsys):
     path = write(tmp_path, GOOD.replace('"fp32", "bfloat16"', '"fp32", "fp16"'))
     assert _cli([str(path)]) == 2

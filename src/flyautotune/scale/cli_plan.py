@@ -26,10 +26,11 @@ def add_parser(subparsers: Any) -> argparse.ArgumentParser:
     """Add the ``plan`` command to ``flyautotune``'s subparsers; returns its parser."""
     p = subparsers.add_parser("plan", help=HELP, description=HELP + ". See docs/scale_out.md.")
     p.add_argument("plan", help="the plan file (TOML)")
-    p.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
-                   help="run on Ray: a cluster address, or none for a local instance ($RAY_ADDRESS also "
-                        "selects a cluster); needs pip install 'flyautotune[ray]'")
-    p.add_argument("--serial", action="store_true", help="run in this process even when Ray is installed")
+    engine = p.add_mutually_exclusive_group()  # each names where the keys run: both at once is no choice
+    engine.add_argument("--ray", nargs="?", const="", default=None, metavar="ADDRESS",
+                        help="run on Ray: a cluster address, or none for a local instance ($RAY_ADDRESS also "
+                             "selects a cluster); needs pip install 'flyautotune[ray]'")
+    engine.add_argument("--serial", action="store_true", help="run in this process even when Ray is installed")
     p.add_argument("--workers", type=_workers, default=None,
                    help="CPU workers of a local Ray instance on a machine without a GPU (default 2)")
     p.add_argument("--device", default=None, help="the serial runner's device (default: cuda:0 if visible, else cpu)")
@@ -88,6 +89,10 @@ def run(args: argparse.Namespace) -> int:
     from .runner import (PlanInterrupted, PlanProgress, pack_problem, pick_device, run_serial, summary_table,
                          write_pack)
 
+    if args.serial and args.workers is not None:
+        print(f"flyautotune plan: error: argument --workers: {args.workers} workers are Ray's, but --serial runs "
+              f"the plan in this process; give one of them", file=sys.stderr)
+        return 2
     problem = device_problem(args.device) if args.device is not None else ""
     if problem:
         print(f"flyautotune plan: error: argument --device: {problem}", file=sys.stderr)
