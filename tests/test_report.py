@@ -258,3 +258,21 @@ def test_a_default_without_an_example_to_evaluate_it_is_named(pm, backend):
                     compile_spec=lambda shape, dtype, config: ("kernel", {"X": "*fp32"}, {"SIZE": 32}, {}))
     with pytest.raises(ReportError, match="adopter 'rnoexample' has default= but no example"):
         candidate_configs(a, (4,), "fp32", FAKE)
+
+
+def test_a_shape_no_candidate_builds_for_fails_the_command(pm, backend, capsys):
+    """fk1 fails SIZE > 64, and SIZE is 32 * the shape's second dimension here: at 4x8 every candidate fails."""
+    tuned = fat.autotune(configs=[fat.Config(BLOCK=b) for b in (1, 2, 4)], key=["n"], name="unbuilt")(_launch)
+    pm.register_adopter(fat.Adopter(
+        name="unbuilt", tuner=tuned, entry=lambda x: tuned(x, len(x)), tuner_args=lambda x: ((x, len(x)), {}),
+        compile_spec=lambda shape, dtype, config: ("kernel", {"X": "*bf16"}, {"SIZE": 32 * shape[1]}, {})))
+    assert main(["report", "unbuilt", "--target", "fk1", "--shape", "4x1", "--shape", "4x8"]) == 1
+    captured = capsys.readouterr()
+    assert "3 of 3 candidates built 3 distinct binaries." in captured.out
+    assert "0 of 3 candidates built 0 distinct binaries." in captured.out  # the table still says why
+    assert captured.err == "flyautotune: error: no candidate of 4x8 bf16 built for fk1 (see the failed rows above)\n"
+    assert main(["report", "unbuilt", "--target", "fk1", "--shape", "4x8", "--json"]) == 1
+    captured = capsys.readouterr()
+    assert '"error": "RuntimeError: too big for fk1"' in captured.out
+    assert "(see each candidate's error above)" in captured.err
+    assert main(["report", "unbuilt", "--target", "fk1", "--shape", "4x1"]) == 0  # every candidate built

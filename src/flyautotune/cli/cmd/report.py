@@ -65,7 +65,7 @@ def run(args: argparse.Namespace) -> None:
     for shape in shapes:
         if spaces[shape] is None:
             _check_host_memory(adopter, shape, args.dtype)
-    out_json, twinned = [], []
+    out_json, twinned, unbuilt = [], [], []
     for i, shape in enumerate(shapes):
         try:
             configs = spaces[shape]
@@ -85,6 +85,8 @@ def run(args: argparse.Namespace) -> None:
                              f"shape") from None
         if twins(rows):
             twinned.append(shape_text(shape))
+        if not any(not r.error for r in rows):
+            unbuilt.append(shape_text(shape))
         if args.json:
             out_json.append({"adopter": adopter.name, "shape": list(shape), "dtype": args.dtype,
                              "target": target.to_dict(), "candidates": [r.to_dict() for r in rows]})
@@ -94,6 +96,10 @@ def run(args: argparse.Namespace) -> None:
         print_report(adopter.name, shape, args.dtype, target, rows)
     if args.json:
         out(json.dumps(out_json, indent=2, default=repr))
+    if unbuilt:  # a table of failures is no report: a script (an adopter's CI) must see it fail
+        why = "each candidate's error above" if args.json else "the failed rows above"
+        raise CommandError(f"no candidate of {', '.join(unbuilt)} {args.dtype} built for {target.arch} "
+                           f"(see {why})")
     if args.distinct and twinned:
         where = "they share a binary_sha256 above" if args.json else "listed above, by what tells them apart"
         raise CommandError(f"--distinct: candidates of {', '.join(twinned)} {args.dtype} build the same binary on "
