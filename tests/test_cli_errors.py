@@ -123,6 +123,20 @@ def test_show_of_a_missing_store_folder_is_an_empty_store(pm, capsys, tmp_path, 
     assert "no tuned entries" in out.lower() or "0 tuned entries" in out.lower(), out
 
 
+@pytest.mark.parametrize("argv, status", [
+    (["show"], 0), (["show", "--json"], 0), (["show", "--stale"], 0), (["export", "{tmp}/out.json"], 0),
+    (["import", "{tmp}/pack.json", "--dry-run"], 0), (["clear"], 2),
+])
+def test_commands_that_only_read_leave_no_store_where_there_was_none(pm, capsys, tmp_path, monkeypatch, argv, status):
+    """A mistyped FLYAUTOTUNE_CACHE_DIR read by show (or a dry run, which changes nothing) must not make it."""
+    (tmp_path / "pack.json").write_text(json.dumps({"format": "flyautotune-pack", "version": 1, "entries": []}))
+    missing = tmp_path / "mistyped" / "store"
+    monkeypatch.setenv("FLYAUTOTUNE_CACHE_DIR", str(missing))
+    got, _, err = run(capsys, *[a.format(tmp=tmp_path) for a in argv])
+    assert got == status, err
+    assert not (tmp_path / "mistyped").exists()
+
+
 @pytest.mark.parametrize("argv", [["show"], ["export", "{tmp}/out.json"], ["clear", "--all"],
                                   ["import", "{tmp}/pack.json"]])
 def test_store_commands_name_the_variable_and_its_value(pm, capsys, tmp_path, monkeypatch, argv):

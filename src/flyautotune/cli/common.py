@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import os
 import re
 import sys
 import unicodedata
@@ -209,8 +210,6 @@ def folder_text(env: str, directory: Any, what: str) -> str:
 
 def _setting(env: str, directory: Any) -> str:
     """``ENV='...'`` where the variable ``env`` names ``directory``, else ``""``."""
-    import os
-
     value = os.environ.get(env)
     if value and os.path.realpath(os.path.expanduser(value)) == os.path.realpath(str(directory)):
         return f"{env}={safe(value)!r}"
@@ -246,7 +245,7 @@ def checked_store(write: bool = True):
     only, or ``write``): bad input (exit 2) naming ``FLYAUTOTUNE_CACHE_DIR``, its value and the problem
     ("is a file, not a directory", "is not writable"); with ``write``, the store is then opened for
     writing (exit 1 where that fails)."""
-    from ..store import StoreError
+    from ..store import MemoryStore, StoreError, TuningStore
     from ..store.location import CACHE_DIR_ENV
 
     the_store, problem = _store_folder_problem(write)
@@ -254,6 +253,12 @@ def checked_store(write: bool = True):
         need = (f"the tuning store needs a folder it can write (set {CACHE_DIR_ENV} to one)" if write else
                 f"the tuning store cannot be read from it (set {CACHE_DIR_ENV} to the store's folder)")
         raise UsageError(f"{problem}: {need}")
+    if not write and isinstance(the_store, TuningStore) and not os.path.lexists(the_store.path):
+        # Opening it would create the folder and the file: a read (show, a dry run, a mistyped
+        # FLYAUTOTUNE_CACHE_DIR) must leave no store behind. An empty one reads the same.
+        empty = MemoryStore()
+        empty.path = the_store.path
+        return empty
     check_writable = getattr(the_store, "check_writable", None)  # the built-in store's
     if write and check_writable is not None:
         try:
