@@ -472,3 +472,18 @@ def test_import_of_json_object_keys_still_works(pm, capsys, tmp_path, spelling):
     status, out, err = run(capsys, "import", pack)
     assert status == 0 and "add 1" in out, err
     assert [e.key for e in store_mod.get_store().entries()] == [key]
+
+
+def test_every_argument_of_every_command_says_what_it_takes_in_its_help(capsys):
+    import argparse
+
+    from flyautotune.cli.main import build_parser
+
+    commands = next(a for a in build_parser()._actions if isinstance(a, argparse._SubParsersAction)).choices
+    silent = [f"{name} {'/'.join(a.option_strings) or a.metavar or a.dest}" for name, p in commands.items()
+              for a in p._actions if not a.help]
+    assert silent == []
+    assert main(["report", "--help"]) == 0
+    shown = " ".join(capsys.readouterr().out.split())
+    assert "--shape MxN input shape, e.g. 4096x8192; repeat for several shapes" in shown
+    assert "--dtype DTYPE bf16 (default), fp16 or fp32" in shown

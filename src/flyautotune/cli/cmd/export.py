@@ -10,7 +10,7 @@ from ..common import CommandError, UsageError, entries, out, plural, safe, store
 
 def add_parser(sub) -> None:
     p = sub.add_parser("export", help="write the store's winners to a JSON pack")
-    p.add_argument("file", metavar="FILE")
+    p.add_argument("file", metavar="FILE", help="the pack to write (its folder must exist), e.g. winners.json")
     p.add_argument("--adopter", metavar="ADOPTER", help="only this adopter (or tuner name)")
 
 

@@ -17,7 +17,7 @@ from .show import key_texts
 
 def add_parser(sub) -> None:
     p = sub.add_parser("import", help="merge a JSON pack's winners into the store")
-    p.add_argument("file", metavar="FILE")
+    p.add_argument("file", metavar="FILE", help="the JSON pack to read (as flyautotune export writes it)")
     p.add_argument("--adopter", metavar="ADOPTER", action="append",
                    help="import only this adopter's (or tuner name's) winners; repeat for several")
     p.add_argument("--dry-run", action="store_true", help="show what would change and change nothing")

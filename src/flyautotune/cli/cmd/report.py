@@ -17,12 +17,13 @@ from ..common import (
 def add_parser(sub) -> None:
     p = sub.add_parser("report", help="cross-compile every candidate for a GPU target and report its "
                                       "registers, spills, occupancy and binary hash (no GPU needed)")
-    p.add_argument("adopter", metavar="ADOPTER")
+    p.add_argument("adopter", metavar="ADOPTER", help="adopter name (see 'flyautotune plugins')")
     p.add_argument("--target", required=True, metavar="TARGET",
                    help="a target an installed backend plugin offers, e.g. gfx942 or sm_90 "
                         "(the error for an unknown one lists them)")
-    p.add_argument("--shape", type=parse_shape, action="append", required=True, metavar="MxN")
-    p.add_argument("--dtype", type=parse_dtype, default="bf16")
+    p.add_argument("--shape", type=parse_shape, action="append", required=True, metavar="MxN",
+                   help="input shape, e.g. 4096x8192; repeat for several shapes")
+    p.add_argument("--dtype", type=parse_dtype, default="bf16", help="bf16 (default), fp16 or fp32")
     p.add_argument("--json", action="store_true", help="print JSON rows instead of a table")
     p.add_argument("--distinct", action="store_true",
                    help="exit 1 if two candidates of a shape build the same binary (the knobs that tell them apart "
