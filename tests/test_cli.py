@@ -519,6 +519,15 @@ def test_export_onto_the_store_itself_is_refused_and_keeps_the_winners(cli, suff
     assert "n=16" in ok(cli("show", "clidemo"))  # the store was not overwritten by a pack
 
 
+def test_export_to_a_file_named_after_the_store_is_written(cli):
+    # a pack beside the store whose name begins with the store's (tuning.sqlite3.pack.json) is no store file
+    ok(cli("tune", "clidemo", "--shape", "2x8", "--device", "cpu"))
+    target = cli.cache / "tuning.sqlite3.pack.json"
+    assert "exported 1 entry" in ok(cli("export", target))
+    assert len(json.loads(target.read_text())["entries"]) == 1
+    assert "n=16" in ok(cli("show", "clidemo"))  # the store is untouched
+
+
 def test_import_says_which_entries_this_installation_will_never_look_up(cli, tmp_path):
     ok(cli("tune", "clidemo", "--shape", "2x8", "--shape", "4x8", "--device", "cpu"))
     pack = tmp_path / "winners.json"

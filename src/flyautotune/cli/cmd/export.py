@@ -16,6 +16,7 @@ def add_parser(sub) -> None:
 
 def run(args: argparse.Namespace) -> None:
     from ...store import dump_pack, write_atomic
+    from ...store.recovery import DB_LOCK_SUFFIX
 
     found = entries(args.adopter)
     parent = os.path.dirname(os.path.abspath(args.file))
@@ -25,8 +26,9 @@ def run(args: argparse.Namespace) -> None:
         raise UsageError(f"argument FILE: {safe(args.file)!r} is a folder; give a file to write, such as "
                          f"{safe(os.path.join(args.file, 'winners.json'))!r}")
     own = getattr(store(), "path", None)
-    if own is not None and os.path.realpath(args.file).startswith(os.path.realpath(own)):
-        # the store's file or one of its journals: the pack would replace the winners it holds
+    if own is not None and os.path.realpath(args.file) in {os.path.realpath(own) + suffix for suffix in
+                                                          ("", "-journal", "-wal", "-shm", DB_LOCK_SUFFIX)}:
+        # the store's file, one of SQLite's journals or the store's lock: the pack would replace what it holds
         raise UsageError(f"argument FILE: {safe(args.file)!r} is the store's own file ({safe(str(own))}); "
                          f"give a new file for the pack, such as 'winners.json'")
     try:
