@@ -118,3 +118,27 @@ def test_llvm_ignores_waves_per_eu_above_the_wave_slots(arch, slots, parse, mlir
     target = fat.Target("rocm", arch, 64 if arch.startswith("gfx9") else 32)
     with pytest.raises(ValueError, match=f"exceeds the {slots} wave slots per SIMD of {arch}"):
         lower(parse(mlir_text.module(mlir_text.rownorm("k", 64))), target, waves_per_eu=slots + 1)
+
+
+@pytest.mark.parametrize("arch", ["gfx942", "gfx950"])
+def test_a_minimum_below_what_the_kernels_workgroup_implies_is_refused(arch, parse, mlir_text):
+    # A 1024-thread workgroup is 16 waves: at least 4 on each of a CU's 4 SIMDs. LLVM ignores a lower
+    # minimum and builds the kernel of no hint, so those candidates would time one binary.
+    text = mlir_text.module(mlir_text.rownorm("k", 128, "known_block_size = array<i32: 1024, 1, 1>"))
+    target = fat.Target("rocm", arch, 64)
+
+    def isa(w):
+        module = parse(text)
+        if w:  # written directly, as the lowering would have before it refused
+            module = parse(text.replace("known_block_size", f'llvm.passthrough = [["amdgpu-waves-per-eu", "{w},{w}"]], '
+                                                             "known_block_size"))
+        return mlir_to_amdgcn(module, arch)
+
+    unhinted = isa(0)
+    assert isa(3) == unhinted != isa(4)
+    for value in (1, 3, (2, 8)):
+        with pytest.raises(ValueError, match=rf"compile hint 'waves_per_eu': {re.escape(repr(value))} on {arch}: "
+                                             r"kernel 'k' has workgroups of 1024 threads \(16 waves\).*"
+                                             r"accepted: 0 \(the kernel's own\) or a minimum of at least 4"):
+            lower(parse(text), target, waves_per_eu=value)
+    assert mlir_to_amdgcn(lower(parse(text), target, waves_per_eu=4), arch) == isa(4)

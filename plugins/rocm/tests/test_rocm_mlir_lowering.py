@@ -161,3 +161,22 @@ def test_a_kernel_op_passed_alone_is_refused(pm, gfx942, two_kernel_module):
 def test_a_false_hint_is_a_setting_the_mlir_module_cannot_take(pm, gfx942, two_kernel_module):
     with pytest.raises(ValueError, match=r"'enable_fp_fusion'=False cannot be applied to an MLIR module on ROCm"):
         lower(pm, two_kernel_module(), gfx942, waves_per_eu=2, enable_fp_fusion=False)
+
+
+@pytest.mark.parametrize("attrs, lowest", [
+    ("known_block_size = array<i32: 32, 8, 2>", 2),
+    ("rocdl.reqd_work_group_size = array<i32: 1024, 1, 1>", 4),
+    ("rocdl.max_flat_work_group_size = 768 : i32", 3),
+    ('rocdl.flat_work_group_size = "1,1024"', 4),
+    ('llvm.passthrough = ["nounwind", ["amdgpu-flat-work-group-size", "1,512"]]', 2),
+])
+def test_the_workgroup_size_in_the_ir_bounds_the_minimum(pm, gfx942, parse, mlir_text, attrs, lowest):
+    text = mlir_text.module(mlir_text.rownorm("small", 16), mlir_text.rownorm("big", 16, attrs))
+    module = parse(text)
+    with pytest.raises(ValueError, match=f"kernel 'big' .* a minimum of at least {lowest}"):
+        lower(pm, module, gfx942, waves_per_eu=lowest - 1)
+    assert str(module) == str(parse(text))  # refused before any kernel was changed
+    after = funcs(lower(pm, module, gfx942, waves_per_eu=(lowest, 8)))
+    assert after["big"][0]["amdgpu-waves-per-eu"] == after["small"][0]["amdgpu-waves-per-eu"] == f"{lowest},8"
+    # RDNA: what a workgroup puts on a SIMD depends on CU/WGP mode, so nothing is refused there.
+    lower(pm, parse(text), fat.Target("rocm", "gfx1100", 32), waves_per_eu=1)

@@ -10,11 +10,13 @@ overwrite the passthrough value, so it is removed when a hint is applied.
 from __future__ import annotations
 
 import importlib
+import re
 import sys
 from types import ModuleType
 from typing import Any, Iterator, Mapping, Optional
 
-from .hints import waves_per_eu_range
+from .arch import base_arch, warp_size
+from .hints import lowest_waves_per_eu, waves_per_eu_range
 
 PASSTHROUGH = "llvm.passthrough"
 ROCDL_WAVES_PER_EU = "rocdl.waves_per_eu"
@@ -154,12 +156,59 @@ def lower_waves_per_eu(module: Any, waves_per_eu: Any, arch: Optional[str] = Non
         kernels = list(kernel_funcs(module))
         if not kernels:
             raise ValueError(f"compile hint 'waves_per_eu'={waves_per_eu!r}: {_no_kernel(module)}")
+        if arch is not None:
+            for func_op in kernels:  # all checked before any is changed
+                _check_waves_against_workgroup(func_op, span, waves_per_eu, arch, ir)
         for func_op in kernels:
             set_passthrough(func_op, WAVES_PER_EU_KEY, value, ir)
             attrs = func_op.operation.attributes
             if ROCDL_WAVES_PER_EU in attrs:
                 del attrs[ROCDL_WAVES_PER_EU]
     return module
+
+
+def workgroup_threads(func_op: Any, ir: Optional[ModuleType] = None) -> Optional[int]:
+    """The most threads a workgroup of kernel ``func_op`` may have, as ROCDL lowering tells LLVM
+    (``amdgpu-flat-work-group-size``'s maximum), or None where the IR leaves lowering's default (256).
+
+    Read as lowering ranks them: ``known_block_size`` (or ``rocdl.reqd_work_group_size``), then
+    ``rocdl.max_flat_work_group_size``, ``rocdl.flat_work_group_size``, a ``llvm.passthrough`` entry.
+    """
+    ir = ir or binding_ir(func_op)
+    attrs = func_op.operation.attributes
+    for name in ("known_block_size", "rocdl.reqd_work_group_size"):
+        if name in attrs:  # array<i32: x, y, z>
+            threads = 1
+            for dim in re.findall(r"\d+", str(attrs[name]).split(":", 1)[-1]):
+                threads *= int(dim)
+            return threads
+    if "rocdl.max_flat_work_group_size" in attrs:  # 1024 : i32
+        return int(str(attrs["rocdl.max_flat_work_group_size"]).split(":", 1)[0])
+    flat = None
+    if "rocdl.flat_work_group_size" in attrs:
+        flat = _string_value(ir, attrs["rocdl.flat_work_group_size"])
+    elif PASSTHROUGH in attrs:
+        flat = passthrough(func_op).get("amdgpu-flat-work-group-size")
+    return int(flat.split(",")[-1]) if flat else None
+
+
+def _check_waves_against_workgroup(func_op: Any, span: tuple, value: Any, arch: str, ir: ModuleType) -> None:
+    """Refuse a minimum LLVM would ignore: a kernel's workgroup puts ``ceil(waves / 4)`` waves on each SIMD
+    of a gfx9 CU, and a lower ``amdgpu-waves-per-eu`` minimum builds the binary of no hint."""
+    threads = workgroup_threads(func_op, ir)
+    if threads is None:
+        return
+    waves = -(-threads // warp_size(arch))
+    lowest = lowest_waves_per_eu(waves, arch)
+    if lowest is None or span[0] >= lowest:
+        return
+    name = _string_value(ir, func_op.operation.attributes["sym_name"])
+    raise ValueError(
+        f"compile hint 'waves_per_eu': {value!r} on {base_arch(arch)}: kernel {name!r} has workgroups of "
+        f"{threads} threads ({waves} waves), which put at least {lowest} on each SIMD, so LLVM ignores a "
+        f"minimum below {lowest} and builds the kernel as without the hint; accepted: 0 (the kernel's own) or "
+        f"a minimum of at least {lowest}"
+    )
 
 
 def _no_kernel(module: Any) -> str:
