@@ -138,7 +138,7 @@ def test_a_minimum_below_what_the_kernels_workgroup_implies_is_refused(arch, par
     assert isa(3) == unhinted != isa(4)
     for value in (1, 3, (2, 8)):
         with pytest.raises(ValueError, match=rf"compile hint 'waves_per_eu': {re.escape(repr(value))} on {arch}: "
-                                             r"kernel 'k' has workgroups of 1024 threads \(16 waves\).*"
+                                             r"kernel 'k' has workgroups of 1024 threads, which put at least 4 waves on each SIMD.*"
                                              r"accepted: 0 \(the kernel's own\) or a minimum of at least 4"):
             lower(parse(text), target, waves_per_eu=value)
     assert mlir_to_amdgcn(lower(parse(text), target, waves_per_eu=4), arch) == isa(4)

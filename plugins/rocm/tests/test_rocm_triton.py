@@ -147,3 +147,26 @@ def test_waves_per_eu_below_what_num_warps_puts_on_a_simd_is_refused(pm, gfx942,
                              [fat.Config(BLOCK=16384, num_warps=16, waves_per_eu=w) for w in waves], arch="gfx942")
     shas = [r.binary_sha256 for r in reports]
     assert len(set(shas[:4])) == 1 and shas[4] != shas[0]
+
+
+def test_the_same_rule_holds_on_rdna_and_counts_two_simds_in_cu_mode(pm, monkeypatch):
+    # gfx10+: a workgroup processor (WGP mode, the default) has 4 SIMDs, a CU (wgp_cu_mode='cu') 2.
+    gfx1100 = fat.Target("rocm", "gfx1100", 32)
+    with pytest.raises(ValueError, match=r"'waves_per_eu': 1 with num_warps=8 on gfx1100: .* at least 2"):
+        pm.hook.flyautotune_validate_hints(hints={"num_warps": 8, "waves_per_eu": 1}, target=gfx1100)
+    with pytest.raises(ValueError, match=r"'waves_per_eu': 3 with num_warps=8 on gfx1100 in CU mode: .* at least 4"):
+        pm.hook.flyautotune_validate_hints(hints={"num_warps": 8, "waves_per_eu": 3, "wgp_cu_mode": "cu"},
+                                           target=gfx1100)
+    for hints in ({"num_warps": 8, "waves_per_eu": 2}, {"num_warps": 8, "waves_per_eu": 4, "wgp_cu_mode": "cu"}):
+        pm.hook.flyautotune_validate_hints(hints=hints, target=gfx1100)
+    # The evidence: with the check out of the way, those values build the binary of no hint.
+    import flyautotune_rocm.hints as rocm_hints
+
+    monkeypatch.setattr(rocm_hints, "_check_waves_against_warps", lambda hints, target: None)
+    for mode, waves in ((None, (0, 1, 2)), ("cu", (0, 3, 4))):
+        extra = {"wgp_cu_mode": mode} if mode else {}
+        reports = compile_report(row_rmsnorm, SIGNATURE, [fat.Config(BLOCK=16384, num_warps=8, waves_per_eu=w,
+                                                                     compile_hints=extra) for w in waves],
+                                 arch="gfx1100")
+        unhinted, ignored, honoured = (r.binary_sha256 for r in reports)
+        assert unhinted == ignored != honoured

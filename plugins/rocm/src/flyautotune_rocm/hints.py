@@ -137,19 +137,22 @@ def validate_rocm_hints(hints: Mapping[str, Any], target: Any) -> None:
     _check_waves_against_warps(hints, target)
 
 
-#: SIMDs (EUs) of a CU that share one workgroup's waves, as LLVM's AMDGPU backend counts them on gfx9.
+#: SIMDs (EUs) that share one workgroup's waves, as LLVM's AMDGPU backend counts them: the 4 of a gfx9 CU
+#: or of a gfx10+ workgroup processor (WGP mode, the default), the 2 of a gfx10+ CU in CU mode.
 EUS_PER_CU = 4
+EUS_PER_CU_MODE = 2
 
 
-def lowest_waves_per_eu(num_warps: int, arch: str) -> Optional[int]:
-    """The fewest waves per SIMD a workgroup of ``num_warps`` waves puts there: ``ceil(num_warps / 4)``
-    on gfx9 (CDNA/GCN), or None where that is not known (RDNA: it depends on CU/WGP mode).
+def lowest_waves_per_eu(num_warps: int, arch: str, cu_mode: bool = False) -> Optional[int]:
+    """The fewest waves per SIMD a workgroup of ``num_warps`` waves puts there: ``ceil(num_warps / 4)``,
+    or ``ceil(num_warps / 2)`` on gfx10+ in CU mode (``cu_mode``); None for no ``num_warps``.
 
     LLVM ignores an ``amdgpu-waves-per-eu`` whose minimum is below it, with only a warning.
     """
-    if not num_warps or _arch.gfx_major(arch) != 9:
+    if not num_warps:
         return None
-    return -(-num_warps // EUS_PER_CU)
+    eus = EUS_PER_CU_MODE if cu_mode and _arch.gfx_major(arch) >= 10 else EUS_PER_CU
+    return -(-num_warps // eus)
 
 
 def _check_waves_against_warps(hints: Mapping[str, Any], target: Any) -> None:
@@ -157,12 +160,14 @@ def _check_waves_against_warps(hints: Mapping[str, Any], target: Any) -> None:
     if isinstance(warps, bool) or not isinstance(warps, int):
         return
     span = waves_per_eu_range(hints.get("waves_per_eu"), target.arch)
-    lowest = lowest_waves_per_eu(warps, target.arch)
+    cu_mode = hints.get("wgp_cu_mode") == "cu"
+    lowest = lowest_waves_per_eu(warps, target.arch, cu_mode)
     if span is None or lowest is None or span[0] >= lowest:
         return
+    mode = " in CU mode" if cu_mode and _arch.gfx_major(target.arch) >= 10 else ""
     raise ValueError(
         f"compile hint 'waves_per_eu': {hints['waves_per_eu']!r} with num_warps={warps} on "
-        f"{_arch.base_arch(target.arch)}: a workgroup of {warps} waves puts at least {lowest} on each SIMD, so "
+        f"{_arch.base_arch(target.arch)}{mode}: a workgroup of {warps} waves puts at least {lowest} on each SIMD, so "
         f"LLVM ignores a minimum below {lowest} and builds the kernel as without the hint; accepted: 0 "
         f"(the kernel's own) or a minimum of at least {lowest}"
     )

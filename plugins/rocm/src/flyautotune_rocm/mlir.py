@@ -15,7 +15,7 @@ import sys
 from types import ModuleType
 from typing import Any, Iterator, Mapping, Optional
 
-from .arch import base_arch, warp_size
+from .arch import base_arch
 from .hints import lowest_waves_per_eu, waves_per_eu_range
 
 PASSTHROUGH = "llvm.passthrough"
@@ -193,21 +193,22 @@ def workgroup_threads(func_op: Any, ir: Optional[ModuleType] = None) -> Optional
 
 
 def _check_waves_against_workgroup(func_op: Any, span: tuple, value: Any, arch: str, ir: ModuleType) -> None:
-    """Refuse a minimum LLVM would ignore: a kernel's workgroup puts ``ceil(waves / 4)`` waves on each SIMD
-    of a gfx9 CU, and a lower ``amdgpu-waves-per-eu`` minimum builds the binary of no hint."""
+    """Refuse a minimum LLVM would ignore: a kernel's workgroup puts at least ``ceil(waves / 4)`` waves on each
+    SIMD, and a lower ``amdgpu-waves-per-eu`` minimum builds the binary of no hint."""
     threads = workgroup_threads(func_op, ir)
     if threads is None:
         return
-    waves = -(-threads // warp_size(arch))
-    lowest = lowest_waves_per_eu(waves, arch)
+    # Counted in waves of 64: exact on gfx9; on gfx10+ the wave size is picked later (rocdl-attach-target),
+    # and wave64 gives the lower bound, so only what LLVM ignores in either mode is refused.
+    lowest = lowest_waves_per_eu(-(-threads // 64), arch)
     if lowest is None or span[0] >= lowest:
         return
     name = _string_value(ir, func_op.operation.attributes["sym_name"])
     raise ValueError(
         f"compile hint 'waves_per_eu': {value!r} on {base_arch(arch)}: kernel {name!r} has workgroups of "
-        f"{threads} threads ({waves} waves), which put at least {lowest} on each SIMD, so LLVM ignores a "
-        f"minimum below {lowest} and builds the kernel as without the hint; accepted: 0 (the kernel's own) or "
-        f"a minimum of at least {lowest}"
+        f"{threads} threads, which put at least {lowest} waves on each SIMD, so LLVM ignores a minimum below "
+        f"{lowest} and builds the kernel as without the hint; accepted: 0 (the kernel's own) or a minimum of at "
+        f"least {lowest}"
     )
 
 
