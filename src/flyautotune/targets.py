@@ -66,10 +66,12 @@ def target_for(device: Any = None, pm: Any = None) -> Target:
 
 
 def backend_axes(target: Target, pm: Any = None) -> dict:
-    """Merged ``flyautotune_cache_key`` axes for ``target`` (cached per process)."""
+    """Merged ``flyautotune_cache_key`` axes for ``target`` (cached per process until a module is imported)."""
     pm = _pm(pm)
     per_pm = _axes_cache.setdefault(pm, {})
-    axes = per_pm.get(target)
+    # Axes may depend on what is imported (torch, FlyDSL): one imported later is keyed from then on.
+    cached = per_pm.get(target)
+    axes = cached[1] if cached is not None and cached[0] == len(sys.modules) else None
     if axes is None:
         axes, owners = {}, {}
         # Oldest first (the core's built-ins, then plugins in the order they registered): an axis keeps the
@@ -94,7 +96,7 @@ def backend_axes(target: Target, pm: Any = None) -> dict:
                     continue
                 axes.setdefault(name, v)
                 owners.setdefault(name, impl.plugin_name)
-        per_pm[target] = axes
+        per_pm[target] = (len(sys.modules), axes)  # after the hooks, which may import (triton)
     return dict(axes)
 
 

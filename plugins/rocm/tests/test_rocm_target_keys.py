@@ -137,3 +137,17 @@ def test_flydsl_is_keyed_only_where_it_is_imported(monkeypatch, gfx942):
     monkeypatch.setattr(keys, "dist_version", lambda name: "0.5.0" if name == "flydsl" else None)
     axes = keys.cache_key_axes(gfx942)
     assert axes["rocm.flydsl"] == "0.5.0" and axes["rocm.env"]["ARCH"] == "x86_64"
+
+
+def test_flydsl_imported_after_a_first_key_is_keyed_from_then_on(monkeypatch, pm, gfx942):
+    # A process that tunes a Triton kernel, then imports FlyDSL and tunes a FlyDSL kernel: the FlyDSL
+    # winner's key must carry FlyDSL's version, or it would be reused under another FlyDSL (another LLVM).
+    import sys
+
+    from flyautotune.targets import backend_axes
+
+    monkeypatch.delitem(sys.modules, "flydsl", raising=False)
+    monkeypatch.setattr(keys, "dist_version", lambda name: "0.5.0" if name == "flydsl" else None)
+    assert "rocm.flydsl" not in backend_axes(gfx942, pm)
+    monkeypatch.setitem(sys.modules, "flydsl", types.ModuleType("flydsl"))
+    assert backend_axes(gfx942, pm)["rocm.flydsl"] == "0.5.0"
