@@ -63,3 +63,31 @@ def test_hints_of_concurrent_callers_do_not_leak(pm, counting_bench):
     for t in threads:
         t.join()
     assert out == {1: "ok", 2: "ok", 4: "ok", 8: "ok"}
+
+
+def test_a_tuner_called_again_for_the_key_it_is_picking_says_so_instead_of_waiting_forever(pm):
+    """A ``check=`` that runs the tuned launch itself as the reference: the inner call of the key being
+    searched cannot get a config, and waiting for the search it runs in would never end."""
+    def check(result, x, n):
+        return bool(torch.equal(result, launch(x, n)))
+
+    @fat.autotune(configs=[fat.Config(B=1), fat.Config(B=2)], key=["n"], plugin_manager=pm, name="t_reenter",
+                  check=check, do_bench=lambda fn, setup=None: (fn(), 1.0)[1])
+    def launch(x, n, B=None):
+        return x * 2
+
+    got = []
+    worker = threading.Thread(target=lambda: got.append(_raised(launch, torch.ones(4), 4)), daemon=True)
+    worker.start()
+    worker.join(timeout=30)
+    assert not worker.is_alive(), "the search waited forever on its own key"
+    assert isinstance(got[0], fat.AutotuneError)
+    assert "check(...) raised RuntimeError: t_reenter: called again, with the same key, while it picks" in str(got[0])
+
+
+def _raised(fn, *args):
+    try:
+        fn(*args)
+    except Exception as exc:
+        return exc
+    return None

@@ -251,6 +251,7 @@ class Autotuner:
         if not callable(configs):
             self._space_fp = keys.canonical_json([c.to_dict() if c.pre_hook is None else repr(c) for c in configs])
         self._locks_guard = threading.Lock()
+        self._picking = threading.local()  # the memo keys this thread is picking a config for (a cold lookup)
         self._last = Last(None, None)
         self.search_count = 0
         self._fast_ok = not (self.sig.var_pos or self.sig.var_kw)
@@ -500,13 +501,23 @@ class Autotuner:
         if plan is not None and (not forced or (not force and _answered(plan))):
             self._last = plan.hit
             return plan
+        picking = self._picking.__dict__.setdefault("keys", set())
+        if mkey in picking:  # this thread holds the key's lock: waiting for it would never end
+            raise RuntimeError(f"{self.name}: called again, with the same key, while it picks that key's config in "
+                               f"this thread (from its launch, default=, configs=, check= or another callable of "
+                               f"the tuner during the search): there is no config for the key yet. Call the "
+                               f"undecorated function (or a reference implementation) there instead")
         with self._lock_for(mkey):
             plan = self._memo.get(mkey)
             if plan is not None and (not forced or (not force and _answered(plan))):
                 self._last = plan.hit
                 return plan
             target = target_for(call.device, self.pm)
-            selection = lookup.select_cold(self, call, target, snapshot, forced)
+            picking.add(mkey)
+            try:
+                selection = lookup.select_cold(self, call, target, snapshot, forced)
+            finally:
+                picking.discard(mkey)
             plan = Plan(selection.config, target, selection.source, snapshot, self._pm, selection.key, selection)
             plan.min_pos = _min_pos(self.sig, plan.kwargs)
             plan.agreed = agreed_token()  # inside fat.distributed every cold lookup is the group's collective
