@@ -149,6 +149,58 @@ def test_the_search_budget_stops_new_candidates_and_keeps_the_default(pm, monkey
         tuner(pm, "d_budget0", max_search_s=0)
 
 
+def test_candidates_the_budget_skips_are_reported_as_skipped(pm, monkeypatch, caplog):
+    """A progress display and the log say which candidates the budget left untimed; the display said
+    ``searched 3 candidates`` of a search that timed one."""
+    import io
+
+    import flyautotune.tuning.search as search_mod
+    from flyautotune.progress import Progress
+
+    clock = iter(range(0, 1000, 10))  # every perf_counter call advances 10 s
+    monkeypatch.setattr(search_mod.time, "perf_counter", lambda: float(next(clock)))
+    pm.register(FixedTimes({1: [1.0], 2: [0.5], 3: [0.4]}))
+    shown = io.StringIO()
+    progress = Progress("d_budget_shown", stream=shown, tty=False)
+    listener = fat.add_listener(progress)
+    try:
+        with caplog.at_level("INFO", logger="flyautotune"):
+            tuner(pm, "d_budget_shown", max_search_s=5).select(torch.zeros(2), 2, force=True)
+    finally:
+        fat.remove_listener(listener)
+    lines = shown.getvalue().splitlines()
+    assert [line.split(" (elapsed")[0] for line in lines[1:4]] == [
+        "d_budget_shown: candidate 1 of 3 [B=1] 1.0000 ms",
+        "d_budget_shown: candidate 2 of 3 [B=2] skipped: the search budget (max_search_s) ran out",
+        "d_budget_shown: candidate 3 of 3 [B=3] skipped: the search budget (max_search_s) ran out"]
+    assert lines[-1].startswith("d_budget_shown: searched 3 candidates in") and lines[-1].endswith(", 2 skipped")
+    assert "d_budget_shown: 2 of 3 candidates skipped: the search budget (max_search_s) ran out" in caplog.text
+
+
+def test_a_candidate_skipped_for_crashing_a_search_is_an_event(pm):
+    import os
+    import subprocess
+    import sys
+
+    from flyautotune.tuning import resume
+
+    pm.register(FixedTimes({1: [1.0], 2: [0.5], 3: [0.7]}))
+    launch = tuner(pm, "d_crash_event")
+    key = launch.select(torch.zeros(2), 2, force=True).key
+    gone = subprocess.Popen([sys.executable, "-c", "pass"])
+    gone.wait()
+    marker = resume.running_marker().replace(f"[pid {os.getpid()} ", f"[pid {gone.pid} ")
+    launch.store().put_timing("d_crash_event", key, {"config": fat.Config(B=2).to_dict(), "ms": None, "error": marker})
+    seen = []
+    listener = fat.add_listener(lambda e: seen.append(e) if e["event"] == "candidate" else None)
+    try:
+        sel = launch.select(torch.zeros(2), 2, force=True)
+    finally:
+        fat.remove_listener(listener)
+    assert [e["index"] for e in seen] == [1, 2, 3] and seen[1]["error"].startswith("skipped: it crashed")
+    assert sel.config == fat.Config(B=3)
+
+
 def test_a_config_listed_twice_is_one_candidate_timed_once(pm):
     # a generated grid that repeats the default (B=1) and B=2: each distinct config is timed once in the first
     # pass, in the order first listed (the default first), and has one row

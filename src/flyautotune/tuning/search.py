@@ -333,20 +333,22 @@ class Search:
     def first_pass(self) -> None:
         total = len(self.cands)
         best: Optional[float] = None
+        spent = 0
         for i, cand in enumerate(self.cands, 1):
+            prior = self._prior(cand)
+            record = False  # a candidate not started is reported (a progress display counts it), not recorded
             if i > 1 and self.over_budget():
                 cand.error = BUDGET_SPENT
-                continue
-            prior = self._prior(cand)
-            if self._cjson(cand) in self.crashed:
+                spent += 1
+            elif self._cjson(cand) in self.crashed:
                 cand.error = resume.skipped(self.t.name)
                 log.warning("%s: candidate %d/%d %s %s", self.t.name, i, total, cand.config, cand.error)
-                continue
-            twin = None if prior is not None else self.wait_compiled(cand)
-            if twin is not None:  # the same code as a candidate timed already
+            elif prior is None and (twin := self.wait_compiled(cand)) is not None:  # the same code, timed already
+                record = True
                 cand.error = f"skipped: {SAME_BUILD} {twin.config} (precompile named both builds alike)"
                 log.info("%s: candidate %d/%d %s %s", self.t.name, i, total, cand.config, cand.error)
             else:
+                record = True
                 try:
                     self._first_timing(cand, prior, best)
                     best = cand.ms if best is None else min(best, cand.ms)
@@ -356,12 +358,15 @@ class Search:
                     cand.error = str(exc) if isinstance(exc, _Rejected) else f"{type(exc).__name__}: {exc}"
                     cand.exc = exc
                     log.warning("%s: candidate %d/%d %s failed: %s", self.t.name, i, total, cand.config, cand.error)
-            if not cand.reused:
+            if record and not cand.reused:
                 self._record(cand)
             self._emit("candidate", index=i, total=total, config=config_repr(cand.config), ms=cand.ms,
                        error=cand.error, reused=cand.reused,
                        **({} if cand.measurement is None else {"spread": cand.noise(),
                                                                "method": cand.measurement.method}))
+        if spent:
+            log.info("%s: %d of %d candidates %s (max_search_s=%g)", self.t.name, spent, total, BUDGET_SPENT,
+                     self.t.max_search_s)
 
     def _first_timing(self, cand: Candidate, prior: Optional[float], best: Optional[float]) -> None:
         """``cand``'s first-pass sample: its stored time, or a timing (cut short past ``CUTOFF`` × ``best``)
