@@ -104,6 +104,9 @@ def test_bad_names_and_key_values_are_named(pm):
 
     with pytest.raises(TypeError, match="key argument n=.*Opaque without a value representation"):
         launch(torch.zeros(2), Opaque())
+    for unhashable, what in (({2, 3}, "set"), ([1, {2}], "set"), (bytearray(b"ab"), "bytearray")):
+        with pytest.raises(TypeError, match=f"u_keys: key argument n=.* holds a {what}, which is unhashable"):
+            launch(torch.zeros(2), unhashable)
     with pytest.raises(ValueError, match=r"Config: kwarg BLOCK=inf is not a finite number"):
         fat.Config(BLOCK=float("inf"))
 

@@ -126,6 +126,13 @@ def _check_key_value(name: str, kv: Any, original: Any, tuner: str) -> None:
             f"{tuner}: key argument {name}={original!r} is a {type(original).__name__} without a value "
             f"representation; key on an int, float, str, tensor (its shape) or a tuple of those"
         )
+    try:
+        hash(kv)
+    except TypeError:  # a set, a bytearray: the in-memory key cannot hold it
+        raise TypeError(
+            f"{tuner}: key argument {name}={original!r} holds a {type(kv).__name__}, which is unhashable; key on "
+            f"an int, float, str, tensor (its shape) or a tuple of those"
+        ) from None
 
 
 def memo_key(sig_name: str, key_names: tuple, call: Call, snapshot: tuple) -> tuple:
