@@ -416,6 +416,7 @@ class Search:
                     cand.samples.append(cand.measurement.ms)
                 except Exception as exc:  # flaky on a re-run: it cannot be trusted to win
                     cand.error = f"failed when re-timed: {type(exc).__name__}: {exc}"
+                    log.warning("%s: finalist %s %s", self.t.name, cand.config, cand.error)
                     cand.samples.clear()
                     finalists = [c for c in finalists if c is not cand]
             if self.default not in finalists or len(finalists) < 2:
@@ -603,11 +604,7 @@ class Search:
                     if cand.samples or self._share_timing(cand) is not None:  # timed here already, or now
                         finalists.append(cand)
                 if self.default in finalists and len(finalists) >= 2:
-                    standing = self.retime(finalists)
-                    for cand in finalists:
-                        if cand not in standing:  # alone, its row says so; here only this rank's log does
-                            log.warning("%s: finalist %s %s", self.t.name, cand.config, cand.error)
-                    finalists = standing
+                    finalists = self.retime(finalists)
         finally:
             self._finish()
         d = self.cands[indices[0]] if indices else None
