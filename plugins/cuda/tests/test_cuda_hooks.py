@@ -63,6 +63,20 @@ def test_hints_nvidia_cannot_honour_fail_naming_the_value(pm, hints, words):
     assert "sm_90" in str(err.value)
 
 
+@pytest.mark.parametrize("arch", ["sm_80", "sm_86", "sm_89"])
+def test_clusters_are_refused_before_hopper(pm, arch):
+    """Triton refuses num_ctas > 1 below sm_90 only when each candidate compiles: refuse it up front."""
+    with pytest.raises(ValueError) as err:
+        pm.hook.flyautotune_validate_hints(hints={"num_ctas": 2}, target=fat.Target("cuda", arch, 32))
+    assert all(w in str(err.value) for w in ("num_ctas=2", arch, "sm_90", "accepted"))
+    pm.hook.flyautotune_validate_hints(hints={"num_ctas": 1}, target=fat.Target("cuda", arch, 32))
+
+
+@pytest.mark.parametrize("arch", ["sm_90", "sm_100", "sm_120"])
+def test_clusters_pass_on_hopper_and_later(pm, arch):
+    pm.hook.flyautotune_validate_hints(hints={"num_ctas": 4}, target=fat.Target("cuda", arch, 32))
+
+
 def test_a_non_int_value_is_a_type_error(pm):
     with pytest.raises(TypeError, match="maxnreg='64'"):
         pm.hook.flyautotune_validate_hints(hints={"maxnreg": "64"}, target=SM90)

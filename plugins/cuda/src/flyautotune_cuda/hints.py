@@ -7,7 +7,8 @@ this backend accepts. ``0`` keeps the kernel's own setting (nothing is passed).
 
 from __future__ import annotations
 
-from typing import Any, Mapping
+import re
+from typing import Any, Mapping, Optional
 
 #: Registers a thread can address on sm_50 and later; ptxas ignores a larger ``.maxnreg``.
 MAXNREG_MAX = 255
@@ -19,6 +20,8 @@ REGISTER_FILE = 65536
 MAX_WARPS = 32
 #: Thread-block cluster size Triton accepts through ``num_ctas`` (Hopper and later).
 MAX_CTAS = 16
+#: The first compute capability with thread-block clusters: Triton refuses ``num_ctas > 1`` below it.
+CLUSTER_MIN_CAPABILITY = 90
 
 #: Hint name -> Triton compile-option name.
 TRITON_OPTIONS = {
@@ -38,6 +41,11 @@ _ROCM_ONLY = {
 
 def _is_pow2(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
+
+
+def _capability(arch: str) -> Optional[int]:
+    m = re.fullmatch(r"sm_(\d+)[a-z]?", arch)
+    return int(m.group(1)) if m else None
 
 
 def _int_hint(name: str, value: Any) -> int:
@@ -82,6 +90,11 @@ def check_hints(hints: Mapping[str, Any], arch: str = "") -> None:
         if name == "num_ctas" and (not _is_pow2(v) or v > MAX_CTAS):
             raise ValueError(
                 f"cuda: compile hint num_ctas={v!r}{where} must be a power of two from 1 to {MAX_CTAS}"
+            )
+        if name == "num_ctas" and v > 1 and (_capability(arch) or CLUSTER_MIN_CAPABILITY) < CLUSTER_MIN_CAPABILITY:
+            raise ValueError(
+                f"cuda: compile hint num_ctas={v!r}{where} needs thread-block clusters (sm_90 and later); "
+                f"accepted on {arch}: 1 (or 0 to keep the kernel's own setting)"
             )
     warps = hints.get("num_warps") or 0
     nreg = hints.get("maxnreg") or 0
