@@ -144,6 +144,16 @@ def test_env_changes_change_the_key(monkeypatch):
     assert hooks.flyautotune_cache_key(target=SM90)["cuda.env"] != before
 
 
+@pytest.mark.parametrize("name", ["DISABLE_PTXAS_OPT", "DISABLE_LLVM_OPT", "DISABLE_MMA_V3", "DISABLE_MMA_V5"])
+def test_triton_codegen_switches_without_a_prefix_change_the_key(monkeypatch, name):
+    """DISABLE_PTXAS_OPT=1 builds another cubin (ptxas -O0): a winner timed so must not serve a normal run."""
+    monkeypatch.delenv(name, raising=False)
+    before = hooks.flyautotune_cache_key(target=SM90)
+    monkeypatch.setenv(name, "1")
+    after = hooks.flyautotune_cache_key(target=SM90)
+    assert f"{name}=1" in after["cuda.env"] and after != before
+
+
 def test_cache_key_merges_into_the_core_axes(pm):
     from flyautotune.targets import backend_axes, clear as clear_caches
 

@@ -24,6 +24,9 @@ _ENV_IGNORED = frozenset({
     "TRITON_CACHE_DIR", "TRITON_HOME", "TRITON_DUMP_DIR", "TRITON_OVERRIDE_DIR", "TRITON_PRINT_AUTOTUNING",
     "TRITON_INTERPRET", "CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER", "CUDA_HOME", "CUDA_PATH",
 })
+#: Variables without those prefixes that Triton's NVIDIA backend reads and that change the binary (Triton
+#: keys its own cache on them): ptxas at -O0, LLVM's optimizer off, Hopper/Blackwell MMA paths off.
+_ENV_NAMES = frozenset({"DISABLE_PTXAS_OPT", "DISABLE_LLVM_OPT", "DISABLE_MMA_V3", "DISABLE_MMA_V5"})
 
 
 def _torch():
@@ -117,11 +120,12 @@ def triton_fingerprint() -> Optional[dict]:
 
 
 def relevant_env(environ: Optional[Mapping[str, str]] = None) -> list:
-    """``NAME=value`` for TRITON_* / CUDA_* / PTXAS_* variables that can change codegen, sorted."""
+    """``NAME=value`` for TRITON_* / CUDA_* / PTXAS_* variables and the Triton switches in
+    :data:`_ENV_NAMES` that can change codegen, sorted."""
     environ = os.environ if environ is None else environ
     return sorted(
         f"{k}={v}" for k, v in environ.items()
-        if k.startswith(("TRITON_", "CUDA_", "PTXAS_")) and k not in _ENV_IGNORED
+        if (k.startswith(("TRITON_", "CUDA_", "PTXAS_")) and k not in _ENV_IGNORED) or k in _ENV_NAMES
     )
 
 
