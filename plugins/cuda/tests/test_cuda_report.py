@@ -39,3 +39,10 @@ def test_cuda_occupancy_follows_the_occupancy_calculator():
     # more shared memory than one block may have: nothing runs
     assert cuda_occupancy(h100, 32, 240 * 1024, 4) == (0, "shared")
     assert cuda_occupancy(CUDA_TARGETS["sm_86"], 32, 0, 1) == (16, "blocks")
+
+
+@pytest.mark.parametrize("registers,num_warps,warps", [(192, 1, 8), (192, 2, 8), (192, 4, 8), (80, 1, 24), (80, 2, 24)])
+def test_registers_are_shared_out_per_sub_partition(registers, num_warps, warps):
+    """cuda_occupancy.h: each of the 4 schedulers holds 16384 registers and a warp's registers lie in one, so
+    192 registers (6144 a warp) fit 2 warps a quarter, 8 an SM, however few warps a block has."""
+    assert cuda_occupancy(CUDA_TARGETS["sm_90"], registers, 0, num_warps) == (warps, "registers")

@@ -33,6 +33,7 @@ class SmLimits:
     registers: int = 65536
     reserved_shared: int = 1024  # the driver keeps 1 KiB per block on sm_80+
     register_unit: int = 256  # registers are allocated per warp in units of 256
+    sub_partitions: int = 4  # the register file is split among the SM's schedulers; a warp lives in one
 
 
 CUDA_TARGETS = {
@@ -161,7 +162,7 @@ def cuda_occupancy(limits: SmLimits, registers: int, shared: int, num_warps: int
     by = {
         "warps": limits.max_warps // num_warps,
         "blocks": limits.max_blocks,
-        "registers": (limits.registers // per_warp) // num_warps,
+        "registers": (limits.registers // limits.sub_partitions // per_warp) * limits.sub_partitions // num_warps,
     }
     if shared:
         need = shared + limits.reserved_shared
