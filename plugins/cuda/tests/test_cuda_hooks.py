@@ -54,6 +54,8 @@ def test_hints_nvidia_honours_pass(pm, hints):
     ({"kpack": 2}, ["kpack=2", "AMD"]),
     ({"unroll_factor": 4}, ["unknown compile hint unroll_factor=4", "maxnreg", "num_warps"]),
     ({"num_ctas": 3}, ["num_ctas=3"]),
+    ({"num_stages": 17}, ["num_stages=17", "1..16"]),
+    ({"num_stages": -1}, ["num_stages=-1", "1..16"]),
 ])
 def test_hints_nvidia_cannot_honour_fail_naming_the_value(pm, hints, words):
     with pytest.raises(ValueError) as err:

@@ -85,7 +85,7 @@ def check_hints(hints: Mapping[str, Any], arch: str = "") -> None:
                 f"cuda: compile hint maxnreg={v!r}{where} is outside what ptxas honours "
                 f"(it silently clamps to {MAXNREG_MIN}..{MAXNREG_MAX}): accepted {MAXNREG_MIN}..{MAXNREG_MAX}"
             )
-        if name == "num_stages" and v > 16:
+        if name == "num_stages" and not 1 <= v <= 16:
             raise ValueError(f"cuda: compile hint num_stages={v!r}{where}: accepted 1..16 (0 keeps the default)")
         if name == "num_ctas" and (not _is_pow2(v) or v > MAX_CTAS):
             raise ValueError(
