@@ -10,7 +10,7 @@ from __future__ import annotations
 import re
 from typing import Any, Mapping, Optional
 
-#: Registers a thread can address on sm_50 and later; ptxas ignores a larger ``.maxnreg``.
+#: Registers a thread can address on sm_50 and later; ptxas treats a larger ``.maxnreg`` as this.
 MAXNREG_MAX = 255
 #: ptxas raises a smaller ``.maxnreg`` to 24 without a word (seen with the sm_90 ptxas).
 MAXNREG_MIN = 24
