@@ -156,6 +156,19 @@ def test_triton_codegen_switches_without_a_prefix_change_the_key(monkeypatch, na
     assert f"{name}=1" in after["cuda.env"] and after != before
 
 
+@pytest.mark.parametrize("value", ["1", "true"])
+def test_a_run_under_triton_s_interpreter_is_keyed_apart_from_a_gpu_run(monkeypatch, value):
+    """TRITON_INTERPRET=1 on a GPU machine runs CUDA tensors through the host: its timings say nothing of the GPU,
+    so its winners must not serve a compiled run. Off (unset or 0) is one key, so nothing tuned is lost."""
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    unset = hooks.flyautotune_cache_key(target=SM90)
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    assert hooks.flyautotune_cache_key(target=SM90) == unset
+    monkeypatch.setenv("TRITON_INTERPRET", value)
+    interpreted = hooks.flyautotune_cache_key(target=SM90)
+    assert interpreted["cuda.interpreter"] is True and "cuda.interpreter" not in unset
+
+
 def test_cache_key_merges_into_the_core_axes(pm):
     from flyautotune.targets import backend_axes, clear as clear_caches
 

@@ -81,6 +81,16 @@ def test_cache_key_changes_with_codegen_env_and_hip(monkeypatch, gfx942):
     assert keys.cache_key_axes(gfx942)["rocm.hip"] == "6.4.43482"
 
 
+def test_a_run_under_triton_s_interpreter_is_keyed_apart_from_a_gpu_run(monkeypatch, gfx942):
+    monkeypatch.delenv("TRITON_INTERPRET", raising=False)
+    unset = keys.cache_key_axes(gfx942)
+    monkeypatch.setenv("TRITON_INTERPRET", "0")
+    assert keys.cache_key_axes(gfx942) == unset
+    monkeypatch.setenv("TRITON_INTERPRET", "1")
+    interpreted = keys.cache_key_axes(gfx942)
+    assert interpreted["rocm.interpreter"] is True and "rocm.interpreter" not in unset
+
+
 def test_every_triton_amdgcn_flydsl_variable_is_keyed(monkeypatch, gfx942):
     for name in list(keys.relevant_env()):
         monkeypatch.delenv(name, raising=False)

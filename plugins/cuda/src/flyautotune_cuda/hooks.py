@@ -12,6 +12,7 @@ import sys
 from typing import Any, Mapping, Optional
 
 from flyautotune import Target, hookimpl, timing
+from flyautotune.devices import triton_interprets
 from flyautotune.keys import triton_compiler_key
 
 from .hints import check_hints, triton_options
@@ -158,6 +159,8 @@ def flyautotune_cache_key(target: Target) -> Optional[dict]:
     if triton is not None:
         axes["cuda.triton"] = triton
     axes["cuda.env"] = relevant_env()
+    if triton_interprets():  # timed on the host through Triton's interpreter: no GPU run's winner
+        axes["cuda.interpreter"] = True
     return axes
 
 

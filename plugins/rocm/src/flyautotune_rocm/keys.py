@@ -7,6 +7,7 @@ import os
 import sys
 from typing import Any, Mapping, Optional
 
+from flyautotune.devices import triton_interprets
 from flyautotune.keys import triton_compiler_key
 
 #: Prefixes of the environment variables keyed when set: every Triton variable (as the CUDA plugin
@@ -102,4 +103,6 @@ def cache_key_axes(target: Any, environ: Optional[Mapping[str, str]] = None) -> 
     if flydsl:
         axes["rocm.flydsl"] = dist_version("flydsl")
     axes["rocm.env"] = relevant_env(environ, flydsl)
+    if triton_interprets():  # timed on the host through Triton's interpreter: no GPU run's winner
+        axes["rocm.interpreter"] = True
     return axes
