@@ -331,3 +331,22 @@ def test_a_lowering_that_returns_no_option_dict_for_ir_none_is_named():
             fat.lower_compile_hints(target=fat.target_for("cpu", pm), hints={"num_warps": 4})
     finally:
         fat.plugins.set_plugin_manager(old)
+
+
+def test_hints_no_plugin_lowers_for_a_gpu_target_are_said_once(caplog):
+    """A GPU target whose backend plugin is missing (or an IR it does not know) would drop the hints without a
+    word: a warning names them, what they were for, and the plugins there are; once per kind of call."""
+    pm = fat.build_plugin_manager(entry_points=False, plugins=[])
+    old = fat.plugins.set_plugin_manager(pm)
+    gpu = fat.Target("cuda", "sm_90", 32)
+    try:
+        with caplog.at_level("WARNING", logger="flyautotune"):
+            text = "module { gpu.module @k {} }"
+            assert fat.lower_compile_hints(text, target=gpu, hints={"num_warps": 8}) is text
+            assert fat.lower_compile_hints(text, target=gpu, hints={"num_warps": 8}) is text
+            assert fat.lower_compile_hints(target=fat.target_for("cpu", pm), hints={"num_warps": 8}) == {}
+        said = [r.getMessage() for r in caplog.records if "no plugin lowered" in r.getMessage()]
+        assert len(said) == 1
+        assert "num_warps=8 onto a builtins.str for" in said[0] and "flyautotune-cuda" in said[0]
+    finally:
+        fat.plugins.set_plugin_manager(old)

@@ -197,7 +197,8 @@ def lower_compile_hints(ir: Any = None, target: Optional[Target] = None, hints: 
     :param target: defaults to the target of the tuned launch running now.
     :param hints: defaults to ``current_hints()`` (the effective snapshot).
     :returns: the backend's result; ``ir`` unchanged, or ``{}`` when ``ir`` is
-        None, if no backend lowers anything.
+        None, if no backend lowers anything (for a GPU target given hints, a
+        warning says so, once per kind of call: the hints have no effect).
     """
     from .plugins import plugin_manager
 
@@ -216,6 +217,8 @@ def lower_compile_hints(ir: Any = None, target: Optional[Target] = None, hints: 
     pm = (launch[1] if launch else None) or plugin_manager()
     result = pm.hook.flyautotune_lower_compile_hints(ir=ir, hints=snapshot, target=target)
     if result is None:
+        if snapshot and target.backend != "cpu":
+            _unlowered(target, ir, snapshot, pm)
         return {} if ir is None else ir
     if ir is None and not isinstance(result, Mapping):
         owners = [impl.plugin_name for impl in pm.hook.flyautotune_lower_compile_hints.get_hookimpls()]
@@ -223,3 +226,26 @@ def lower_compile_hints(ir: Any = None, target: Optional[Target] = None, hints: 
                         f"{target} with ir=None; expected a dict of compile options (plugins implementing it: "
                         f"{', '.join(owners)})")
     return result
+
+
+#: (backend, what was lowered, hint names) already warned about: once each per process.
+_unlowered_said: set = set()
+
+
+def _unlowered(target: Target, ir: Any, snapshot: Mapping, pm: Any) -> None:
+    """Warn, once per kind of object and hint names, that no backend lowered hints for a GPU target: without
+    the backend's plugin, or for an IR it does not know (MLIR as text, say), they would have no effect."""
+    what = "compile options (ir=None)" if ir is None else f"a {type(ir).__module__}.{type(ir).__qualname__}"
+    said = (target.backend, what, tuple(sorted(snapshot)))
+    if said in _unlowered_said:
+        return
+    _unlowered_said.add(said)
+    owners = [impl.plugin_name for impl in pm.hook.flyautotune_lower_compile_hints.get_hookimpls()]
+    import logging
+
+    logging.getLogger("flyautotune").warning(
+        "lower_compile_hints: no plugin lowered %s onto %s for %s, so they have no effect; plugins implementing "
+        "the hook: %s. Install the backend's plugin (flyautotune-%s), or give it an IR it lowers (an MLIR "
+        "module object, a Triton kernel, or ir=None for Triton's compile options)",
+        ", ".join(f"{k}={v!r}" for k, v in sorted(snapshot.items())), what, target,
+        ", ".join(owners) or "none", target.backend)
