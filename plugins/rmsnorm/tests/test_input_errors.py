@@ -64,6 +64,42 @@ def test_distinct_rows_with_gaps_are_still_accepted(entry):
     check_against_reference(entry(x, w, out=out), x, w, "out with a row stride of 80")
 
 
+# -- out= sharing memory with x or the weight ---------------------------------------------------------
+
+
+@pytest.mark.parametrize("offset", [64, -64, 32, 1], ids=["next-row", "previous-row", "half-row", "one-element"])
+def test_out_partially_overlapping_x_is_refused(entry, offset):
+    buf = torch.randn(6 * 64)
+    x = buf[128:128 + 3 * 64].view(3, 64)  # programs run in any order: one would read a row another wrote
+    before = buf.clone()
+    out = buf[128 + offset:128 + offset + 3 * 64].view(3, 64)
+    shift = re.escape(f"{offset * 4:+d}")
+    with pytest.raises(ValueError, match=rf"out \(shape \(3, 64\), strides \(64, 1\), {shift} bytes from "
+                                         r"x's first element\) partially overlaps x \(row stride 64\).*accepted: "
+                                         r"out=x itself \(in place\) or an out sharing no element with x"):
+        entry(x, torch.ones(64), out=out)
+    assert torch.equal(buf, before)  # refused before anything was written
+
+
+def test_out_overlapping_the_weight_is_refused(entry):
+    buf = torch.rand(4, 64) + 0.5
+    x, w, out = torch.randn(3, 64), buf[3], buf[1:]  # the weight is out's last row
+    with pytest.raises(ValueError, match=r"out \(shape \(3, 64\), strides \(64, 1\)\) shares memory with weight.*"
+                                         r"pass an out that does not overlap weight"):
+        entry(x, w, out=out)
+    with pytest.raises(ValueError, match=r"shares memory with weight"):
+        entry(x, x[1], out=x)  # in place, normalized by one of its own rows
+
+
+def test_out_interleaved_with_x_without_sharing_an_element_is_accepted(entry):
+    buf = torch.randn(3, 128)
+    x, out = buf[:, :64], buf[:, 64:]  # two column blocks of one buffer
+    x0, w = x.clone(), torch.rand(64) + 0.5
+    assert entry(x, w, out=out) is out
+    check_against_reference(out, x0, w, "out interleaved with x")
+    assert torch.equal(x, x0)
+
+
 # -- autograd: the kernel has no backward ------------------------------------------------------------
 
 

@@ -89,12 +89,12 @@ def _check(x: Any, weight: Any, eps: Any, out: Any) -> tuple:
         if out is None:
             y = _empty_like(x)  # x is contiguous: so is y, rows N apart
             return x, weight, y, M, N, N, N, ds, y, eps
-        return x, weight, out, M, N, N, _check_out(x, out, shape, N, M), ds, out, eps
+        return x, weight, out, M, N, N, _check_out(x, out, shape, N, M, N, weight), ds, out, eps
     x2, M, sx = _strided_rows(x, shape, N)
     if out is None:
         y = x.new_empty(shape)
         return x2, weight, y, M, N, sx, N, ds, y, eps
-    return x2, weight, out, M, N, sx, _check_out(x, out, shape, N, M), ds, out, eps
+    return x2, weight, out, M, N, sx, _check_out(x2, out, shape, N, M, sx, weight), ds, out, eps
 
 
 def _strided_rows(x: Any, shape: Any, N: int) -> tuple:
@@ -173,8 +173,8 @@ def _check_stream(stream: Any, x: Any) -> None:
         raise ValueError(f"rmsnorm: stream={stream!r} is a stream of {stream.device}, but x is on {x.device}")
 
 
-def _check_out(x: Any, out: Any, shape: Any, N: int, M: int) -> int:
-    """Validate ``out=``; returns its row stride."""
+def _check_out(x: Any, out: Any, shape: Any, N: int, M: int, sx: int, weight: Any) -> int:
+    """Validate ``out=`` (``x`` the rows the kernel reads, ``sx`` their stride); returns its row stride."""
     if not isinstance(out, torch.Tensor):
         raise TypeError(f"rmsnorm: out must be a torch.Tensor or None, got {type(out).__name__}")
     if out.shape != shape:
@@ -197,7 +197,34 @@ def _check_out(x: Any, out: Any, shape: Any, N: int, M: int) -> int:
         raise ValueError(f"rmsnorm: out with shape {tuple(out.shape)} and strides {out.stride()} has overlapping "
                          f"rows (row stride {sy} < N={N}; an expanded tensor's is 0), so every row would land in "
                          f"the same memory; pass a tensor with distinct rows (e.g. torch.empty_like(x))")
+    if M and N:
+        _check_overlap(x, out, M, N, sx, sy, weight)
     return sy
+
+
+def _check_overlap(x: Any, out: Any, M: int, N: int, sx: int, sy: int, weight: Any) -> None:
+    """Refuse an ``out`` that shares memory with ``weight``, or with ``x`` other than as ``x`` itself: programs
+    run in any order, so one would read what another already wrote."""
+    xs, os_ = x.data_ptr(), out.data_ptr()
+    if not os_:
+        return  # no data (meta tensors): the launch refuses the device by name
+    elem = x.element_size()
+    xe, oe = xs + ((M - 1) * sx + N) * elem, os_ + ((M - 1) * sy + N) * elem
+    ws = weight.data_ptr()
+    if ws < oe and os_ < ws + N * weight.element_size():
+        raise ValueError(f"rmsnorm: out (shape {tuple(out.shape)}, strides {out.stride()}) shares memory with "
+                         f"weight, which every row reads while others are written; pass an out that does not "
+                         f"overlap weight (e.g. weight.clone())")
+    if xs >= oe or os_ >= xe or (xs == os_ and sx == sy):
+        return  # disjoint, or x itself (in place)
+    if sx == sy:  # rows of one stride that interleave without touching (e.g. two column blocks of one buffer)
+        gap = (os_ - xs) % (sx * elem)
+        if N * elem <= gap <= (sx - N) * elem:
+            return
+    raise ValueError(f"rmsnorm: out (shape {tuple(out.shape)}, strides {out.stride()}, {os_ - xs:+d} bytes from "
+                     f"x's first element) partially overlaps x (row stride {sx}), so rows would be read after "
+                     f"being overwritten; accepted: out=x itself (in place) or an out sharing no element with x "
+                     f"(e.g. torch.empty_like(x), or x.clone() as the input)")
 
 
 # -- launching -------------------------------------------------------------------
