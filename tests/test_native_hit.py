@@ -340,6 +340,35 @@ def test_a_tuner_the_c_path_refuses_keeps_the_python_one(monkeypatch, pm, counti
     assert callable(type(launch).__dict__["__call__"]) and launch.last_source == "memory"
 
 
+@needs_c
+@pytest.mark.parametrize("version", [None, fastpath.HIT_VERSION - 1])
+def test_a_build_of_other_source_is_not_used(monkeypatch, pm, counting_bench, caplog, version):
+    """An editable install keeps its first build of ``_hit.c`` across source updates: such a build, whose
+    checks and key may not be this source's, leaves the hits to the Python path, and says why."""
+    import types
+
+    import flyautotune.tuning
+
+    stale = types.ModuleType("flyautotune.tuning._hit")
+    stale.HitPath = HitPath
+    if version is not None:
+        stale.VERSION = version
+    monkeypatch.setitem(sys.modules, "flyautotune.tuning._hit", stale)
+    monkeypatch.setattr(flyautotune.tuning, "_hit", stale)
+    monkeypatch.setattr(fastpath, "_native", None)
+    assert fastpath.native_type() is None
+    assert "built from other source" in caplog.text and "built from other source" in fastpath.hit_path()[1]
+
+    @fat.autotune(configs=[fat.Config(B=1)], key=["n"], do_bench=counting_bench(), plugin_manager=pm,
+                  name="t_native_stale")
+    def launch(x, n, B=None):
+        return B
+
+    x = torch.zeros(4)
+    assert launch(x, 4) == launch(x, 4) == launch(x, 4) == 1
+    assert not isinstance(type(launch).__dict__["__call__"], HitPath) and launch.last_source == "memory"
+
+
 @pytest.mark.skipif(not os.environ.get("CI"), reason="only CI promises a C compiler at install")
 def test_ci_installs_build_the_c_hit_path():
     assert HitPath is not None

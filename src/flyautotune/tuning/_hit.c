@@ -16,6 +16,8 @@
  * generated ``launch_rest``.
  *
  * It builds against CPython 3.10+ (the core's floor); where it cannot be built, the Python path serves.
+ * The module's VERSION must equal fastpath.HIT_VERSION (raise both with every change here): a build of
+ * other source is not used.
  */
 #define PY_SSIZE_T_CLEAN
 #include <Python.h>
@@ -537,7 +539,8 @@ PyInit__hit(void)
     m = PyModule_Create(&hit_module);
     if (m == NULL)
         return NULL;
-    if (PyModule_AddObject(m, "HitPath", Py_NewRef((PyObject *)&HitPathType)) < 0) {
+    if (PyModule_AddObject(m, "HitPath", Py_NewRef((PyObject *)&HitPathType)) < 0
+            || PyModule_AddIntConstant(m, "VERSION", 1) < 0) {
         Py_DECREF(m);
         return NULL;
     }

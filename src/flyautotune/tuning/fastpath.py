@@ -424,6 +424,8 @@ def call(tuner{params}, *rest, **kwargs):
 
 
 _native: Any = None
+#: ``_hit.VERSION`` of the C source this module works with (raised with every change to ``_hit.c``).
+HIT_VERSION = 1
 
 
 def native_type() -> Optional[type]:
@@ -435,10 +437,16 @@ def native_type() -> Optional[type]:
         _native = False
         if not _native_off():
             try:
-                from ._hit import HitPath
-                _native = HitPath
+                from . import _hit
             except ImportError:
                 log.debug("flyautotune: the C hit path is not built; the Python one serves")
+            else:  # a build of other source (an editable install not rebuilt since) would key hits its way
+                if getattr(_hit, "VERSION", None) == HIT_VERSION:
+                    _native = _hit.HitPath
+                else:
+                    log.warning("flyautotune: the C hit path %s was built from other source (version %s, not "
+                                "%s); the Python one serves (reinstall flyautotune to rebuild it)",
+                                getattr(_hit, "__file__", "?"), getattr(_hit, "VERSION", None), HIT_VERSION)
     return _native or None
 
 
@@ -454,6 +462,9 @@ def hit_path() -> tuple:
         return "c", "flyautotune.tuning._hit"
     if _native_off():
         return "python", "FLYAUTOTUNE_NATIVE_HIT turns the C one off"
+    if __package__ + "._hit" in sys.modules:
+        return "python", ("the C extension flyautotune.tuning._hit was built from other source (reinstall "
+                          "flyautotune to rebuild it)")
     return "python", ("the C extension flyautotune.tuning._hit is not built (reinstall flyautotune where a C "
                       "compiler and the Python headers are found)")
 
