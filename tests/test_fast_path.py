@@ -401,3 +401,21 @@ def test_a_check_made_for_repeated_tensors_wants_the_same_repeats(monkeypatch):
     c = torch.zeros(2)
     assert check(c, b, c) and not check(c, b, a) and not check(c, c, c) and not check(c, b)
     assert not check(c.double(), b, c.double())
+
+
+@pytest.mark.parametrize("values", [(1, True, 1.0), (0.0, False, 0), ((1, 2), (1.0, 2), (True, 2), ((1,), 2))],
+                         ids=["one", "zero", "tuples"])
+def test_equal_key_values_of_other_types_keep_their_own_winners(pm, values):
+    """1, True and 1.0 are equal in a dict, but the stored key tells them apart (1, true, 1.0): each call
+    runs its own value's winner, whichever came first, on every path."""
+    pick = {repr(v): b for b, v in enumerate(values, 1)}
+
+    @fat.autotune(configs=[fat.Config(B=b) for b in pick.values()], key=["n"], plugin_manager=pm,
+                  name="t_fast_typed_key", default=lambda x, n, **_: fat.Config(B=pick[repr(n)]))
+    def launch(x, n, B=None):
+        return B
+
+    x = torch.zeros(4)
+    got = [[launch(x, v) for v in values] for _ in range(3)]
+    assert got == [list(pick.values())] * 3
+    assert [launch.resolve_config(x, v).kwargs["B"] for v in values] == list(pick.values())

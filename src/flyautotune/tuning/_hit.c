@@ -3,7 +3,8 @@
  *
  * A HitPath is the ``__call__`` of one tuner's own class. A call with exactly the arity it was made for
  * and no keywords checks, in order: the non-tensor arguments' exact types, the environment's size, the
- * open compile_hints block; builds the short key ``(arity, hint key, key values...)``; looks it up in the
+ * open compile_hints block; builds the short key ``(arity, hint key, key values...)`` (a tuple key value
+ * only of ints and strs: see fastpath.plain); looks it up in the
  * tuner's memo; runs the entry's tensor check (torch's C check; for in-place and alternating calls the
  * entry's spec of such checks, see check_tensors) over the call's tensors; records the hit; and calls
  * the plan's ``direct`` launch with the call's own argument array.
@@ -169,6 +170,19 @@ stream_launch(HitPath *self, PyObject *plan, PyObject *const *a, Py_ssize_t n, P
     return result;
 }
 
+/* Whether every part of the tuple key value ``v`` is an int or a str (fastpath.plain). */
+static int
+plain_tuple(PyObject *v)
+{
+    Py_ssize_t i;
+    for (i = 0; i < PyTuple_GET_SIZE(v); i++) {
+        PyObject *part = PyTuple_GET_ITEM(v, i);
+        if (!PyLong_CheckExact(part) && !PyUnicode_CheckExact(part))
+            return 0;
+    }
+    return 1;
+}
+
 static PyObject *
 hit_call(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
 {
@@ -226,6 +240,12 @@ hit_call(PyObject *op, PyObject *const *args, size_t nargsf, PyObject *kwnames)
     PyTuple_SET_ITEM(key, 1, hint_key);
     for (i = 0; i < self->n_key; i++) {
         PyObject *v = a[self->key_idx[i]];
+        if (!self->key_shape[i] && PyTuple_Check(v) && !plain_tuple(v)) {
+            /* 1.0 and True equal 1: the Python path sends such a value to the general path's key */
+            Py_DECREF(key);
+            Py_DECREF(stack);
+            return fall_back(self, args, nargsf, kwnames);
+        }
         v = self->key_shape[i] ? PyObject_GetAttr(v, s_shape) : Py_NewRef(v);
         if (v == NULL)
             goto error;
@@ -540,7 +560,7 @@ PyInit__hit(void)
     if (m == NULL)
         return NULL;
     if (PyModule_AddObject(m, "HitPath", Py_NewRef((PyObject *)&HitPathType)) < 0
-            || PyModule_AddIntConstant(m, "VERSION", 1) < 0) {
+            || PyModule_AddIntConstant(m, "VERSION", 2) < 0) {
         Py_DECREF(m);
         return NULL;
     }

@@ -139,10 +139,18 @@ def memo_key(sig_name: str, key_names: tuple, call: Call, snapshot: tuple) -> tu
     """The in-memory key: finer than the stored key (raw strides, not their
     pattern) — a memo miss falls through to the store, so this only trades memory for speed."""
     try:
-        key_vals = tuple(_key_part(k, call.named[k], sig_name) for k in key_names)
+        key_vals = tuple(typed(_key_part(k, call.named[k], sig_name)) for k in key_names)
     except KeyError as exc:
         raise TypeError(f"{sig_name}: key argument {exc.args[0]!r} was not given") from None
     return (call.device, key_vals, tuple(call.layout), snapshot)
+
+
+def typed(kv: Any) -> Any:
+    """A key value with the type of each of its parts: ``1``, ``True`` and ``1.0`` are equal in a dict,
+    but the stored key tells them apart (``1``, ``true``, ``1.0``), so each has its own winner."""
+    if isinstance(kv, tuple):
+        return tuple(map(typed, kv))
+    return kv.__class__, kv
 
 
 def key_dict(key_names: tuple, call: Call, target: Target, snapshot: tuple, pm: Any, source: str) -> dict:

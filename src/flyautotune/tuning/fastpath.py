@@ -62,6 +62,8 @@ def remember(tuner: Any, args: tuple, plan: Any, call: Call) -> None:
         own = type(tuner)
         if own.__dict__.get("_own_class") and "__call__" not in own.__dict__:
             own.__call__ = fast.native or fast.call
+    elif tuple(map(type, args)) != fast.types:
+        return  # hits check these types; key values of others (True for 1) would file the plan under theirs
     key = fast.key(args)
     if key is not None and plan.bound is None:
         bound = None
@@ -249,7 +251,11 @@ def build(tuner: Any, args: tuple) -> Optional[Any]:
     make_guard = tensor_guards() if tensors else None
     # The open compile_hints block's key leads: hints are part of every key (``current_hint_key``, inlined:
     # every generated function reads the stack once, into ``stack``).
-    values = ["stack[-1].key if stack else ()"] + [f"a{i}.shape" if i in tensors else f"a{i}" for i in key_idx]
+    # a tuple key value's parts keep their types only where each is an int or a str: others (1.0 and True
+    # equal 1) take the general path, whose key tells them apart
+    values = ["stack[-1].key if stack else ()"] + [
+        f"a{i}.shape" if i in tensors else f"plain(a{i})" if issubclass(types[i], tuple) else f"a{i}"
+        for i in key_idx]
     parts = [f"a{i}.{what}" for i in tensors for what in ("dtype", "stride()")]
     if tensors:
         parts.append(f"a{tensors[0]}.device")
@@ -396,12 +402,13 @@ def call(tuner{params}, *rest, **kwargs):
         "environ": getattr(os.environ, "_data", os.environ), **{f"T{i}": t for i, t in enumerate(types)},
         "tuner": tuner, "memo": tuner._fast_memo, "launch_with": context.launch_with, "state": context._local,
         "make_guard": make_guard, "alias_pattern": alias_pattern, "either": either, "make_entry": make_entry,
-        "launch_on": launch_on,
+        "launch_on": launch_on, "plain": plain,
         "resolve_stream": streams.resolve_stream,
         "_MISSING": _MISSING,
     }
     exec(compile(src, f"<flyautotune fast path of {tuner.name}>", "exec"), scope)
     fast = scope["fast"]
+    fast.types = types
     fast.key = scope["key"]
     fast.short = scope.get("short")
     fast.guard = scope.get("guard", _no_guard)
@@ -425,7 +432,7 @@ def call(tuner{params}, *rest, **kwargs):
 
 _native: Any = None
 #: ``_hit.VERSION`` of the C source this module works with (raised with every change to ``_hit.c``).
-HIT_VERSION = 1
+HIT_VERSION = 2
 
 
 def native_type() -> Optional[type]:
@@ -488,6 +495,15 @@ def _zero_and_launch(tuner: Any, plan: Any, args: tuple, stream: Any, zero_idx: 
             args[i].zero_()
     kwargs = plan.kwargs if stream is None else {**plan.kwargs, "stream": stream}
     return context.launch_with(plan.layers, plan.launch, tuner.fn, args, kwargs)
+
+
+def plain(value: tuple) -> Any:
+    """``value`` where each of its parts is an int or a str, else an unhashable stand-in (the lookup then
+    misses, to the general path)."""
+    for part in value:
+        if part.__class__ is not int and part.__class__ is not str:
+            return []
+    return value
 
 
 def _no_guard(args: tuple) -> None:
