@@ -419,3 +419,18 @@ def test_equal_key_values_of_other_types_keep_their_own_winners(pm, values):
     got = [[launch(x, v) for v in values] for _ in range(3)]
     assert got == [list(pick.values())] * 3
     assert [launch.resolve_config(x, v).kwargs["B"] for v in values] == list(pick.values())
+
+
+def test_minus_zero_and_zero_are_one_key(pm, counting_bench):
+    """-0.0 == 0.0 shares a winner in memory, so the store keys them as one too: a later process finds
+    the winner of either under the other instead of searching again."""
+
+    @fat.autotune(configs=[fat.Config(B=1), fat.Config(B=2)], key=["s"], do_bench=counting_bench(),
+                  plugin_manager=pm, name="t_fast_minus_zero")
+    def launch(x, s, B=None):
+        return B
+
+    x = torch.zeros(4)
+    picked = [launch(x, -0.0) for _ in range(3)]
+    launch.clear()  # a new process: the store alone
+    assert [launch(x, 0.0) for _ in range(3)] == picked and launch.search_count == 1

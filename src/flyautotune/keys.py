@@ -36,7 +36,7 @@ def key_value(value: Any) -> Any:
     """A key arg's contribution: a tensor gives its shape, a NumPy scalar (``np.int64(8)``, what
     ``np.prod`` returns) its Python value, anything else itself."""
     if isinstance(value, (int, str, float)):
-        return value
+        return 0.0 if value == 0 and isinstance(value, float) else value  # -0.0: equal to 0.0, one key
     if numpy_scalar(value):
         return value.item()
     if is_tensor(value) or (hasattr(value, "dtype") and hasattr(value, "shape")):
