@@ -677,6 +677,28 @@ def test_outputs_are_written_in_place_while_the_inputs_rotate(pm, monkeypatch):
     assert len({xp for xp, _ in seen}) == 3 and len({yp for _, yp in seen}) == 3
 
 
+def test_rotated_copies_keep_the_strides_of_a_sliced_input(pm, monkeypatch):
+    """A slice of a wider tensor is copied with its strides: a dense copy would hit another build of a kernel
+    specialized on strides than the call runs, and the timing would mix the two."""
+    from flyautotune import timing
+    from flyautotune.tuning import search
+
+    monkeypatch.setattr(search, "rotates_on", lambda device: True)
+    monkeypatch.setattr(timing, "rotation_count", lambda device, per_set, **_: 3)
+    pm.register(SeenTensors())
+    seen = []
+
+    @fat.autotune(configs=[fat.Config(B=1), fat.Config(B=2)], key=["n"], plugin_manager=pm, name="d_strides",
+                  default=lambda **a: fat.Config(B=1))
+    def launch(x, y, n, B=None):
+        seen.append((x.data_ptr(), x.stride()))
+        y.copy_(x * 2)
+
+    x, y = torch.arange(64.0).reshape(4, 16)[:, :5], torch.zeros(4, 5)
+    launch.select(x, y, 5, force=True)
+    assert len({p for p, _ in seen}) == 3 and {st for _, st in seen} == {(16, 1)}
+
+
 def test_outputs_must_name_write_only_parameters(pm):
     def launch(x, y, n, B=None):
         return y

@@ -155,7 +155,7 @@ class Search:
         n = max(2, timing.rotation_count(self.call.device, per_set))
         copies = [self.call]
         for _ in range(1, n):
-            copies.append(self.t.sig.replaced(self.call, {k: v.clone() for k, v in rotated}))
+            copies.append(self.t.sig.replaced(self.call, {k: _copy(v) for k, v in rotated}))
         return copies
 
     def _emit(self, event: str, **fields: Any) -> None:
@@ -706,6 +706,15 @@ def _hook_identity(hook: Any) -> Any:
     if func is not None and owner is not None:
         return id(owner), id(func)
     return id(hook)
+
+
+def _copy(t: Any) -> Any:
+    """A copy of ``t`` with its strides: ``clone()`` makes a view that is not dense (a slice of a wider
+    tensor) contiguous, and a kernel specialized on strides (Triton: stride 1, divisible by 16) would
+    then time another build on the copies than the call runs."""
+    import torch
+
+    return torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=t.device).copy_(t)
 
 
 def rotates_on(device: Any) -> bool:
