@@ -699,6 +699,48 @@ def test_rotated_copies_keep_the_strides_of_a_sliced_input(pm, monkeypatch):
     assert len({p for p, _ in seen}) == 3 and {st for _, st in seen} == {(16, 1)}
 
 
+def test_input_copies_that_do_not_fit_in_memory_leave_the_search_on_the_inputs_it_has(pm, monkeypatch, caplog):
+    """A copy of an input too large for the device's memory for a second one is an out-of-memory error: the
+    search times over the copies that fit (here none but the call's own inputs) and says so; it failed."""
+    from flyautotune import timing
+    from flyautotune.tuning import search
+
+    armed = []  # the first allocation after the copies are counted fails, as the first copy of a huge input would
+
+    def one_fails(real):
+        def allocate(*args, **kwargs):
+            if armed:
+                armed.clear()
+                raise torch.OutOfMemoryError("out of memory: tried to allocate 40.00 GiB")
+            return real(*args, **kwargs)
+        return allocate
+
+    def three(device, per_set, **_):
+        armed.append(True)
+        return 3
+
+    monkeypatch.setattr(search, "rotates_on", lambda device: True)
+    monkeypatch.setattr(timing, "rotation_count", three)
+    monkeypatch.setattr(torch, "empty_strided", one_fails(torch.empty_strided))
+    monkeypatch.setattr(torch.Tensor, "clone", one_fails(torch.Tensor.clone))
+    pm.register(SeenTensors())
+    seen = []
+
+    @fat.autotune(configs=[fat.Config(B=1), fat.Config(B=2)], key=["n"], plugin_manager=pm, name="d_no_room",
+                  default=lambda **a: fat.Config(B=1))
+    def launch(x, y, n, B=None):
+        seen.append(x.data_ptr())
+        y.copy_(x * 2)
+
+    x, y = torch.arange(4.0), torch.zeros(4)
+    with caplog.at_level("WARNING", logger="flyautotune"):
+        sel = launch.select(x, y, 4, force=True)
+    assert sel.source == "search" and all(t["error"] is None for t in sel.timings)
+    assert set(seen) == {x.data_ptr()}
+    assert "1 of 3 input copies for cold-cache timing fit in memory" in caplog.text
+    assert "timing over the call's own inputs" in caplog.text
+
+
 def test_outputs_must_name_write_only_parameters(pm):
     def launch(x, y, n, B=None):
         return y

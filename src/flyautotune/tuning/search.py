@@ -154,9 +154,15 @@ class Search:
         # At least two sets: replaying one set leaves the tail of its inputs warm in the cache for the next launch.
         n = max(2, timing.rotation_count(self.call.device, per_set))
         copies = [self.call]
-        for _ in range(1, n):
-            copies.append(self.t.sig.replaced(self.call, {k: _copy(v) for k, v in rotated}))
-        return copies
+        try:
+            for _ in range(1, n):
+                copies.append(self.t.sig.replaced(self.call, {k: _copy(v) for k, v in rotated}))
+        except (RuntimeError, MemoryError) as exc:  # torch.OutOfMemoryError is a RuntimeError
+            # a copy of a huge input may not fit: time over the copies that did, rather than fail the search
+            log.warning("%s: %d of %d input copies for cold-cache timing fit in memory (%s: %s); timing over %s",
+                        self.t.name, len(copies), n, type(exc).__name__, exc,
+                        f"{len(copies)} copies" if len(copies) > 1 else "the call's own inputs")
+        return copies if len(copies) > 1 else []
 
     def _emit(self, event: str, **fields: Any) -> None:
         events.emit(self.t.pm, event, tuner=self.t.name, key=self.key, **fields)
