@@ -699,6 +699,29 @@ def test_rotated_copies_keep_the_strides_of_a_sliced_input(pm, monkeypatch):
     assert len({p for p, _ in seen}) == 3 and {st for _, st in seen} == {(16, 1)}
 
 
+def test_rotated_copies_of_rows_that_share_memory_are_dense_copies(pm, monkeypatch):
+    """Rows that overlap (a row stride shorter than a row) cannot be written with their strides: the copies are
+    dense, the search goes on over them, and nothing is said about memory."""
+    from flyautotune import timing
+    from flyautotune.tuning import search
+
+    monkeypatch.setattr(search, "rotates_on", lambda device: True)
+    monkeypatch.setattr(timing, "rotation_count", lambda device, per_set, **_: 3)
+    pm.register(SeenTensors())
+    seen = []
+
+    @fat.autotune(configs=[fat.Config(B=1), fat.Config(B=2)], key=["n"], plugin_manager=pm, name="d_overlap",
+                  default=lambda **a: fat.Config(B=1))
+    def launch(x, y, n, B=None):
+        seen.append((x.data_ptr(), x.stride()))
+        y.copy_(x * 2)
+
+    x, y = torch.arange(40.0).as_strided((4, 8), (4, 1)), torch.zeros(4, 8)  # each row shares half the next
+    sel = launch.select(x, y, 8, force=True)
+    assert sel.source == "search" and all(t["error"] is None for t in sel.timings)
+    assert len({p for p, _ in seen}) == 3 and {st for _, st in seen} == {(4, 1), (8, 1)}
+
+
 def test_input_copies_that_do_not_fit_in_memory_leave_the_search_on_the_inputs_it_has(pm, monkeypatch, caplog):
     """A copy of an input too large for the device's memory for a second one is an out-of-memory error: the
     search times over the copies that fit (here none but the call's own inputs) and says so; it failed."""

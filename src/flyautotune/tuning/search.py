@@ -157,7 +157,7 @@ class Search:
         try:
             for _ in range(1, n):
                 copies.append(self.t.sig.replaced(self.call, {k: _copy(v) for k, v in rotated}))
-        except (RuntimeError, MemoryError) as exc:  # torch.OutOfMemoryError is a RuntimeError
+        except _out_of_memory() as exc:
             # a copy of a huge input may not fit: time over the copies that did, rather than fail the search
             log.warning("%s: %d of %d input copies for cold-cache timing fit in memory (%s: %s); timing over %s",
                         self.t.name, len(copies), n, type(exc).__name__, exc,
@@ -717,10 +717,32 @@ def _hook_identity(hook: Any) -> Any:
 def _copy(t: Any) -> Any:
     """A copy of ``t`` with its strides: ``clone()`` makes a view that is not dense (a slice of a wider
     tensor) contiguous, and a kernel specialized on strides (Triton: stride 1, divisible by 16) would
-    then time another build on the copies than the call runs."""
+    then time another build on the copies than the call runs. Rows that share memory (a stride shorter
+    than what it steps over) cannot be written as such: those are cloned."""
     import torch
 
-    return torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=t.device).copy_(t)
+    if not _overlaps(t.size(), t.stride()):
+        return torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=t.device).copy_(t)
+    return t.clone()
+
+
+def _overlaps(size: Any, stride: Any) -> bool:
+    """Whether two indices of a tensor of this ``size`` and ``stride`` can name one element (sufficient
+    test: each dimension, by increasing stride, must step past everything the smaller ones span)."""
+    span = 0
+    for st, n in sorted((st, n) for st, n in zip(stride, size) if n > 1):
+        if st <= span:
+            return True
+        span += st * (n - 1)
+    return False
+
+
+def _out_of_memory() -> tuple:
+    """The errors an allocation that does not fit raises (torch's own, and Python's)."""
+    import torch
+
+    oom = getattr(torch, "OutOfMemoryError", None) or getattr(torch.cuda, "OutOfMemoryError", None)
+    return (MemoryError,) if oom is None else (oom, MemoryError)
 
 
 def rotates_on(device: Any) -> bool:
