@@ -677,9 +677,14 @@ def test_outputs_are_written_in_place_while_the_inputs_rotate(pm, monkeypatch):
     assert len({xp for xp, _ in seen}) == 3 and len({yp for _, yp in seen}) == 3
 
 
-def test_rotated_copies_keep_the_strides_of_a_sliced_input(pm, monkeypatch):
-    """A slice of a wider tensor is copied with its strides: a dense copy would hit another build of a kernel
-    specialized on strides than the call runs, and the timing would mix the two."""
+@pytest.mark.parametrize("make_x, strides", [
+    # a slice of a wider tensor keeps its strides: a dense copy would hit another build of a kernel specialized
+    # on strides (Triton: stride 1, divisible by 16) than the call runs, and the timing would mix the two
+    (lambda: torch.arange(64.0).reshape(4, 16)[:, :8], {(16, 1)}),
+    # rows that share memory (each half the next) cannot be written with their strides: the copies are dense
+    (lambda: torch.arange(40.0).as_strided((4, 8), (4, 1)), {(4, 1), (8, 1)}),
+], ids=["slice", "overlapping-rows"])
+def test_rotated_copies_keep_the_strides_of_the_input_where_they_can(pm, monkeypatch, make_x, strides):
     from flyautotune import timing
     from flyautotune.tuning import search
 
@@ -694,32 +699,10 @@ def test_rotated_copies_keep_the_strides_of_a_sliced_input(pm, monkeypatch):
         seen.append((x.data_ptr(), x.stride()))
         y.copy_(x * 2)
 
-    x, y = torch.arange(64.0).reshape(4, 16)[:, :5], torch.zeros(4, 5)
-    launch.select(x, y, 5, force=True)
-    assert len({p for p, _ in seen}) == 3 and {st for _, st in seen} == {(16, 1)}
-
-
-def test_rotated_copies_of_rows_that_share_memory_are_dense_copies(pm, monkeypatch):
-    """Rows that overlap (a row stride shorter than a row) cannot be written with their strides: the copies are
-    dense, the search goes on over them, and nothing is said about memory."""
-    from flyautotune import timing
-    from flyautotune.tuning import search
-
-    monkeypatch.setattr(search, "rotates_on", lambda device: True)
-    monkeypatch.setattr(timing, "rotation_count", lambda device, per_set, **_: 3)
-    pm.register(SeenTensors())
-    seen = []
-
-    @fat.autotune(configs=[fat.Config(B=1), fat.Config(B=2)], key=["n"], plugin_manager=pm, name="d_overlap",
-                  default=lambda **a: fat.Config(B=1))
-    def launch(x, y, n, B=None):
-        seen.append((x.data_ptr(), x.stride()))
-        y.copy_(x * 2)
-
-    x, y = torch.arange(40.0).as_strided((4, 8), (4, 1)), torch.zeros(4, 8)  # each row shares half the next
+    x, y = make_x(), torch.zeros(4, 8)
     sel = launch.select(x, y, 8, force=True)
     assert sel.source == "search" and all(t["error"] is None for t in sel.timings)
-    assert len({p for p, _ in seen}) == 3 and {st for _, st in seen} == {(4, 1), (8, 1)}
+    assert len({p for p, _ in seen}) == 3 and {st for _, st in seen} == strides
 
 
 def test_input_copies_that_do_not_fit_in_memory_leave_the_search_on_the_inputs_it_has(pm, monkeypatch, caplog):
