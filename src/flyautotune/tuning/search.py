@@ -717,24 +717,12 @@ def _hook_identity(hook: Any) -> Any:
 def _copy(t: Any) -> Any:
     """A copy of ``t`` with its strides: ``clone()`` makes a view that is not dense (a slice of a wider
     tensor) contiguous, and a kernel specialized on strides (Triton: stride 1, divisible by 16) would
-    then time another build on the copies than the call runs. Rows that share memory (a stride shorter
-    than what it steps over) cannot be written as such: those are cloned."""
+    then time another build on the copies than the call runs. Rows that share part of their memory are
+    copied as they are (each shared element gets the one value both rows hold); a broadcast view is never
+    copied (:func:`verify.overlaps_itself`)."""
     import torch
 
-    if not _overlaps(t.size(), t.stride()):
-        return torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=t.device).copy_(t)
-    return t.clone()
-
-
-def _overlaps(size: Any, stride: Any) -> bool:
-    """Whether two indices of a tensor of this ``size`` and ``stride`` can name one element (sufficient
-    test: each dimension, by increasing stride, must step past everything the smaller ones span)."""
-    span = 0
-    for st, n in sorted((st, n) for st, n in zip(stride, size) if n > 1):
-        if st <= span:
-            return True
-        span += st * (n - 1)
-    return False
+    return torch.empty_strided(t.size(), t.stride(), dtype=t.dtype, device=t.device).copy_(t)
 
 
 def _out_of_memory() -> tuple:
