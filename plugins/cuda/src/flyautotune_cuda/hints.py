@@ -43,7 +43,8 @@ def _is_pow2(n: int) -> bool:
     return n > 0 and n & (n - 1) == 0
 
 
-def _capability(arch: str) -> Optional[int]:
+def capability(arch: str) -> Optional[int]:
+    """The compute capability of ``sm_90``, ``sm_90a``, ... as a number (90); None for another name."""
     m = re.fullmatch(r"sm_(\d+)[a-z]?", arch)
     return int(m.group(1)) if m else None
 
@@ -91,7 +92,7 @@ def check_hints(hints: Mapping[str, Any], arch: str = "") -> None:
             raise ValueError(
                 f"cuda: compile hint num_ctas={v!r}{where} must be a power of two from 1 to {MAX_CTAS}"
             )
-        if name == "num_ctas" and v > 1 and (_capability(arch) or CLUSTER_MIN_CAPABILITY) < CLUSTER_MIN_CAPABILITY:
+        if name == "num_ctas" and v > 1 and (capability(arch) or CLUSTER_MIN_CAPABILITY) < CLUSTER_MIN_CAPABILITY:
             raise ValueError(
                 f"cuda: compile hint num_ctas={v!r}{where} needs thread-block clusters (sm_90 and later); "
                 f"accepted on {arch}: 1 (or 0 to keep the kernel's own setting)"

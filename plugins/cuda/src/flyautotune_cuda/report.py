@@ -16,7 +16,7 @@ import attrs
 from flyautotune import Config, Target, hookimpl
 from flyautotune.report import KernelSpec, ReportError, ResourceRow, specialization_attrs
 
-from .hints import triton_options
+from .hints import capability, triton_options
 
 BACKEND = "cuda"
 _TRITON_CUDA_OPTIONS = ("num_warps", "num_stages", "maxnreg", "num_ctas")
@@ -91,7 +91,7 @@ def cuda_compile_report(
     from triton.compiler import ASTSource
 
     limits = CUDA_TARGETS[arch]
-    capability = int(arch.split("_", 1)[1])
+    cc = capability(arch)
     consts = dict(constexprs or {})
     sig = dict(signature)
     for name in consts:
@@ -104,7 +104,7 @@ def cuda_compile_report(
     for opts in options:
         opts = dict(opts)
         compiled = triton.compile(source(fn=kernel, signature=sig, constexprs=consts, attrs=spec_attrs),
-                                  target=GPUTarget("cuda", capability, 32), options=opts)
+                                  target=GPUTarget("cuda", cc, 32), options=opts)
         cubin = compiled.asm["cubin"]
         usage = cubin_resources(cubin)
         num_warps = compiled.metadata.num_warps
